@@ -1,0 +1,50 @@
+# edgetune: every target that needs the venv creates it first, so each works on a fresh machine.
+# System packages (openssh-server, iproute2) are installed with apt-get when missing (as root).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FLEET ?= fleet.yaml
+STAMP := $(VENV)/.edgetune-installed
+SYSTEM_PACKAGES := openssh-server iproute2 procps
+
+.PHONY: setup system-packages test test-slow tune-fleet check plan clean
+
+setup: $(STAMP) system-packages
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+system-packages:
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v pgrep >/dev/null || missing="$$missing procps"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root: apt-get install$$missing)"; exit 1; fi; \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow tests
+
+check: setup
+	$(PY) -m edgetune check -f $(FLEET)
+
+plan: setup
+	$(PY) -m edgetune plan -f $(FLEET)
+
+tune-fleet: setup
+	$(PY) -m edgetune tune-fleet -f $(FLEET)
+
+clean:
+	-[ -x $(PY) ] && $(PY) -m edgetune sim down -f $(FLEET)
+	rm -rf .edgetune build *.egg-info .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

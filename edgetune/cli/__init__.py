@@ -1,0 +1,46 @@
+"""Command line: argument parsing only. Each verb lives in its own module with a
+`register(subparsers)` that sets `func=drive_<verb>`; the drive function calls one library
+function. Every `EdgetuneError` becomes its exit code here; `--verbose` adds the traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+
+from edgetune import __version__
+from edgetune.errors import EdgetuneError
+
+from edgetune.cli import check_cmd, plan_cmd
+
+VERBS = (check_cmd, plan_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgetune", description="Tune and ship neural networks to fleets of edge boards."
+    )
+    parser.add_argument("--version", action="version", version=f"edgetune {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug logs")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in VERBS:
+        verb.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr
+    )
+    try:
+        return int(args.func(args) or 0)
+    except EdgetuneError as err:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,31 @@
+"""The one exception hierarchy of edgetune; `cli.main` maps each type to an exit code."""
+
+
+class EdgetuneError(Exception):
+    """Base of every error edgetune reports to a user. The message says what to do next."""
+
+    exit_code = 1
+
+
+class InventoryError(EdgetuneError):
+    """fleet.yaml or a device profile is invalid. Nothing has been started."""
+
+    exit_code = 2
+
+
+class FleetError(EdgetuneError):
+    """A machine of the fleet could not be reached or driven."""
+
+    exit_code = 3
+
+
+class TuneError(EdgetuneError):
+    """Tuning could not run or could not finish."""
+
+    exit_code = 4
+
+
+class ArtifactError(EdgetuneError):
+    """An artifact could not be built, signed, stored or verified."""
+
+    exit_code = 5

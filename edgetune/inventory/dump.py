@@ -1,0 +1,105 @@
+"""Write schema records back as the plain data of fleet.yaml and profile files (version 1).
+
+`load_fleet(dump) == fleet`: the round trip is what keeps the schema and loader honest. Paths
+are written absolute, so a dumped inventory loads from anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgetune.inventory.schema import SCHEMA_VERSION, Board, DeviceProfile, Fleet, SshSettings
+
+
+def profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
+    m = profile.measurement
+    return {
+        "version": SCHEMA_VERSION,
+        "name": profile.name,
+        "description": profile.description,
+        "target": profile.target_json(),
+        "cross_compiler": profile.cross_compiler or "host",
+        "runtime": {"threads": profile.runtime_threads},
+        "measurement": {
+            "number": m.number,
+            "repeat": m.repeat,
+            "min_repeat_ms": m.min_repeat_ms,
+            "cooldown_ms": m.cooldown_ms,
+            "enable_cpu_cache_flush": m.enable_cpu_cache_flush,
+        },
+        "firmware_command": profile.firmware_command,
+        "hardware": dict(profile.hardware),
+    }
+
+
+def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "version": SCHEMA_VERSION,
+        "name": fleet.name,
+        "workdir": str(fleet.workdir),
+        "trackers": [
+            {"name": t.name, "bind_host": t.bind_host, "public_address": t.public_address, "port": t.port, "port_end": t.port_end}
+            for t in fleet.trackers
+        ],
+        "device_classes": [{"name": c.name, "profile": str(c.profile.path)} for c in fleet.device_classes],
+        "boards": [_board(b) for b in fleet.boards],
+        "models": [_model(m) for m in fleet.models],
+        "tuning": {
+            "trials_per_class": fleet.tuning.trials_per_class,
+            "trials_per_class_override": dict(fleet.tuning.trials_per_class_override),
+            "trials_per_iter": fleet.tuning.trials_per_iter,
+            "max_trials_per_task": fleet.tuning.max_trials_per_task,
+            "time_limit_s": fleet.tuning.time_limit_s,
+            "borrow": dict(fleet.tuning.borrow),
+        },
+        "artifacts": {
+            "dir": str(fleet.artifacts.dir),
+            "signing_key": str(fleet.artifacts.signing_key),
+            "public_key": str(fleet.artifacts.public_key),
+        },
+    }
+    if fleet.sim is not None:
+        data["sim"] = {"bridge": fleet.sim.bridge, "host_address": fleet.sim.host_address}
+    return data
+
+
+def _ssh(ssh: SshSettings) -> dict[str, Any]:
+    return {
+        "user": ssh.user,
+        "port": ssh.port,
+        "key": str(ssh.key) if ssh.key else None,
+        "known_hosts": str(ssh.known_hosts) if ssh.known_hosts else None,
+        "host_key_policy": ssh.host_key_policy,
+        "passphrase_env": ssh.passphrase_env,
+        "connect_timeout_s": ssh.connect_timeout_s,
+        "command_timeout_s": ssh.command_timeout_s,
+    }
+
+
+def _board(board: Board) -> dict[str, Any]:
+    data = {
+        "name": board.name,
+        "address": board.address,
+        "device_class": board.device_class,
+        "tracker": board.tracker,
+        "python": board.python,
+        "workdir": board.workdir,
+        "ssh": _ssh(board.ssh),
+        "threads": board.threads,
+    }
+    if board.simulated is not None:
+        data["simulated"] = {"cpu_quota": board.simulated.cpu_quota}
+    return data
+
+
+def _model(model) -> dict[str, Any]:
+    data = {
+        "name": model.name,
+        "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in model.inputs],
+        "weight": model.weight,
+    }
+    if model.builtin:
+        data["builtin"] = model.builtin
+    else:
+        data["onnx"] = str(model.onnx)
+    return data

@@ -1,0 +1,455 @@
+"""Load and validate fleet.yaml and the device profiles it names into `schema` records.
+
+Validation happens once, here; an invalid inventory raises `InventoryError` naming the file,
+the YAML path and what is allowed. Nothing outside the inventory files is touched, except to
+check that the files it names (profiles, ONNX models, SSH keys) exist and are usable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import stat
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from edgetune.errors import InventoryError
+from edgetune.inventory.reader import Node, check_unique, check_version, display_path, read_yaml
+from edgetune.inventory.schema import (
+    BUILTIN_MODELS,
+    DTYPES,
+    HOST_KEY_POLICIES,
+    SCHEMA_VERSION,
+    ArtifactSettings,
+    Board,
+    DeviceClass,
+    DeviceProfile,
+    Fleet,
+    Measurement,
+    Model,
+    ModelInput,
+    SimSettings,
+    Simulation,
+    SshSettings,
+    Tracker,
+    TuningPolicy,
+)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_SECRET_KEYS = ("password", "passphrase", "secret")
+
+FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts")
+SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
+PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
+MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "enable_cpu_cache_flush")
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Read fleet.yaml and every profile it names; raise InventoryError on the first problem."""
+    path = Path(os.path.abspath(path))
+    root = Node(read_yaml(path), path)
+    check_version(root, SCHEMA_VERSION)
+    root.mapping(FLEET_KEYS)
+    base = path.parent
+    sim = _sim_settings(root.child("sim", None))
+    trackers = _trackers(root.child("trackers"))
+    ssh = _ssh(root.child("ssh", {}), base, SshSettings())
+    classes = _device_classes(root.child("device_classes"), base)
+    boards = _boards(root.child("boards"), base, ssh, classes, trackers, sim)
+    fleet = Fleet(
+        path=path,
+        name=_name(root, "name"),
+        workdir=_path(root.child("workdir", ".edgetune"), base),
+        trackers=trackers,
+        device_classes=classes,
+        boards=boards,
+        models=_models(root.child("models"), base),
+        tuning=_tuning(root.child("tuning"), classes),
+        artifacts=_artifacts(root.child("artifacts"), base),
+        sim=sim,
+    )
+    _check_keys(root, fleet)
+    return fleet
+
+
+def load_profile(path: Path) -> DeviceProfile:
+    root = Node(read_yaml(path), path)
+    check_version(root, SCHEMA_VERSION)
+    root.mapping(PROFILE_KEYS)
+    runtime = root.child("runtime").mapping(("threads",))
+    compiler = root.get("cross_compiler", str)
+    hardware = root.child("hardware", {})
+    if not isinstance(hardware.value, dict):
+        raise hardware.error("must be a mapping of free-form facts (cores, caches, memory ...)")
+    return DeviceProfile(
+        name=_name(root, "name"),
+        path=path,
+        description=root.get("description", str, ""),
+        target=_target(root.child("target")),
+        cross_compiler=None if compiler == "host" else compiler,
+        runtime_threads=runtime.positive("threads"),
+        measurement=_measurement(root.child("measurement", {})),
+        firmware_command=root.get("firmware_command", str),
+        hardware=MappingProxyType(dict(hardware.value)),
+    )
+
+
+# -- fleet sections ---------------------------------------------------------------------------
+def _sim_settings(node: Node) -> SimSettings | None:
+    if node.value is None:
+        return None
+    node.mapping(("bridge", "host_address"))
+    bridge = node.get("bridge", str)
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,15}", bridge):
+        raise node.child("bridge").error(f"'{bridge}' is not a valid interface name (1-15 letters, digits, '-' or '_')")
+    host_address = node.get("host_address", str)
+    try:
+        interface = ipaddress.IPv4Interface(host_address)
+    except ValueError:
+        raise node.child("host_address").error(f"'{host_address}' is not an IPv4 address with prefix, e.g. 10.231.7.1/24") from None
+    if interface.network.prefixlen == 32:
+        raise node.child("host_address").error("needs a prefix length that leaves room for boards, e.g. /24")
+    return SimSettings(bridge=bridge, host_address=host_address)
+
+
+def _trackers(node: Node) -> tuple[Tracker, ...]:
+    items = list(node.items())
+    if not items:
+        raise node.error("at least one tracker is required")
+    check_unique(items, "name", "tracker")
+    trackers = []
+    for item in items:
+        item.mapping(("name", "bind_host", "public_address", "port", "port_end"))
+        port = _port(item, "port")
+        port_end = _port(item, "port_end", default=port + 9)
+        if port_end < port:
+            raise item.child("port_end").error(f"must be at least port ({port}), got {port_end}")
+        trackers.append(
+            Tracker(
+                name=_name(item, "name"),
+                bind_host=_address(item, "bind_host"),
+                public_address=_address(item, "public_address"),
+                port=port,
+                port_end=port_end,
+            )
+        )
+    return tuple(trackers)
+
+
+def _ssh(node: Node, base: Path, defaults: SshSettings) -> SshSettings:
+    if isinstance(node.value, dict):
+        for key in node.value:
+            if any(secret in str(key).lower() for secret in _SECRET_KEYS) and key != "passphrase_env":
+                raise InventoryError(
+                    f"{display_path(node.file)}: {node._child_path(str(key))}: secrets are never read from YAML; "
+                    "use key-based auth, and name an environment variable holding the key's passphrase in passphrase_env"
+                )
+    node.mapping(SSH_KEYS)
+    key = node.child("key", None)
+    known_hosts = node.child("known_hosts", None)
+    passphrase_env = node.get("passphrase_env", str, defaults.passphrase_env)
+    if passphrase_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", passphrase_env):
+        raise node.child("passphrase_env").error(f"'{passphrase_env}' is not an environment variable name")
+    return SshSettings(
+        user=node.get("user", str, defaults.user),
+        port=_port(node, "port", default=defaults.port),
+        key=_path(key, base) if key.value is not None else defaults.key,
+        known_hosts=_path(known_hosts, base) if known_hosts.value is not None else defaults.known_hosts,
+        host_key_policy=node.choice("host_key_policy", HOST_KEY_POLICIES, defaults.host_key_policy),
+        passphrase_env=passphrase_env,
+        connect_timeout_s=node.positive("connect_timeout_s", float, defaults.connect_timeout_s),
+        command_timeout_s=node.positive("command_timeout_s", float, defaults.command_timeout_s),
+    )
+
+
+def _device_classes(node: Node, base: Path) -> tuple[DeviceClass, ...]:
+    items = list(node.items())
+    if not items:
+        raise node.error("at least one device class is required")
+    check_unique(items, "name", "device class")
+    classes = []
+    for item in items:
+        item.mapping(("name", "profile"))
+        profile_node = item.child("profile")
+        profile_path = _path(profile_node, base)
+        if not profile_path.is_file():
+            raise profile_node.error(f"profile file '{profile_node.value}' does not exist (looked for {profile_path})")
+        classes.append(DeviceClass(name=_name(item, "name"), profile=load_profile(profile_path)))
+    return tuple(classes)
+
+
+def _boards(
+    node: Node,
+    base: Path,
+    ssh: SshSettings,
+    classes: tuple[DeviceClass, ...],
+    trackers: tuple[Tracker, ...],
+    sim: SimSettings | None,
+) -> tuple[Board, ...]:
+    items = list(node.items())
+    if not items:
+        raise node.error("at least one board is required")
+    check_unique(items, "name", "board")
+    check_unique(items, "address", "board address")
+    class_names = [c.name for c in classes]
+    tracker_names = [t.name for t in trackers]
+    boards = []
+    for item in items:
+        item.mapping(("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated"))
+        device_class = item.get("device_class", str)
+        if device_class not in class_names:
+            raise item.child("device_class").error(
+                f"'{device_class}' is not a declared device class (declared: {', '.join(class_names)})"
+            )
+        simulated = _simulation(item.child("simulated", None), sim)
+        board = Board(
+            name=_name(item, "name"),
+            address=_board_address(item, simulated, sim),
+            device_class=device_class,
+            tracker=_board_tracker(item, tracker_names),
+            python=_board_path(item, "python", base, simulated),
+            workdir=_board_path(item, "workdir", base, simulated),
+            ssh=_ssh(item.child("ssh", {}), base, ssh),
+            threads=item.positive("threads", int, None),
+            simulated=simulated,
+        )
+        boards.append(board)
+    return tuple(boards)
+
+
+def _board_tracker(item: Node, tracker_names: list[str]) -> str:
+    if not item.has("tracker"):
+        if len(tracker_names) == 1:
+            return tracker_names[0]
+        raise item.child("tracker", None).error(
+            f"required when the fleet has several trackers (declared: {', '.join(tracker_names)})"
+        )
+    tracker = item.get("tracker", str)
+    if tracker not in tracker_names:
+        raise item.child("tracker").error(f"'{tracker}' is not a declared tracker (declared: {', '.join(tracker_names)})")
+    return tracker
+
+
+def _simulation(node: Node, sim: SimSettings | None) -> Simulation | None:
+    if node.value is None:
+        return None
+    node.mapping(("cpu_quota",))
+    if sim is None:
+        raise node.error("a simulated board needs the top-level 'sim' section (bridge, host_address)")
+    quota = node.positive("cpu_quota", float, 1.0)
+    if quota > 64:
+        raise node.child("cpu_quota").error(f"is a fraction of one core (e.g. 0.5), got {quota}")
+    return Simulation(cpu_quota=quota)
+
+
+def _board_address(item: Node, simulated: Simulation | None, sim: SimSettings | None) -> str:
+    address = _address(item, "address")
+    if simulated is None:
+        return address
+    network = ipaddress.IPv4Interface(sim.host_address).network
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise item.child("address").error(f"a simulated board needs an IPv4 address in {network}, got '{address}'") from None
+    host = ipaddress.IPv4Interface(sim.host_address).ip
+    if ip not in network or ip in (host, network.network_address, network.broadcast_address):
+        raise item.child("address").error(f"'{address}' is not a free board address in the simulated network {network}")
+    return address
+
+
+def _board_path(item: Node, key: str, base: Path, simulated: Simulation | None) -> str:
+    """Paths on the board. Simulated boards share this machine's files, so relative paths are
+    resolved against fleet.yaml's folder; real boards need absolute paths."""
+    value = item.get(key, str)
+    if simulated is not None:
+        return os.path.normpath(base / value)
+    if not value.startswith("/"):
+        raise item.child(key).error(f"must be an absolute path on the board, got '{value}'")
+    return value
+
+
+def _models(node: Node, base: Path) -> tuple[Model, ...]:
+    items = list(node.items())
+    if not items:
+        raise node.error("at least one model is required")
+    check_unique(items, "name", "model")
+    models = []
+    for item in items:
+        item.mapping(("name", "builtin", "onnx", "inputs", "weight"))
+        if item.has("builtin") == item.has("onnx"):
+            raise item.error("give exactly one of 'builtin' (a reference model name) or 'onnx' (a file path)")
+        builtin = item.choice("builtin", BUILTIN_MODELS, None)
+        onnx_path = _onnx_path(item.child("onnx"), base) if item.has("onnx") else None
+        models.append(
+            Model(
+                name=_name(item, "name"),
+                inputs=_inputs(item.child("inputs")),
+                onnx=onnx_path,
+                builtin=builtin,
+                weight=item.positive("weight", float, 1.0),
+            )
+        )
+    return tuple(models)
+
+
+def _inputs(node: Node) -> tuple[ModelInput, ...]:
+    items = list(node.items())
+    if not items:
+        raise node.error("at least one input is required")
+    check_unique(items, "name", "input")
+    inputs = []
+    for item in items:
+        item.mapping(("name", "shape", "dtype"))
+        shape = []
+        for dim in item.child("shape").items():
+            if isinstance(dim.value, bool) or not isinstance(dim.value, int) or dim.value <= 0:
+                raise dim.error(f"input dimensions must be positive integers (fixed shapes), got {dim.value!r}")
+            shape.append(dim.value)
+        if not shape:
+            raise item.child("shape").error("must list at least one dimension")
+        inputs.append(ModelInput(name=item.get("name", str), shape=tuple(shape), dtype=item.choice("dtype", DTYPES, "float32")))
+    return tuple(inputs)
+
+
+def _onnx_path(node: Node, base: Path) -> Path:
+    path = _path(node, base)
+    if not path.is_file():
+        raise node.error(f"ONNX file '{node.value}' does not exist (looked for {path})")
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # onnx raises DecodeError and others for non-ONNX bytes
+        raise node.error(f"'{node.value}' is not an ONNX model ({type(err).__name__}: {err})") from None
+    if not model.graph.node:
+        raise node.error(f"'{node.value}' is not an ONNX model (no graph nodes)")
+    return path
+
+
+def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
+    node.mapping(("trials_per_class", "trials_per_class_override", "trials_per_iter", "max_trials_per_task", "time_limit_s", "borrow"))
+    class_names = [c.name for c in classes]
+    overrides = _class_mapping(node.child("trials_per_class_override", {}), class_names, int)
+    for name, trials in overrides.items():
+        if trials < 0:
+            raise node.child("trials_per_class_override").child(name).error(f"must be zero or more, got {trials}")
+    borrow = _class_mapping(node.child("borrow", {}), class_names, str)
+    for name, lender in borrow.items():
+        where = node.child("borrow").child(name)
+        if lender not in class_names:
+            raise where.error(f"'{lender}' is not a declared device class (declared: {', '.join(class_names)})")
+        if lender == name:
+            raise where.error("a class cannot borrow tuning from itself")
+        if borrow.get(lender) == name:
+            raise where.error(f"'{name}' and '{lender}' borrow from each other; only one direction is allowed")
+    return TuningPolicy(
+        trials_per_class=node.non_negative("trials_per_class"),
+        trials_per_class_override=MappingProxyType(overrides),
+        trials_per_iter=node.positive("trials_per_iter", int, 16),
+        max_trials_per_task=node.positive("max_trials_per_task", int, None),
+        time_limit_s=node.positive("time_limit_s", float, None),
+        borrow=MappingProxyType(borrow),
+    )
+
+
+def _class_mapping(node: Node, class_names: list[str], kind: type) -> dict[str, Any]:
+    node.mapping(tuple(class_names))
+    return {key: node.child(key).scalar(kind) for key in node.value}
+
+
+def _artifacts(node: Node, base: Path) -> ArtifactSettings:
+    node.mapping(("dir", "signing_key", "public_key"))
+    directory = _path(node.child("dir"), base)
+    signing_key = _path(node.child("signing_key"), base)
+    if signing_key.is_relative_to(directory):
+        raise node.child("signing_key").error(
+            f"the private signing key must live outside the artifacts directory ({directory}), which is published"
+        )
+    return ArtifactSettings(dir=directory, signing_key=signing_key, public_key=_path(node.child("public_key"), base))
+
+
+# -- profile sections -------------------------------------------------------------------------
+def _target(node: Node) -> MappingProxyType:
+    if not isinstance(node.value, dict):
+        raise node.error("must be a TVM target as a mapping, e.g. {kind: llvm, mcpu: cortex-a72, num-cores: 4}")
+    if "kind" not in node.value:
+        raise node.child("kind").error("required field is missing (e.g. llvm)")
+    target = {}
+    for key, value in node.value.items():
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise node.child(key).error("a list option must hold strings, e.g. ['+neon']")
+            value = tuple(value)
+        elif not isinstance(value, (str, int, bool)):
+            raise node.child(key).error(f"must be a string, integer, boolean or list of strings, got {value!r}")
+        target[str(key)] = value
+    return MappingProxyType(target)
+
+
+def _measurement(node: Node) -> Measurement:
+    node.mapping(MEASUREMENT_KEYS)
+    defaults = Measurement()
+    return Measurement(
+        number=node.positive("number", int, defaults.number),
+        repeat=node.positive("repeat", int, defaults.repeat),
+        min_repeat_ms=node.non_negative("min_repeat_ms", int, defaults.min_repeat_ms),
+        cooldown_ms=node.non_negative("cooldown_ms", int, defaults.cooldown_ms),
+        enable_cpu_cache_flush=node.get("enable_cpu_cache_flush", bool, defaults.enable_cpu_cache_flush),
+    )
+
+
+# -- small fields -----------------------------------------------------------------------------
+def _name(node: Node, key: str) -> str:
+    value = node.get(key, str)
+    if not _NAME.match(value):
+        raise node.child(key).error(f"'{value}' is not a valid name (letters, digits, '.', '_' and '-', starting with a letter or digit)")
+    return value
+
+
+def _port(node: Node, key: str, default: Any = ...) -> int:
+    value = node.get(key, int) if default is ... else node.get(key, int, default)
+    if not 1 <= value <= 65535:
+        raise node.child(key).error(f"must be a TCP port between 1 and 65535, got {value}")
+    return value
+
+
+def _address(node: Node, key: str) -> str:
+    value = node.get(key, str)
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not _HOSTNAME.match(value):
+            raise node.child(key).error(f"'{value}' is not an IP address or host name") from None
+    return value
+
+
+def _path(node: Node, base: Path) -> Path:
+    return Path(os.path.normpath(base / Path(node.scalar(str)).expanduser()))
+
+
+def _check_keys(root: Node, fleet: Fleet) -> None:
+    """A private key must exist and be readable by its owner only. Keys of simulated boards are
+    made by `edgetune sim up`, so they may not exist yet."""
+    for index, board in enumerate(fleet.boards):
+        key = board.ssh.key
+        where = _key_location(root, index)
+        if key is None:
+            raise where.error("required field is missing: the private key used to log in to the board")
+        if not key.exists():
+            if board.simulated is not None:
+                continue
+            raise where.error(f"private key file '{key}' does not exist")
+        mode = stat.S_IMODE(key.stat().st_mode)
+        if mode & 0o077:
+            raise where.error(f"private key file '{key}' is readable by group or others (mode {mode:04o}); run: chmod 600 {key}")
+
+
+def _key_location(root: Node, index: int) -> Node:
+    """The YAML place a board's key comes from: its own ssh override, else the fleet's ssh."""
+    board = root.value["boards"][index]
+    if isinstance(board.get("ssh"), dict) and board["ssh"].get("key") is not None:
+        return Node(board["ssh"]["key"], root.file, f"boards[{index}].ssh.key")
+    return Node((root.value.get("ssh") or {}).get("key"), root.file, "ssh.key")

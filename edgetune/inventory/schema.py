@@ -1,0 +1,174 @@
+"""The fleet inventory and device profiles as immutable, typed records (schema version 1).
+
+Pure data: nothing here touches a machine, SSH or TVM. `loader.py` builds these from YAML and
+validates them once; everything downstream trusts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+
+BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
+DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
+HOST_KEY_POLICIES = ("strict",)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How one candidate or artifact is timed on a board (TVM's EvaluatorConfig and more)."""
+
+    number: int = 3
+    repeat: int = 5
+    min_repeat_ms: int = 20
+    cooldown_ms: int = 0
+    enable_cpu_cache_flush: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What a board type is: its TVM target, how to export for it, how to time it."""
+
+    name: str
+    path: Path
+    description: str
+    target: Mapping[str, Any]
+    cross_compiler: str | None  # None: the host compiler
+    runtime_threads: int
+    measurement: Measurement
+    firmware_command: str
+    hardware: Mapping[str, Any]
+
+    def target_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.target.items()}
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """A TVM RPC tracker run on the host; boards register with it at `public_address`."""
+
+    name: str
+    bind_host: str
+    public_address: str
+    port: int
+    port_end: int
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How the host reaches a board. Secrets are never in YAML, only the name of a variable."""
+
+    user: str = "root"
+    port: int = 22
+    key: Path | None = None
+    known_hosts: Path | None = None
+    host_key_policy: str = "strict"
+    passphrase_env: str | None = None
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A board that `edgetune sim up` creates on this machine (a network namespace + sshd)."""
+
+    cpu_quota: float  # fraction of one core, e.g. 0.5
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    profile: DeviceProfile
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    address: str
+    device_class: str
+    tracker: str
+    python: str
+    workdir: str
+    ssh: SshSettings
+    threads: int | None = None  # overrides the profile's runtime threads
+    simulated: Simulation | None = None
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    inputs: tuple[ModelInput, ...]
+    onnx: Path | None = None
+    builtin: str | None = None
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class TuningPolicy:
+    trials_per_class: int
+    trials_per_class_override: Mapping[str, int]
+    trials_per_iter: int
+    max_trials_per_task: int | None
+    time_limit_s: float | None
+    borrow: Mapping[str, str]  # class -> class it may borrow tuning from
+
+    def trials_for(self, device_class: str) -> int:
+        return self.trials_per_class_override.get(device_class, self.trials_per_class)
+
+
+@dataclass(frozen=True)
+class ArtifactSettings:
+    dir: Path
+    signing_key: Path
+    public_key: Path
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The host side of a simulated fleet: one bridge, boards on its subnet."""
+
+    bridge: str
+    host_address: str  # the bridge's address, with prefix length, e.g. 10.231.0.1/24
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: Path
+    name: str
+    workdir: Path
+    trackers: tuple[Tracker, ...]
+    device_classes: tuple[DeviceClass, ...]
+    boards: tuple[Board, ...]
+    models: tuple[Model, ...]
+    tuning: TuningPolicy
+    artifacts: ArtifactSettings
+    sim: SimSettings | None
+
+    def device_class(self, name: str) -> DeviceClass:
+        return next(c for c in self.device_classes if c.name == name)
+
+    def tracker(self, name: str) -> Tracker:
+        return next(t for t in self.trackers if t.name == name)
+
+    def boards_of(self, device_class: str) -> tuple[Board, ...]:
+        return tuple(b for b in self.boards if b.device_class == device_class)
+
+    def board(self, name: str) -> Board:
+        return next(b for b in self.boards if b.name == name)
+
+    def simulated_boards(self) -> tuple[Board, ...]:
+        return tuple(b for b in self.boards if b.simulated is not None)
+
+    def replace(self, **changes: Any) -> "Fleet":
+        return dataclasses.replace(self, **changes)

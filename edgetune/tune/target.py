@@ -1,0 +1,34 @@
+"""TVM targets of the device profiles, checked once when the inventory is loaded."""
+
+from __future__ import annotations
+
+import tvm
+from tvm.target import codegen
+
+from edgetune.errors import InventoryError
+from edgetune.inventory.reader import display_path
+from edgetune.inventory.schema import DeviceProfile, Fleet
+
+
+def build_target(profile: DeviceProfile) -> tvm.target.Target:
+    """The profile's `target` JSON dict as a TVM target; InventoryError if TVM rejects it.
+
+    TVM itself accepts any `mcpu` (LLVM only warns and falls back to a baseline CPU, which
+    silently gives slow code), so the CPU name is checked against LLVM's list as well."""
+    where = f"{display_path(profile.path)}: target"
+    try:
+        target = tvm.target.Target(profile.target_json())
+    except Exception as err:  # TVM raises ValueError, TypeError or its own FFI errors
+        raise InventoryError(f"{where}: TVM rejects {profile.target_json()}: {err}") from None
+    mcpu = profile.target.get("mcpu")
+    if target.kind.name == "llvm" and mcpu:
+        triple = profile.target.get("mtriple") or codegen.llvm_get_system_triple()
+        if not codegen.llvm_is_valid_cpu(mcpu, triple):
+            raise InventoryError(f"{where}.mcpu: '{mcpu}' is not a CPU LLVM knows for {triple}")
+    return target
+
+
+def check_targets(fleet: Fleet) -> None:
+    """Build the target of every device class, so that a bad profile fails before anything runs."""
+    for device_class in fleet.device_classes:
+        build_target(device_class.profile)
