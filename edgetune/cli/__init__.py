@@ -13,8 +13,9 @@ from edgetune import __version__
 from edgetune.errors import EdgetuneError
 
 from edgetune.cli import check_cmd, plan_cmd
+from edgetune.cli import fleet_cmd, sim_cmd
 
-VERBS = (check_cmd, plan_cmd)
+VERBS = (check_cmd, plan_cmd, fleet_cmd, sim_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,76 @@
+"""`edgetune fleet up|status|down|trust BOARD`: bring the fleet's trackers and rpc_servers
+online, show them, take them down, accept a board's host key. Exit status 3 if any board failed."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from tabulate import tabulate
+
+from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.errors import FleetError
+from edgetune.fleet import GroupResult, fleet_down, fleet_status, fleet_up, tracker_status, trust_board
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("fleet", help="start, show and stop the fleet's tracker and rpc_servers")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("up", help="start what is missing, wait until every board is registered")
+    status = actions.add_parser("status", help="per tracker and class, and per board: what is running")
+    status.add_argument("--json", action="store_true", help="one JSON object per board")
+    down = actions.add_parser("down", help="stop the rpc_servers and trackers that `up` started")
+    trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
+    trust.add_argument("board", metavar="BOARD")
+    for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust)):
+        add_fleet_argument(action)
+        action.set_defaults(func=func)
+
+
+def drive_up(args: argparse.Namespace) -> int:
+    return _exit_code(fleet_up(load_checked_fleet(args)), "came online")
+
+
+def drive_down(args: argparse.Namespace) -> int:
+    return _exit_code(fleet_down(load_checked_fleet(args)), "stopped")
+
+
+def drive_trust(args: argparse.Namespace) -> int:
+    trust_board(load_checked_fleet(args), args.board)
+    return 0
+
+
+def drive_status(args: argparse.Namespace) -> int:
+    fleet = load_checked_fleet(args)
+    boards = fleet_status(fleet)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(board) for board in boards], indent=2))
+    else:
+        classes = [dataclasses.astuple(row) for row in tracker_status(fleet)]
+        print(tabulate(classes, headers=["tracker", "address", "class", "registered", "free", "busy", "pending"]))
+        print()
+        print(tabulate([_board_row(board) for board in boards],
+                       headers=["board", "class", "address", "reachable", "registered", "python", "tvm", "firmware", "error"]))  # fmt: skip
+    healthy = all(board.reachable and board.registered and not board.error for board in boards)
+    return 0 if healthy else FleetError.exit_code
+
+
+def _board_row(board) -> list:
+    firmware = (board.firmware or "").splitlines()[0] if board.firmware else ""
+    if board.firmware_changed:
+        firmware += " (CHANGED)"
+    error = (board.error or "").splitlines()[0] if board.error else ""
+    return [board.name, board.device_class, board.address, _yes(board.reachable), _yes(board.registered),
+            board.python_version or "", board.tvm_version or "", firmware, error]  # fmt: skip
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def _exit_code(result: GroupResult, done: str) -> int:
+    print(f"{len(result.succeeded)} board(s) {done}, {len(result.failed)} failed")
+    for _, reason in sorted(result.failed.items()):
+        print(f"  {reason}")
+    return 0 if result.ok else FleetError.exit_code

@@ -1,0 +1,320 @@
+"""The simulated fleet: real boards on this machine, one network namespace each.
+
+For every board marked `simulated`, `sim_up` makes a namespace with a veth into the fleet's
+bridge and the board's address, runs its own OpenSSH server there (own host key, config and
+authorized_keys under `<workdir>/sim/<board>/`), and caps its CPU through a cgroup holding
+that sshd. Host keys made here are recorded in known_hosts (we made them, so we may trust
+them); a key that exists already is never re-trusted over a different recorded one.
+Everything we create is named after the fleet and marked as ours (interface alias
+`edgetune:<fleet>`); `sim_down` removes exactly that. Both are idempotent; sshd PIDs are
+recorded in `<workdir>/state/sim.json`. Traffic stays on the bridge and in our namespaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import paramiko
+
+from edgetune.fleet import cgroups
+from edgetune.fleet.errors import HostKeyMismatch, SimError
+from edgetune.fleet.parallel import GroupResult, for_each_board
+from edgetune.fleet.process import running, spawn_detached, stop_group, wait_until
+from edgetune.fleet.ssh import known_hosts_name, record_host_key
+from edgetune.fleet.state import read_state, state_path, write_state
+from edgetune.inventory.schema import Board, Fleet
+
+SSHD = Path("/usr/sbin/sshd")
+SSHD_READY_TIMEOUT_S = 10.0
+BOARD_IFNAME = "eth0"
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SimBoard:
+    """The host-side names and files of one simulated board (pure planning, no side effects)."""
+
+    board: Board
+    netns: str
+    veth: str  # host end of the veth pair; the board end is eth0
+    cgroup: str
+    dir: Path
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "host_ed25519"
+
+
+def plan_sim(fleet: Fleet) -> tuple[SimBoard, ...]:
+    return tuple(_sim_board(fleet, board) for board in fleet.simulated_boards())
+
+
+def owner_tag(fleet: Fleet) -> str:
+    return f"edgetune:{fleet.name}"
+
+
+def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
+    """Create what is missing of the simulated fleet; per board, the PID of its sshd."""
+    check_prerequisites()
+    plan = plan_sim(fleet)
+    if not plan:
+        return GroupResult()
+    _check_collisions(fleet, plan)
+    _ensure_bridge(fleet)
+    for key in sorted({sim.board.ssh.key for sim in plan}):
+        _ensure_client_key(Path(key))
+    state_file = state_path(fleet, "sim")
+    recorded = read_state(state_file).get("sshd_pids", {})
+    by_name = {sim.board.name: sim for sim in plan}
+    # one board at a time: they share known_hosts; each takes a few ms
+    result = for_each_board(
+        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name)), workers=1
+    )
+    write_state(state_file, {"sshd_pids": {**recorded, **result.succeeded}})
+    ready = for_each_board([sim.board for sim in plan if sim.board.name in result.succeeded], _await_sshd)
+    failed = {**result.failed, **ready.failed}
+    for reason in failed.values():
+        progress(f"FAILED: {reason}")
+    for name in ready.succeeded:
+        progress(f"{name}: simulated board up at {by_name[name].board.address} (sshd pid {result.succeeded[name]})")
+    return GroupResult({name: pid for name, pid in result.succeeded.items() if name not in failed}, failed)
+
+
+def sim_down(fleet: Fleet, progress: Progress = log.info) -> GroupResult[str]:
+    """Stop every process in the fleet's namespaces, delete the namespaces, cgroups and bridge."""
+    check_prerequisites()
+    plan = plan_sim(fleet)
+    state_file = state_path(fleet, "sim")
+    recorded = read_state(state_file).get("sshd_pids", {})
+    by_name = {sim.board.name: sim for sim in plan}
+    result = for_each_board(
+        [sim.board for sim in plan], lambda board: _board_down(fleet, by_name[board.name], recorded.get(board.name))
+    )
+    for name, what in result.succeeded.items():
+        progress(f"{name}: {what}")
+    for reason in result.failed.values():
+        progress(f"FAILED: {reason}")
+    if fleet.sim is not None and _link_owner(fleet.sim.bridge) == owner_tag(fleet):
+        _ip("link", "del", fleet.sim.bridge)
+        progress(f"bridge {fleet.sim.bridge} removed")
+    if result.ok:
+        state_file.unlink(missing_ok=True)
+    else:
+        write_state(state_file, {"sshd_pids": {name: recorded[name] for name in result.failed if name in recorded}})
+    return result
+
+
+def check_prerequisites() -> None:
+    """Raise SimError saying how to proceed unless this machine can host simulated boards."""
+    if os.geteuid() != 0:
+        raise SimError("the simulated fleet needs root (network namespaces, cgroups): run edgetune as root")
+    missing = [tool for tool in ("ip", "ssh-keygen") if shutil.which(tool) is None]
+    if missing or not SSHD.exists():
+        raise SimError(
+            f"missing {', '.join(missing + ([] if SSHD.exists() else [str(SSHD)]))}: "
+            "install them with `apt-get install -y openssh-server iproute2`"
+        )
+    if not cgroups.available():
+        raise SimError("no cgroup cpu controller under /sys/fs/cgroup: CPU quotas of simulated boards cannot be applied")
+
+
+def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
+    digest = hashlib.sha1(f"{fleet.name}/{board.name}".encode()).hexdigest()
+    return SimBoard(
+        board=board,
+        netns=f"edgetune-{fleet.name}-{board.name}",
+        veth=f"et{digest[:12]}",  # interface names are limited to 15 characters
+        cgroup=f"edgetune-{fleet.name}-{board.name}",
+        dir=Path(fleet.workdir) / "sim" / board.name,
+    )
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise SimError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()}")
+    return proc
+
+
+def _link_owner(ifname: str) -> str | None:
+    """The alias of a host interface ('' if it has none), None if there is no such interface."""
+    path = Path("/sys/class/net") / ifname
+    if not path.exists():
+        return None
+    alias = path / "ifalias"
+    return alias.read_text().strip() if alias.exists() else ""
+
+
+def _check_collisions(fleet: Fleet, plan: tuple[SimBoard, ...]) -> None:
+    """Refuse to use a bridge or addresses that belong to something on this host not made by us."""
+    tag = owner_tag(fleet)
+    bridge_owner = _link_owner(fleet.sim.bridge)
+    if bridge_owner not in (None, tag):
+        raise SimError(f"interface {fleet.sim.bridge} exists and was not made by edgetune for fleet '{fleet.name}'; "
+                       "choose another sim.bridge in the inventory")  # fmt: skip
+    network = ipaddress.IPv4Interface(fleet.sim.host_address).network
+    ours = {fleet.sim.bridge, *(sim.veth for sim in plan)}
+    for link in json.loads(_ip("-j", "addr", "show").stdout):
+        if link["ifname"] in ours and _link_owner(link["ifname"]) == tag:
+            continue
+        for addr in link.get("addr_info", []):
+            if addr.get("family") != "inet":
+                continue
+            existing = ipaddress.IPv4Interface(f"{addr['local']}/{addr['prefixlen']}")
+            if existing.network.overlaps(network):
+                raise SimError(
+                    f"{link['ifname']} already has {existing}, which collides with the simulated network {network} "
+                    f"(sim.host_address in {fleet.path}); choose a free subnet"
+                )
+
+
+def _ensure_bridge(fleet: Fleet) -> None:
+    bridge, tag = fleet.sim.bridge, owner_tag(fleet)
+    if _link_owner(bridge) is None:
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("link", "set", bridge, "alias", tag)
+        _ip("addr", "add", fleet.sim.host_address, "dev", bridge)
+    _ip("link", "set", bridge, "up")
+
+
+def _ensure_client_key(key: Path) -> None:
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        _keygen(key, "edgetune-sim-client")
+    key.chmod(0o600)
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None) -> int:
+    _ensure_netns(fleet, sim)
+    _ensure_sshd_files(sim)
+    if not running(sshd_pid, str(sim.sshd_config)):
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        argv = ["ip", "netns", "exec", sim.netns, str(SSHD), "-D", "-e", "-f", str(sim.sshd_config)]
+        sshd_pid = spawn_detached(argv, sim.dir / "sshd.log").pid
+    cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, sshd_pid)
+    return sshd_pid
+
+
+def _ensure_netns(fleet: Fleet, sim: SimBoard) -> None:
+    board, prefix = sim.board, ipaddress.IPv4Interface(fleet.sim.host_address).network.prefixlen
+    if not _netns_exists(sim):
+        _ip("netns", "add", sim.netns)
+    if _ip("-n", sim.netns, "link", "show", BOARD_IFNAME, check=False).returncode != 0:
+        if _link_owner(sim.veth) is not None:
+            _ip("link", "del", sim.veth)
+        _ip("link", "add", sim.veth, "type", "veth", "peer", "name", BOARD_IFNAME, "netns", sim.netns)
+        _ip("link", "set", sim.veth, "alias", owner_tag(fleet))
+        _ip("-n", sim.netns, "addr", "add", f"{board.address}/{prefix}", "dev", BOARD_IFNAME)
+    _ip("link", "set", sim.veth, "master", fleet.sim.bridge, "up")
+    _ip("-n", sim.netns, "link", "set", BOARD_IFNAME, "up")
+    _ip("-n", sim.netns, "link", "set", "lo", "up")
+
+
+def _ensure_sshd_files(sim: SimBoard) -> None:
+    board = sim.board
+    sim.dir.mkdir(parents=True, exist_ok=True)
+    if not sim.host_key.exists():
+        _keygen(sim.host_key, f"edgetune-sim-{board.name}")
+        _trust_new_host_key(board, paramiko.PKey.from_path(sim.host_key))
+    else:
+        _trust_existing_host_key(board, paramiko.PKey.from_path(sim.host_key))
+    (sim.dir / "authorized_keys").write_text(Path(f"{board.ssh.key}.pub").read_text())
+    sim.sshd_config.write_text(
+        f"Port {board.ssh.port}\n"
+        f"ListenAddress {board.address}\n"
+        f"HostKey {sim.host_key}\n"
+        f"PidFile {sim.dir / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {sim.dir / 'authorized_keys'}\n"
+        "PubkeyAuthentication yes\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "UsePAM no\n"
+        "PermitRootLogin prohibit-password\n"
+        "StrictModes no\n"
+        "Subsystem sftp internal-sftp\n"
+    )
+
+
+def _trust_new_host_key(board: Board, key: paramiko.PKey) -> None:
+    """We just made this key: it replaces whatever known_hosts said about the board's address."""
+    path = Path(board.ssh.known_hosts)
+    known = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
+    name = known_hosts_name(board)
+    if name in known:
+        del known[name]
+        known.save(str(path))
+    record_host_key(board, key)
+
+
+def _trust_existing_host_key(board: Board, key: paramiko.PKey) -> None:
+    try:
+        record_host_key(board, key)
+    except HostKeyMismatch as err:
+        log.warning("%s (left as is: SSH to this board will be refused until it is resolved)", err)
+
+
+def _await_sshd(board: Board) -> None:
+    if not wait_until(lambda: _ssh_banner(board), SSHD_READY_TIMEOUT_S):
+        raise SimError(f"{board.name}: sshd did not answer on {board.address}:{board.ssh.port} "
+                       f"within {SSHD_READY_TIMEOUT_S:g} s; see its sshd.log")  # fmt: skip
+
+
+def _ssh_banner(board: Board) -> bool:
+    try:
+        with socket.create_connection((board.address, board.ssh.port), timeout=1.0) as sock:
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _board_down(fleet: Fleet, sim: SimBoard, sshd_pid: int | None) -> str:
+    removed = []
+    if stop_group(sshd_pid, str(sim.sshd_config)):
+        removed.append(f"sshd (pid {sshd_pid})")
+    namespaced = _ip("netns", "pids", sim.netns, check=False).stdout.split() if _netns_exists(sim) else []
+    leftovers = {int(pid) for pid in namespaced} | set(cgroups.member_pids(sim.cgroup))
+    for pid in leftovers:
+        _kill(pid)
+    if leftovers:
+        removed.append(f"{len(leftovers)} processes")
+    if _netns_exists(sim):
+        _ip("netns", "del", sim.netns)
+        removed.append(f"namespace {sim.netns}")
+    if _link_owner(sim.veth) == owner_tag(fleet):
+        _ip("link", "del", sim.veth, check=False)  # usually already gone with the namespace
+    if cgroups.remove(sim.cgroup):
+        removed.append(f"cgroup {sim.cgroup}")
+    return "removed " + ", ".join(removed) if removed else "nothing to remove"
+
+
+def _netns_exists(sim: SimBoard) -> bool:
+    return (Path("/run/netns") / sim.netns).exists()
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,92 @@
+"""What the host started, kept as JSON under `<fleet.workdir>/state/`, replaced atomically.
+
+`fleet.json` holds a `FleetState` (trackers and rpc_servers we started, with the boards'
+firmware fingerprints); `sim.json` the simulated boards' sshd PIDs. A reader never sees a
+half-written file, and a missing file is an empty state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgetune.inventory.schema import Fleet
+
+
+@dataclass(frozen=True)
+class TrackerRecord:
+    """A tracker we started: where boards and runners reach it, and its process group."""
+
+    name: str
+    host: str  # its public address
+    port: int
+    pid: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BoardRecord:
+    """An rpc_server we started on a board, and what the board said about itself then."""
+
+    pid: int
+    tracker: str  # the tracker address it registers with, host:port
+    key: str
+    python_version: str
+    tvm_version: str
+    firmware: str
+
+
+@dataclass(frozen=True)
+class FleetState:
+    trackers: Mapping[str, TrackerRecord] = field(default_factory=dict)
+    boards: Mapping[str, BoardRecord] = field(default_factory=dict)
+
+
+def state_path(fleet: Fleet, name: str) -> Path:
+    return Path(fleet.workdir) / "state" / f"{name}.json"
+
+
+def load_fleet_state(fleet: Fleet) -> FleetState:
+    data = read_state(state_path(fleet, "fleet"))
+    return FleetState(
+        trackers={k: TrackerRecord(**v) for k, v in data.get("trackers", {}).items()},
+        boards={k: BoardRecord(**v) for k, v in data.get("boards", {}).items()},
+    )
+
+
+def save_fleet_state(fleet: Fleet, state: FleetState) -> None:
+    data = {
+        "trackers": {k: dataclasses.asdict(v) for k, v in state.trackers.items()},
+        "boards": {k: dataclasses.asdict(v) for k, v in state.boards.items()},
+    }
+    write_state(state_path(fleet, "fleet"), data)
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(state, out, indent=2, sort_keys=True)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

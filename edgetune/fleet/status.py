@@ -1,0 +1,121 @@
+"""Read-only views of a running fleet: per-board status, per-tracker queues, and where an
+RPC runner finds a device class (`rpc_endpoint`). Nothing here starts or stops anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from edgetune.errors import EdgetuneError, FleetError
+from edgetune.fleet import board as remote
+from edgetune.fleet.parallel import for_each_board
+from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.state import BoardRecord, FleetState, load_fleet_state
+from edgetune.fleet.tracker import ClassQueue, TrackerSummary, query_tracker, tracker_alive
+from edgetune.inventory.schema import Board, Fleet
+
+
+@dataclass(frozen=True)
+class BoardStatus:
+    name: str
+    device_class: str
+    address: str
+    reachable: bool
+    registered: bool  # listed by its tracker under its class key
+    server_running: bool | None  # the recorded rpc_server process; None: unknown
+    python_version: str | None
+    tvm_version: str | None
+    firmware: str | None
+    firmware_changed: bool  # differs from the fingerprint recorded at `fleet up`
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ClassStatus:
+    tracker: str
+    address: str
+    device_class: str
+    registered: int
+    free: int
+    busy: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class RpcEndpoint:
+    """What `RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key)` needs."""
+
+    host: str
+    port: int
+    key: str
+
+
+def fleet_status(fleet: Fleet) -> list[BoardStatus]:
+    """Every board, in inventory order: reachable over SSH, registered, versions, firmware."""
+    state = load_fleet_state(fleet)
+    summaries = _summaries(state)
+
+    def status(board: Board) -> BoardStatus:
+        summary = summaries.get(board.tracker)
+        registered = summary is not None and summary.registered(board.device_class, board.address)
+        return _board_status(fleet, board, state.boards.get(board.name), registered)
+
+    result = for_each_board(fleet.boards, status)
+    return [result.succeeded[board.name] for board in fleet.boards]
+
+
+def tracker_status(fleet: Fleet) -> list[ClassStatus]:
+    """Per tracker and device class: servers registered, free, busy, requests pending."""
+    state = load_fleet_state(fleet)
+    rows = []
+    for name, summary in sorted(_summaries(state).items()):
+        for device_class in sorted({b.device_class for b in fleet.boards if b.tracker == name}):
+            registered = len(summary.servers.get(device_class, ()))
+            queue = summary.queues.get(device_class, ClassQueue(0, 0))
+            busy = max(registered - queue.free, 0)
+            rows.append(ClassStatus(name, state.trackers[name].address, device_class, registered, queue.free, busy, queue.pending))
+    return rows
+
+
+def rpc_endpoint(fleet: Fleet, device_class: str) -> RpcEndpoint:
+    """The tracker address and key through which the boards of `device_class` are measured."""
+    boards = fleet.boards_of(device_class)
+    if not boards:
+        raise FleetError(f"no board of class '{device_class}' in {fleet.path}")
+    record = load_fleet_state(fleet).trackers.get(boards[0].tracker)
+    if not tracker_alive(record):
+        raise FleetError(f"tracker '{boards[0].tracker}' is not running; run `edgetune fleet up -f {fleet.path}`")
+    return RpcEndpoint(record.host, record.port, device_class)
+
+
+def _summaries(state: FleetState) -> dict[str, TrackerSummary]:
+    """The live trackers' summaries; a dead tracker has none (so nothing is registered)."""
+    return {name: query_tracker(record) for name, record in state.trackers.items() if tracker_alive(record)}
+
+
+def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, registered: bool) -> BoardStatus:
+    """Never raises: an error becomes the status's `error` (and `reachable` says whether SSH got in)."""
+    status = BoardStatus(
+        board.name, board.device_class, board.address, reachable=False, registered=registered, server_running=None,
+        python_version=None, tvm_version=None, firmware=None, firmware_changed=False, error=None,
+    )  # fmt: skip
+    with BoardSession(board) as session:
+        try:
+            session.connect()
+        except EdgetuneError as err:
+            return replace(status, error=str(err))
+        try:
+            facts = remote.probe(session, fleet.device_class(board.device_class).profile, import_runtime=False)
+            running = remote.server_running(session, record.pid) if record else False
+        except EdgetuneError as err:
+            return replace(status, reachable=True, error=str(err))
+    return replace(
+        status,
+        reachable=True,
+        server_running=running,
+        python_version=facts.python_version,
+        tvm_version=facts.tvm_version,
+        firmware=facts.firmware,
+        firmware_changed=record is not None and record.firmware != facts.firmware,
+        error=facts.tvm_error,
+    )

@@ -1,0 +1,126 @@
+"""Shared fixtures. `sim_fleet`: a real simulated fleet (network namespaces, OpenSSH, a TVM
+tracker and an rpc_server per board) for the whole test session, torn down at the end.
+
+Two device classes, two boards each: `gw-fast` (x86-avx512 profile, a full core) and
+`gw-slow` (x86-64-v2 profile, a quarter of a core). Each concurrent test session takes its
+own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port 9290+10N) under a lock
+file, so two developers' runs on one machine never collide.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SLOTS = 8
+
+FLEET_YAML = """\
+version: 1
+name: test-fleet-t{slot}
+workdir: work
+sim:
+  bridge: etune-t{slot}
+  host_address: 10.231.{subnet}.1/24
+trackers:
+  - {{name: host, bind_host: 10.231.{subnet}.1, public_address: 10.231.{subnet}.1, port: {port}, port_end: {port_end}}}
+ssh:
+  user: root
+  key: work/sim/id_ed25519
+  known_hosts: work/known_hosts
+  connect_timeout_s: 3
+  command_timeout_s: 60
+device_classes:
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
+boards:
+  - {{name: fast-1, address: 10.231.{subnet}.11, device_class: gw-fast, python: {python}, workdir: work/boards/fast-1, simulated: {{cpu_quota: 1.0}}}}
+  - {{name: fast-2, address: 10.231.{subnet}.12, device_class: gw-fast, python: {python}, workdir: work/boards/fast-2, simulated: {{cpu_quota: 1.0}}}}
+  - {{name: slow-1, address: 10.231.{subnet}.21, device_class: gw-slow, python: {python}, workdir: work/boards/slow-1, simulated: {{cpu_quota: 0.25}}}}
+  - {{name: slow-2, address: 10.231.{subnet}.22, device_class: gw-slow, python: {python}, workdir: work/boards/slow-2, simulated: {{cpu_quota: 0.25}}}}
+models:
+  - name: mlp
+    builtin: mlp
+    inputs:
+      - {{name: x, shape: [1, 256], dtype: float32}}
+tuning:
+  trials_per_class: 16
+  trials_per_iter: 8
+  max_trials_per_task: 8
+artifacts:
+  dir: artifacts
+  signing_key: work/keys/signing.key
+  public_key: work/keys/signing.pub
+"""
+
+
+def _take_slot(lock_dir: Path):
+    """Lock the first free slot; the open lock file keeps it until the session ends. A slot
+    whose bridge exists without a lock holder was left by a killed session: it is skipped,
+    never cleaned up behind someone's back (`edgetune sim down` on its fleet.yaml removes it)."""
+    for slot in range(SLOTS):
+        handle = open(lock_dir / f"edgetune-sim-fleet-{slot}.lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        if not Path(f"/sys/class/net/etune-t{slot}").exists():
+            return slot, handle
+        handle.close()
+    pytest.fail(f"all {SLOTS} simulated-fleet slots are in use by other test sessions or left over")
+
+
+def write_fleet_yaml(directory: Path, slot: int) -> Path:
+    path = directory / "fleet.yaml"
+    path.write_text(
+        FLEET_YAML.format(
+            slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, repo=REPO, python=sys.executable
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def spare_fleet_yaml(tmp_path):
+    """A fleet.yaml like sim_fleet's on a slot of its own, for tests that create and destroy
+    a fleet themselves (nothing is started here)."""
+    slot, lock = _take_slot(Path("/tmp"))
+    try:
+        yield write_fleet_yaml(tmp_path, slot)
+    finally:
+        lock.close()
+
+
+@pytest.fixture(scope="session")
+def sim_fleet(tmp_path_factory):
+    """The loaded `Fleet` of a running simulated fleet: every board registered in its tracker."""
+    from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
+    from edgetune.fleet.errors import SimError
+    from edgetune.fleet.sim import check_prerequisites
+    from edgetune.inventory import load_fleet
+
+    try:
+        check_prerequisites()
+    except SimError as err:
+        if os.environ.get("CI"):  # CI installs everything and runs as root: a skip would hide a broken set-up
+            pytest.fail(f"CI cannot build the simulated fleet: {err}")
+        pytest.skip(f"no simulated fleet on this machine: {err}")
+    slot, lock = _take_slot(Path("/tmp"))
+    fleet = load_fleet(write_fleet_yaml(tmp_path_factory.mktemp("sim-fleet"), slot))
+    try:
+        simulated = sim_up(fleet)
+        assert simulated.ok, f"sim up failed: {simulated.failed}"
+        online = fleet_up(fleet)
+        assert online.ok, f"fleet up failed: {online.failed}"
+        yield fleet
+    finally:
+        try:
+            fleet_down(fleet)
+        finally:
+            sim_down(fleet)
+            lock.close()

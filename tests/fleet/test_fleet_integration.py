@@ -1,0 +1,196 @@
+"""The simulated fleet, for real: namespaces, OpenSSH, TVM's tracker and rpc_servers, cgroups.
+
+Runs on the session's `sim_fleet` (2 classes x 2 boards). Faults are injected for real (a
+killed rpc_server, a link set down, a regenerated host key) and each test restores the
+fleet before it ends, so the fixture stays usable by later test files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import paramiko
+import pytest
+import tvm
+from tvm import rpc, te
+
+from edgetune.cli import main
+from edgetune.fleet import fleet_down, fleet_status, fleet_up, rpc_endpoint, sim_down, sim_up, trust_board
+from edgetune.fleet import cgroups
+from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
+from edgetune.fleet.process import wait_until
+from edgetune.fleet.sim import plan_sim
+from edgetune.fleet.ssh import BoardSession, known_hosts_name
+from edgetune.fleet.state import load_fleet_state, read_state, state_path
+from edgetune.fleet.tracker import query_tracker
+from edgetune.inventory import load_fleet
+
+VECTOR = 1 << 22
+
+
+def statuses(fleet):
+    return {status.name: status for status in fleet_status(fleet)}
+
+
+def netns(fleet, board_name: str) -> str:
+    return next(sim.netns for sim in plan_sim(fleet) if sim.board.name == board_name)
+
+
+def test_every_board_is_registered_under_its_class(sim_fleet):
+    state = load_fleet_state(sim_fleet)
+    summary = query_tracker(state.trackers["host"])
+    for board in sim_fleet.boards:
+        assert summary.registered(board.device_class, board.address), board.name
+    assert {k: len(v) for k, v in summary.servers.items()} == {"gw-fast": 2, "gw-slow": 2}
+    for status in statuses(sim_fleet).values():
+        assert status.reachable and status.registered and status.server_running, status
+        assert status.tvm_version == tvm.__version__ and status.firmware.startswith("Linux")
+
+
+def vector_add(fleet, device_class: str, tmp: Path) -> Path:
+    a, b = te.placeholder((VECTOR,), name="A"), te.placeholder((VECTOR,), name="B")
+    c = te.compute((VECTOR,), lambda i: a[i] + b[i], name="C")
+    func = te.create_prim_func([a, b, c]).with_attr("global_symbol", "vadd")
+    target = tvm.target.Target(fleet.device_class(device_class).profile.target_json())
+    path = tmp / f"vadd-{device_class}.so"
+    tvm.compile(tvm.IRModule({"vadd": func}), target=target).export_library(str(path))
+    return path
+
+
+def run_on_class(fleet, device_class: str, library: Path) -> float:
+    """Upload, run and check the kernel on a board of the class; return its mean time (s)."""
+    endpoint = rpc_endpoint(fleet, device_class)
+    remote = rpc.connect_tracker(endpoint.host, endpoint.port).request(endpoint.key, priority=1, session_timeout=60)
+    remote.upload(str(library))
+    kernel = remote.load_module(library.name)
+    dev = remote.cpu()
+    rng = np.random.default_rng(0)
+    a, b = rng.random(VECTOR, dtype="float32"), rng.random(VECTOR, dtype="float32")
+    ta, tb, tc = (tvm.runtime.tensor(x, dev) for x in (a, b, np.zeros(VECTOR, "float32")))
+    kernel["vadd"](ta, tb, tc)
+    np.testing.assert_allclose(tc.numpy(), a + b)
+    return kernel.time_evaluator("vadd", dev, number=5, repeat=3, min_repeat_ms=100)(ta, tb, tc).mean
+
+
+def test_kernel_runs_on_each_class_and_the_quota_slows_the_slow_class(sim_fleet, tmp_path):
+    fast = run_on_class(sim_fleet, "gw-fast", vector_add(sim_fleet, "gw-fast", tmp_path))
+    slow = run_on_class(sim_fleet, "gw-slow", vector_add(sim_fleet, "gw-slow", tmp_path))
+    print(f"vector add of {VECTOR} floats: gw-fast {fast * 1e3:.2f} ms, gw-slow {slow * 1e3:.2f} ms, {slow / fast:.1f}x")
+    assert slow > 2.0 * fast
+
+
+def test_cli_status_json(sim_fleet, capsys):
+    assert main(["fleet", "status", "--json", "-f", str(sim_fleet.path)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in rows] == [b.name for b in sim_fleet.boards]
+    for row in rows:
+        assert row["reachable"] is True and row["registered"] is True
+        assert row["device_class"] in ("gw-fast", "gw-slow") and row["tvm_version"] and row["firmware"]
+
+
+def test_killed_rpc_server_is_reported_and_only_it_is_restarted(sim_fleet):
+    before = load_fleet_state(sim_fleet).boards
+    os.killpg(before["fast-2"].pid, signal.SIGKILL)
+    summary = lambda: query_tracker(load_fleet_state(sim_fleet).trackers["host"])  # noqa: E731
+    assert wait_until(lambda: not summary().registered("gw-fast", sim_fleet.board("fast-2").address), 10)
+    status = statuses(sim_fleet)["fast-2"]
+    assert status.reachable and not status.registered and status.server_running is False
+    assert main(["fleet", "status", "-f", str(sim_fleet.path)]) != 0
+
+    result = fleet_up(sim_fleet)
+    assert result.ok, result.failed
+    after = load_fleet_state(sim_fleet).boards
+    assert after["fast-2"].pid != before["fast-2"].pid
+    assert {n: r.pid for n, r in after.items() if n != "fast-2"} == {n: r.pid for n, r in before.items() if n != "fast-2"}
+    assert statuses(sim_fleet)["fast-2"].registered
+
+
+def test_link_down_is_detected_and_does_not_stop_the_others(sim_fleet):
+    namespace = netns(sim_fleet, "slow-2")
+    subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"], check=True)
+    try:
+        status = statuses(sim_fleet)["slow-2"]
+        assert not status.reachable and "no answer within 3 s" in status.error
+        result = fleet_up(sim_fleet)
+        assert set(result.failed) == {"slow-2"} and set(result.succeeded) == {"fast-1", "fast-2", "slow-1"}
+    finally:
+        subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "up"], check=True)
+    assert fleet_up(sim_fleet).ok
+
+
+def restart_sshd(fleet, board_name: str) -> None:
+    os.killpg(read_state(state_path(fleet, "sim"))["sshd_pids"][board_name], signal.SIGKILL)
+    assert sim_up(fleet).ok
+
+
+def test_changed_host_key_is_refused(sim_fleet):
+    board = sim_fleet.board("slow-1")
+    host_key = next(sim.host_key for sim in plan_sim(sim_fleet) if sim.board.name == "slow-1")
+    saved = host_key.with_suffix(".orig")
+    shutil.move(host_key, saved)
+    shutil.move(f"{host_key}.pub", f"{saved}.pub")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    try:
+        restart_sshd(sim_fleet, "slow-1")  # existing key: sim up must not re-trust it
+        with pytest.raises(HostKeyMismatch, match="HOST KEY CHANGED") as err:
+            BoardSession(board).run("true")
+        assert str(err.value).count("SHA256:") == 2
+        with pytest.raises(HostKeyMismatch):
+            trust_board(sim_fleet, "slow-1")
+        assert not statuses(sim_fleet)["slow-1"].reachable
+    finally:
+        shutil.move(saved, host_key)
+        shutil.move(f"{saved}.pub", f"{host_key}.pub")
+        restart_sshd(sim_fleet, "slow-1")
+    assert BoardSession(board).run("echo ok").stdout == "ok\n"
+
+
+def test_unknown_host_key_is_refused_until_trusted(sim_fleet):
+    board = sim_fleet.board("fast-1")
+    known = paramiko.HostKeys(str(board.ssh.known_hosts))
+    del known[known_hosts_name(board)]
+    known.save(str(board.ssh.known_hosts))
+    with pytest.raises(HostKeyUnknown, match="run `edgetune fleet trust fast-1`"):
+        BoardSession(board).run("true")
+    assert trust_board(sim_fleet, "fast-1").startswith("SHA256:")
+    assert BoardSession(board).run("echo ok").stdout == "ok\n"
+
+
+def leftovers(fleet) -> list[str]:
+    found = []
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    for sim in plan_sim(fleet):
+        found += [sim.netns] if sim.netns in names else []
+        found += [sim.veth] if sim.veth in links else []
+        found += [sim.cgroup] if cgroups.cgroup_dir(sim.cgroup).exists() else []
+    found += [fleet.sim.bridge] if f" {fleet.sim.bridge}:" in links else []
+    return found
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+
+def test_sim_down_leaves_nothing_behind(spare_fleet_yaml):
+    fleet = load_fleet(spare_fleet_yaml)
+    fleet = fleet.replace(boards=fleet.boards[:1] + fleet.boards[2:3])  # one board per class
+    try:
+        assert sim_up(fleet).ok and sim_up(fleet).ok  # idempotent
+        assert fleet_up(fleet).ok
+        state = load_fleet_state(fleet)
+        pids = [state.trackers["host"].pid, *(r.pid for r in state.boards.values())]
+        pids += read_state(state_path(fleet, "sim"))["sshd_pids"].values()
+        assert leftovers(fleet) and all(alive(pid) for pid in pids)
+    finally:
+        assert fleet_down(fleet).ok and fleet_down(fleet).ok  # safe twice
+        assert sim_down(fleet).ok and sim_down(fleet).ok
+    assert leftovers(fleet) == []
+    assert [pid for pid in pids if alive(pid)] == []
+    assert not state_path(fleet, "sim").exists()

@@ -1,0 +1,188 @@
+"""Unit tests of fleet orchestration: planning, parsing, state, and every error message.
+Real sockets and files where possible; paramiko is mocked only for the auth-failure path."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from edgetune.errors import FleetError
+from edgetune.fleet import board as remote
+from edgetune.fleet.errors import (
+    BoardNotReady,
+    HostKeyMismatch,
+    HostKeyUnknown,
+    SshAuthFailed,
+    SshConnectRefused,
+    SshTimeout,
+)
+from edgetune.fleet.parallel import for_each_board
+from edgetune.fleet.sim import plan_sim
+from edgetune.fleet.ssh import BoardSession, _RefuseUnknownHost, fingerprint, record_host_key
+from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
+from edgetune.fleet.tracker import TrackerSummary
+from edgetune.inventory import load_fleet
+from edgetune.inventory.schema import Board, SshSettings
+
+
+def make_board(tmp_path: Path, name: str = "b1", address: str = "127.0.0.1", port: int = 22, **ssh) -> Board:
+    settings = SshSettings(port=port, key=tmp_path / "id", known_hosts=tmp_path / "known_hosts", connect_timeout_s=1.0, **ssh)
+    return Board(name, address, "cls", "host", "/usr/bin/python3", "/tmp/w", settings)
+
+
+def keygen(path: Path, passphrase: str = "") -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)], check=True)
+
+
+def rsa_key() -> paramiko.PKey:
+    return paramiko.RSAKey.generate(1024)
+
+
+@pytest.fixture
+def fleet(spare_fleet_yaml):
+    return load_fleet(spare_fleet_yaml)
+
+
+def test_sim_plan_names_are_per_fleet_unique_and_fit_interface_limits(fleet):
+    plan = plan_sim(fleet)
+    assert [s.board.name for s in plan] == [b.name for b in fleet.boards]
+    assert len({s.veth for s in plan}) == len(plan) and all(len(s.veth) <= 15 for s in plan)
+    assert all(fleet.name in s.netns and fleet.name in s.cgroup for s in plan)
+    assert all(s.dir == fleet.workdir / "sim" / s.board.name for s in plan)
+
+
+def test_unknown_host_key_message_names_the_trust_command(tmp_path):
+    board = make_board(tmp_path, name="gw-7")
+    key = rsa_key()
+    with pytest.raises(HostKeyUnknown) as err:
+        _RefuseUnknownHost(board).missing_host_key(None, board.address, key)
+    assert "edgetune fleet trust gw-7" in str(err.value) and fingerprint(key) in str(err.value)
+
+
+def test_record_host_key_appends_once_and_never_replaces(tmp_path):
+    board = make_board(tmp_path, port=2222)
+    first, second = rsa_key(), rsa_key()
+    assert record_host_key(board, first) is True
+    assert record_host_key(board, first) is False
+    assert (tmp_path / "known_hosts").read_text().startswith("[127.0.0.1]:2222 ssh-rsa ")
+    with pytest.raises(HostKeyMismatch) as err:
+        record_host_key(board, second)
+    assert fingerprint(first) in str(err.value) and fingerprint(second) in str(err.value)
+    assert "ssh-keygen -R" in str(err.value)
+
+
+def test_fingerprint_matches_openssh(tmp_path):
+    keygen(tmp_path / "k")
+    openssh = subprocess.run(["ssh-keygen", "-l", "-f", str(tmp_path / "k.pub")], capture_output=True, text=True).stdout
+    assert fingerprint(paramiko.PKey.from_path(tmp_path / "k")) == openssh.split()[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_connection_refused(tmp_path):
+    keygen(tmp_path / "id")
+    with pytest.raises(SshConnectRefused, match="connection refused"):
+        BoardSession(make_board(tmp_path, port=free_port())).run("true")
+
+
+def test_connect_timeout_when_the_server_never_speaks(tmp_path):
+    keygen(tmp_path / "id")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        board = make_board(tmp_path, port=server.getsockname()[1])
+        with pytest.raises(SshTimeout, match="no SSH banner within 1 s"):
+            BoardSession(board).run("true")
+
+
+def test_missing_and_encrypted_keys_are_auth_errors(tmp_path, monkeypatch):
+    with pytest.raises(SshAuthFailed, match="does not exist"):
+        BoardSession(make_board(tmp_path)).run("true")
+    keygen(tmp_path / "id", passphrase="s3cret")
+    board = make_board(tmp_path, passphrase_env="ETUNE_TEST_PASSPHRASE")
+    monkeypatch.delenv("ETUNE_TEST_PASSPHRASE", raising=False)
+    with pytest.raises(SshAuthFailed, match="encrypted; set ETUNE_TEST_PASSPHRASE"):
+        BoardSession(board).run("true")
+
+
+def test_auth_failure_message(tmp_path, monkeypatch):
+    keygen(tmp_path / "id")
+
+    def refuse(*args, **kwargs):
+        raise paramiko.AuthenticationException("Authentication failed.")
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", refuse)
+    with pytest.raises(SshAuthFailed, match=r"b1: root@127.0.0.1:22: authentication failed with key .*/id"):
+        BoardSession(make_board(tmp_path)).run("true")
+
+
+FACTS = remote.BoardFacts("3.11.7", "0.27.0", None, 10_000, "fw")
+
+
+def test_preflight_accepts_a_matching_board(tmp_path):
+    remote.check_ready(make_board(tmp_path), FACTS, "0.27.0")
+
+
+@pytest.mark.parametrize(
+    "facts, message",
+    [
+        (remote.BoardFacts("3.11.7", "0.26.0", None, 10_000, ""), "board runs TVM 0.26.0, this host runs TVM 0.27.0; the Relax VM refuses"),
+        (remote.BoardFacts("3.11.7", None, "ModuleNotFoundError: No module named 'tvm'", 10_000, ""), "cannot import the TVM runtime"),
+        (remote.BoardFacts("3.11.7", "0.27.0", None, 10, ""), "only 10 MB free in /tmp/w"),
+    ],
+)
+def test_preflight_refusals(tmp_path, facts, message):
+    with pytest.raises(BoardNotReady, match=message):
+        remote.check_ready(make_board(tmp_path), facts, "0.27.0")
+
+
+def test_tracker_summary_parsing():
+    summary = TrackerSummary.from_tvm(
+        {
+            "queue_info": {"fast": {"free": 1, "pending": 0}},
+            "server_info": [{"key": "server:fast", "addr": ["10.0.0.2", 9090]}, {"key": "server:fast", "addr": ["10.0.0.3", 9090]}],
+        }
+    )
+    assert summary.servers == {"fast": ("10.0.0.2", "10.0.0.3")}
+    assert summary.registered("fast", "10.0.0.3") and not summary.registered("slow", "10.0.0.3")
+    assert summary.queues["fast"].free == 1
+
+
+def test_one_failing_board_does_not_stop_the_others(tmp_path):
+    boards = [make_board(tmp_path, name=f"b{i}") for i in range(4)]
+    seen = []
+    lock = threading.Lock()
+
+    def step(board):
+        with lock:
+            seen.append(board.name)
+        if board.name == "b1":
+            raise FleetError("link down")
+        if board.name == "b2":
+            raise KeyError("bug")
+        return board.name.upper()
+
+    result = for_each_board(boards, step)
+    assert sorted(seen) == ["b0", "b1", "b2", "b3"]
+    assert result.succeeded == {"b0": "B0", "b3": "B3"}
+    assert result.failed == {"b1": "b1: link down", "b2": "b2: unexpected KeyError: 'bug'"}
+    assert not result.ok
+
+
+def test_state_round_trip_is_atomic(fleet):
+    state = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9190, 42)}, {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")})
+    save_fleet_state(fleet, state)
+    assert load_fleet_state(fleet) == state
+    files = list((fleet.workdir / "state").iterdir())
+    assert [f.name for f in files] == ["fleet.json"]
+    assert json.loads(files[0].read_text())["trackers"]["host"]["port"] == 9190
