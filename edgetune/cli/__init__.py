@@ -12,10 +12,20 @@ import traceback
 from edgetune import __version__
 from edgetune.errors import EdgetuneError
 
-from edgetune.cli import check_cmd, plan_cmd
-from edgetune.cli import fleet_cmd, sim_cmd
+from edgetune.cli import (
+    build_cmd,
+    check_cmd,
+    fleet_cmd,
+    keys_cmd,
+    plan_cmd,
+    sim_cmd,
+    tune_cmd,
+    tune_fleet_cmd,
+    verify_cmd,
+)
 
-VERBS = (check_cmd, plan_cmd, fleet_cmd, sim_cmd)
+# In the order of the flow: inventory, machines, tuning, artifacts, the whole job.
+VERBS = (check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

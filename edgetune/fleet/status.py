@@ -78,13 +78,18 @@ def tracker_status(fleet: Fleet) -> list[ClassStatus]:
 
 
 def rpc_endpoint(fleet: Fleet, device_class: str) -> RpcEndpoint:
-    """The tracker address and key through which the boards of `device_class` are measured."""
+    """The tracker address and key through which the boards of `device_class` are measured:
+    the tracker `fleet up` started (its recorded port), or, if edgetune did not start it, the
+    inventory's tracker address and port."""
     boards = fleet.boards_of(device_class)
     if not boards:
         raise FleetError(f"no board of class '{device_class}' in {fleet.path}")
-    record = load_fleet_state(fleet).trackers.get(boards[0].tracker)
+    tracker = fleet.tracker(boards[0].tracker)
+    record = load_fleet_state(fleet).trackers.get(tracker.name)
+    if record is None:
+        return RpcEndpoint(tracker.public_address, tracker.port, device_class)
     if not tracker_alive(record):
-        raise FleetError(f"tracker '{boards[0].tracker}' is not running; run `edgetune fleet up -f {fleet.path}`")
+        raise FleetError(f"tracker '{tracker.name}' is not running; run `edgetune fleet up -f {fleet.path}`")
     return RpcEndpoint(record.host, record.port, device_class)
 
 

@@ -12,7 +12,6 @@ import os
 import re
 import stat
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from edgetune.errors import InventoryError
@@ -20,6 +19,7 @@ from edgetune.inventory.reader import Node, check_unique, check_version, display
 from edgetune.inventory.schema import (
     BUILTIN_MODELS,
     DTYPES,
+    FrozenMap,
     HOST_KEY_POLICIES,
     SCHEMA_VERSION,
     ArtifactSettings,
@@ -93,7 +93,7 @@ def load_profile(path: Path) -> DeviceProfile:
         runtime_threads=runtime.positive("threads"),
         measurement=_measurement(root.child("measurement", {})),
         firmware_command=root.get("firmware_command", str),
-        hardware=MappingProxyType(dict(hardware.value)),
+        hardware=FrozenMap(dict(hardware.value)),
     )
 
 
@@ -347,11 +347,11 @@ def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
             raise where.error(f"'{name}' and '{lender}' borrow from each other; only one direction is allowed")
     return TuningPolicy(
         trials_per_class=node.non_negative("trials_per_class"),
-        trials_per_class_override=MappingProxyType(overrides),
+        trials_per_class_override=FrozenMap(overrides),
         trials_per_iter=node.positive("trials_per_iter", int, 16),
         max_trials_per_task=node.positive("max_trials_per_task", int, None),
         time_limit_s=node.positive("time_limit_s", float, None),
-        borrow=MappingProxyType(borrow),
+        borrow=FrozenMap(borrow),
     )
 
 
@@ -372,7 +372,7 @@ def _artifacts(node: Node, base: Path) -> ArtifactSettings:
 
 
 # -- profile sections -------------------------------------------------------------------------
-def _target(node: Node) -> MappingProxyType:
+def _target(node: Node) -> FrozenMap:
     if not isinstance(node.value, dict):
         raise node.error("must be a TVM target as a mapping, e.g. {kind: llvm, mcpu: cortex-a72, num-cores: 4}")
     if "kind" not in node.value:
@@ -386,7 +386,7 @@ def _target(node: Node) -> MappingProxyType:
         elif not isinstance(value, (str, int, bool)):
             raise node.child(key).error(f"must be a string, integer, boolean or list of strings, got {value!r}")
         target[str(key)] = value
-    return MappingProxyType(target)
+    return FrozenMap(target)
 
 
 def _measurement(node: Node) -> Measurement:

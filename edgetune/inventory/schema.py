@@ -13,6 +13,19 @@ from typing import Any, Mapping
 
 SCHEMA_VERSION = 1
 
+
+class FrozenMap(dict):
+    """A dict that cannot change once built. Unlike MappingProxyType it pickles, so records
+    can cross to the worker processes that tune classes concurrently."""
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("inventory records are immutable")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _immutable
+
+    def __reduce__(self):
+        return (FrozenMap, (dict(self),))
+
 BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 HOST_KEY_POLICIES = ("strict",)

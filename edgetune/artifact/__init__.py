@@ -1,0 +1,31 @@
+"""Signed, versioned artifacts: `artifacts/<model>/<class>/v<N>/` (+ `v<N>.tar.gz`, `index.json`).
+
+Modules, one role each:
+- `manifest`: the manifest schema (dataclasses, canonical JSON, inputs digest);
+- `signing`: ed25519 keys and manifest signatures (`manifest.sig`);
+- `store`: versions, staging + atomic rename, tarballs, the index;
+- `verify`: check a version directory or tarball against its manifest and signature;
+- `builder`: build, measure and check every (model, class), then commit (`edgetune build`);
+- `measure`: run libraries on every board of a class through the tracker;
+- `reference`, `tuning_inputs`, `files`, `codec`: reference data, what comes from tuning,
+  filesystem primitives, canonical JSON.
+This package imports only the light modules; `builder` and `measure` need TVM and the fleet.
+"""
+
+from edgetune.artifact.manifest import SCHEMA, SCHEMA_VERSION, Manifest
+from edgetune.artifact.signing import init_keys, load_private_key, load_public_key
+from edgetune.artifact.store import ArtifactStore, StoredVersion
+from edgetune.artifact.verify import VerificationError, verify_artifact
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "ArtifactStore",
+    "Manifest",
+    "StoredVersion",
+    "VerificationError",
+    "init_keys",
+    "load_private_key",
+    "load_public_key",
+    "verify_artifact",
+]

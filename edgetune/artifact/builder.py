@@ -1,0 +1,336 @@
+"""`edgetune build`: one signed, versioned artifact per (model, device class).
+
+For each pair (`plan_builds`, pure), `build_pair`:
+1. snapshots the class's tuning database and computes the build inputs (model source, class,
+   profile, target, TVM versions, database snapshot, reference input, tolerance); if they equal
+   the latest version's, stops there ("unchanged": no build, no new version);
+2. prepares the model the way the tuner did, applies the snapshot and builds the tuned library
+   (`relax.build(exec_mode="compiled")`, weights pre-packed and bound) and the untuned one,
+   exported with the profile's cross compiler (host compiler when it has none);
+3. runs both on every board of the class through the tracker (profile measurement settings)
+   and checks the tuned outputs on the reference input against the host reference
+   (onnxruntime for ONNX models, an untuned host build otherwise) within `TOLERANCE`;
+4. stages the library, reference input / expected output, database snapshot and tuning report,
+   and commits them to the store (manifest listed, signed, renamed, tarball, index).
+Any failure fails that pair only (its staging directory is removed; older versions are
+untouched) and is reported with what to do; `BuildReport.ok` says whether all pairs succeeded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import tvm
+from tabulate import tabulate
+
+from edgetune import __version__
+from edgetune.artifact import tuning_inputs
+from edgetune.artifact.codec import canonical_bytes, sha256_hex
+from edgetune.artifact.files import tree_digest
+from edgetune.artifact.manifest import (
+    DATABASE_DIR,
+    EXPECTED_OUTPUT_NAME,
+    LIBRARY_NAME,
+    REFERENCE_INPUT_NAME,
+    REPORT_DIR,
+    BoardResult,
+    BuildInputs,
+    Manifest,
+    RecordHits,
+    Reference,
+    Tolerance,
+)
+from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
+from edgetune.artifact.reference import check_outputs, npz_bytes
+from edgetune.artifact.signing import load_private_key
+from edgetune.artifact.store import ArtifactStore, Staging
+from edgetune.errors import ArtifactError, EdgetuneError
+from edgetune.fleet.status import rpc_endpoint
+from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
+from edgetune.tune.builder import SharedLibraryExport
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
+from edgetune.tune.target import build_target
+
+TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What happened to one (model, class): built, unchanged (inputs equal), or failed."""
+
+    model: str
+    device_class: str
+    status: str  # "built" | "unchanged" | "failed"
+    version: int | None = None
+    path: Path | None = None
+    untuned_ms: float | None = None
+    tuned_ms: float | None = None
+    trials: int | None = None
+    tasks_without_record: tuple[str, ...] = ()
+    tasks_total: int | None = None
+    error: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.untuned_ms / self.tuned_ms if self.untuned_ms and self.tuned_ms else None
+
+    @classmethod
+    def from_manifest(cls, status: str, manifest: Manifest, path: Path) -> "BuildOutcome":
+        hits = manifest.record_hits
+        return cls(
+            model=manifest.inputs.model,
+            device_class=manifest.inputs.device_class,
+            status=status,
+            version=manifest.version,
+            path=path,
+            untuned_ms=manifest.untuned_median_ms(),
+            tuned_ms=manifest.tuned_median_ms(),
+            trials=manifest.tuning.trials,
+            tasks_without_record=hits.tasks_without_record,
+            tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
+        )
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    outcomes: tuple[BuildOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" for o in self.outcomes)
+
+    def table(self) -> str:
+        """model x class: untuned ms, tuned ms, speed-up, trials, records, artifact version."""
+        rows = [
+            [
+                o.model,
+                o.device_class,
+                _ms(o.untuned_ms),
+                _ms(o.tuned_ms),
+                f"{o.speedup:.1f}x" if o.speedup else "",
+                "" if o.trials is None else o.trials,
+                _records(o),
+                f"v{o.version}" if o.version else "",
+                o.status,
+            ]
+            for o in self.outcomes
+        ]
+        headers = ["model", "class", "untuned ms", "tuned ms", "speed-up", "trials", "records", "artifact", "status"]
+        return tabulate(rows, headers=headers, disable_numparse=True)
+
+    def failures(self) -> list[str]:
+        """One line per failed pair: what failed and what to do."""
+        return [f"{o.model} on {o.device_class}: {o.error}" for o in self.outcomes if o.status == "failed"]
+
+    def warnings(self) -> list[str]:
+        """One line per artifact with kernels that found no tuning record (built, but untuned there)."""
+        return [
+            f"{o.model} on {o.device_class}: {len(o.tasks_without_record)} of {o.tasks_total} kernels found no "
+            f"tuning record and run untuned ({', '.join(o.tasks_without_record)}): tune with a larger budget"
+            for o in self.outcomes
+            if o.status != "failed" and o.tasks_without_record
+        ]
+
+
+def plan_builds(
+    fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = ()
+) -> list[tuple[Model, DeviceClass]]:
+    """The (model, class) pairs to build, in inventory order; unknown names are errors."""
+    _check_names("device class", classes, [c.name for c in fleet.device_classes])
+    _check_names("model", models, [m.name for m in fleet.models])
+    return [
+        (model, device_class)
+        for model in fleet.models
+        if not models or model.name in models
+        for device_class in fleet.device_classes
+        if not classes or device_class.name in classes
+    ]
+
+
+def build_artifacts(
+    fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = (), progress: Progress = log.info
+) -> BuildReport:
+    """Build every planned pair; fails fast only on what would fail them all (no key,
+    unwritable store), before any build."""
+    pairs = plan_builds(fleet, classes, models)
+    store = ArtifactStore(fleet.artifacts.dir)
+    store.check_writable()
+    key = load_private_key(fleet.artifacts.signing_key)
+    outcomes = []
+    for model, device_class in pairs:
+        progress(f"{model.name} on {device_class.name}:")
+        try:
+            outcome = build_pair(fleet, model, device_class, store, key, progress)
+        except EdgetuneError as err:
+            outcome = BuildOutcome(model.name, device_class.name, "failed", error=str(err))
+        except (RuntimeError, ValueError, OSError) as err:  # TVM and RPC errors are RuntimeErrors
+            log.debug("%s on %s", model.name, device_class.name, exc_info=err)
+            error = f"{type(err).__name__}: {err}"
+            outcome = BuildOutcome(model.name, device_class.name, "failed", error=error)
+        progress(f"  {outcome.status}" + (f": {outcome.error}" if outcome.error else f" v{outcome.version}"))
+        outcomes.append(outcome)
+    return BuildReport(tuple(outcomes))
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One (model, class) being built, with what every step needs."""
+
+    fleet: Fleet
+    model: Model
+    device_class: DeviceClass
+    mod: tvm.IRModule  # the model as imported, weights bound
+    ref_inputs: dict[str, np.ndarray]
+    work: Path  # scratch directory of this build
+
+    @property
+    def args(self) -> list[np.ndarray]:
+        return [self.ref_inputs[i.name] for i in self.model.inputs]
+
+
+def build_pair(
+    fleet: Fleet, model: Model, device_class: DeviceClass, store: ArtifactStore, key, progress: Progress
+) -> BuildOutcome:
+    """Build one (model, class) unless its inputs equal the latest version's."""
+    with tempfile.TemporaryDirectory(prefix="edgetune-build-") as tmp:
+        pair = _Pair(fleet, model, device_class, load_model(model), reference_inputs(model), Path(tmp))
+        database_dir = tuning_inputs.snapshot_database(fleet, device_class.name, pair.work / DATABASE_DIR)
+        inputs = _build_inputs(pair, database_dir)
+        latest = store.latest(model.name, device_class.name)
+        if latest is not None and latest.manifest.inputs_sha256 == inputs.digest():
+            return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path)
+        with store.stage(model.name, device_class.name) as staging:
+            manifest = _build_and_measure(pair, inputs, database_dir, staging, progress)
+            result = store.commit(staging, manifest, key)
+    status = "built" if result.created else "unchanged"
+    return BuildOutcome.from_manifest(status, result.stored.manifest, result.stored.path)
+
+
+def _build_and_measure(
+    pair: _Pair, inputs: BuildInputs, database_dir: Path, staging: Staging, progress: Progress
+) -> Manifest:
+    """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
+    profile = pair.device_class.profile
+    target = build_target(profile)
+    database = tuning_inputs.open_database(database_dir)
+    prepared = prepare(pair.mod, target)
+    coverage = count_tuned_tasks(prepared, database, target)
+    progress(f"  {coverage.tuned}/{coverage.total} kernels have a tuning record; building")
+    export = SharedLibraryExport(str(pair.work), profile.cross_compiler)
+    library = staging.path / LIBRARY_NAME
+    shutil.move(export(apply_database_and_build(prepared, database, target)), library)
+    untuned = Path(export(build_untuned(prepared, target)))
+    expected = {f"output{i}": out for i, out in enumerate(reference_outputs(pair.model, pair.ref_inputs))}
+    (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.ref_inputs))
+    (staging.path / EXPECTED_OUTPUT_NAME).write_bytes(npz_bytes(expected))
+    shutil.copytree(database_dir, staging.path / DATABASE_DIR)
+    tuning = tuning_inputs.copy_report(pair.fleet, pair.device_class.name, pair.model.name, staging.path / REPORT_DIR)
+    boards = _measure(pair, {"tuned": library, "untuned": untuned}, expected, progress)
+    return Manifest.create(
+        version=0,
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        inputs=inputs,
+        files=(),
+        tuning=tuning,
+        record_hits=RecordHits(tasks_with_record=coverage.tuned, tasks_without_record=coverage.missing),
+        reference=Reference(
+            source="onnxruntime" if pair.model.onnx is not None else "tvm-untuned-host",
+            output_sha256=sha256_hex(npz_bytes(expected)),
+        ),
+        boards=boards,
+    )
+
+
+def _measure(
+    pair: _Pair, libraries: dict[str, Path], expected: dict[str, np.ndarray], progress: Progress
+) -> tuple[BoardResult, ...]:
+    """Run the libraries on every board; any board failing to run or to match fails the pair."""
+    fleet, device_class = pair.fleet, pair.device_class
+    boards = fleet.boards_of(device_class.name)
+    if not boards:
+        raise ArtifactError(f"class {device_class.name} has no board to measure on: add one to {fleet.path}")
+    progress(f"  measuring on {len(boards)} boards")
+    runs = run_on_boards(
+        rpc_endpoint(fleet, device_class.name), boards, libraries, entry_function(pair.mod), pair.args,
+        device_class.profile.measurement,
+    )  # fmt: skip
+    problems = list(runs.failed.values())
+    results = []
+    for board in boards:
+        if board.name not in runs.succeeded:
+            continue
+        firmware = firmware_fingerprint(board, device_class.profile)
+        result, problem = _board_result(board.name, firmware, runs.succeeded[board.name], expected)
+        results.append(result)
+        problems += [problem] if problem else []
+    if problems:
+        raise ArtifactError("; ".join(problems) + "; nothing was published for this pair")
+    return tuple(results)
+
+
+def _board_result(
+    board: str, firmware: str, runs: dict[str, RunResult], expected: dict[str, np.ndarray]
+) -> tuple[BoardResult, str | None]:
+    """The board's manifest entry, and why its tuned output fails the check (None if it passes)."""
+    tuned = runs["tuned"]
+    check = check_outputs(tuned.outputs, expected, TOLERANCE)
+    problem = None if check.ok else (
+        f"{board}: tuned output differs from the reference ({check.detail}): the tuned build is wrong "
+        "for this board; check its TVM runtime and target, then re-tune the class"
+    )  # fmt: skip
+    result = BoardResult(board, firmware, tuned.timing, runs["untuned"].timing, check.max_abs_error)
+    return result, problem
+
+
+def _build_inputs(pair: _Pair, database_dir: Path) -> BuildInputs:
+    profile = pair.device_class.profile
+    return BuildInputs(
+        model=pair.model.name,
+        model_source_sha256=sha256_hex(tvm.ir.save_json(pair.mod).encode("utf-8")),
+        device_class=pair.device_class.name,
+        profile_sha256=profile_digest(profile),
+        target=profile.target_json(),
+        tvm_version=importlib.metadata.version("apache-tvm"),
+        tvm_ffi_version=importlib.metadata.version("apache-tvm-ffi"),
+        database_sha256=tree_digest(database_dir),
+        reference_input_sha256=sha256_hex(npz_bytes(pair.ref_inputs)),
+        tolerance=TOLERANCE,
+        edgetune_version=__version__,
+    )
+
+
+def profile_digest(profile: DeviceProfile) -> str:
+    """sha256 of the profile's content (not of its file: comments and location do not count)."""
+    content = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name != "path"}
+    return sha256_hex(canonical_bytes(content))
+
+
+def _check_names(kind: str, asked: Sequence[str], known: list[str]) -> None:
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        raise ArtifactError(f"unknown {kind} {', '.join(unknown)} (known: {', '.join(known)})")
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _records(outcome: BuildOutcome) -> str:
+    if outcome.tasks_total is None:
+        return ""
+    with_record = outcome.tasks_total - len(outcome.tasks_without_record)
+    flag = "  NO RECORD" if with_record == 0 else ("  partial" if outcome.tasks_without_record else "")
+    return f"{with_record}/{outcome.tasks_total}{flag}"

@@ -1,0 +1,101 @@
+"""Canonical JSON for the artifact formats, and a strict dataclass <-> JSON codec.
+
+Canonical bytes: `json.dumps` with sorted keys, `(",", ":")` separators, no ASCII escaping,
+no NaN/Infinity, encoded as UTF-8, no trailing newline. The same value always gives the same
+bytes, so a sha256 of them is a content hash and an ed25519 signature over them is stable.
+
+`from_json` rebuilds a (frozen) dataclass from decoded JSON, checking every field's type:
+unknown keys, missing keys and wrong types are `ArtifactError`s that name the JSON path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from typing import Any, Mapping, TypeVar
+
+from edgetune.errors import ArtifactError
+
+T = TypeVar("T")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical UTF-8 JSON encoding of `value` (dataclasses, tuples and dicts allowed)."""
+    return json.dumps(
+        to_json(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def to_json(value: Any) -> Any:
+    """Plain JSON data (dict, list, str, int, float, bool, None) for `value`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """Rebuild `cls` (a dataclass) from `data`, strictly; errors name the JSON path ($.a.b[2])."""
+    return _convert(cls, data, "$")
+
+
+def _convert(tp: Any, data: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _convert_dataclass(tp, data, where)
+    if origin in (typing.Union, types.UnionType):
+        return _convert_union(tp, data, where)
+    if origin is tuple:
+        item_type = typing.get_args(tp)[0]
+        _expect(isinstance(data, list), where, "a list", data)
+        return tuple(_convert(item_type, v, f"{where}[{i}]") for i, v in enumerate(data))
+    if origin is dict or tp is dict:
+        _expect(isinstance(data, dict), where, "an object", data)
+        return dict(data)
+    if tp is Any:
+        return data
+    if tp is float:
+        _expect(isinstance(data, (int, float)) and not isinstance(data, bool), where, "a number", data)
+        return float(data)
+    if tp is int:
+        _expect(isinstance(data, int) and not isinstance(data, bool), where, "an integer", data)
+        return data
+    _expect(isinstance(data, tp), where, f"a {tp.__name__}", data)
+    return data
+
+
+def _convert_dataclass(cls: type, data: Any, where: str) -> Any:
+    _expect(isinstance(data, dict), where, "an object", data)
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ArtifactError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise ArtifactError(f"{where}: missing key(s) {', '.join(missing)}")
+    return cls(**{n: _convert(hints[n], data[n], f"{where}.{n}") for n in names})
+
+
+def _convert_union(tp: Any, data: Any, where: str) -> Any:
+    args = typing.get_args(tp)
+    if data is None:
+        _expect(type(None) in args, where, "a value", data)
+        return None
+    (inner,) = [a for a in args if a is not type(None)]
+    return _convert(inner, data, where)
+
+
+def _expect(ok: bool, where: str, what: str, data: Any) -> None:
+    if not ok:
+        raise ArtifactError(f"{where}: expected {what}, got {type(data).__name__}")

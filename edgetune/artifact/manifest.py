@@ -1,0 +1,185 @@
+"""The artifact manifest (`manifest.json`), schema `edgetune.artifact` version 1.
+
+A manifest is plain frozen dataclasses serialized as canonical JSON (`codec.canonical_bytes`).
+Its signature is NOT part of it: `manifest.sig` (see `signing.py`) holds an ed25519 signature
+over the exact bytes of `manifest.json`, so the signed bytes are the file itself.
+
+Two digests matter:
+- `BuildInputs.digest()` (stored as `inputs_sha256`): a hash of everything that decides the
+  artifact's content (model source, class, profile, target, TVM versions, database snapshot,
+  reference input, tolerance, edgetune version). Creation time and measured latency are not
+  in it. The store makes a new version only when it differs from the latest version's.
+- the manifest digest: sha256 of the `manifest.json` bytes, listed in `artifacts/index.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from edgetune.artifact.codec import canonical_bytes, from_json, sha256_hex
+from edgetune.errors import ArtifactError
+
+SCHEMA = "edgetune.artifact"
+SCHEMA_VERSION = 1
+
+MANIFEST_NAME = "manifest.json"
+SIGNATURE_NAME = "manifest.sig"
+LIBRARY_NAME = "model.so"
+REFERENCE_INPUT_NAME = "reference_input.npz"
+EXPECTED_OUTPUT_NAME = "expected_output.npz"
+DATABASE_DIR = "database"
+REPORT_DIR = "report"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the artifact, relative to the version directory (POSIX separators)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Outputs match when |actual - expected| <= atol + rtol * |expected| (numpy.allclose)."""
+
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything that decides an artifact's content; equal inputs mean no new version."""
+
+    model: str
+    model_source_sha256: str
+    device_class: str
+    profile_sha256: str
+    target: dict[str, Any]
+    tvm_version: str
+    tvm_ffi_version: str
+    database_sha256: str
+    reference_input_sha256: str
+    tolerance: Tolerance
+    edgetune_version: str
+
+    def digest(self) -> str:
+        return sha256_hex(canonical_bytes(self))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One library timed on one board: median of the `repeat` samples and their max - min."""
+
+    median_ms: float
+    spread_ms: float
+    samples: int
+
+    @classmethod
+    def from_samples_s(cls, samples_s: list[float] | tuple[float, ...]) -> "Timing":
+        ms = [s * 1e3 for s in samples_s]
+        return cls(median_ms=statistics.median(ms), spread_ms=max(ms) - min(ms), samples=len(ms))
+
+
+@dataclass(frozen=True)
+class BoardResult:
+    """The artifact measured and checked on one board of its class."""
+
+    board: str
+    firmware: str  # the output of the profile's firmware_command on that board
+    tuned: Timing
+    untuned: Timing
+    max_abs_error: float  # tuned output vs the expected output, on the reference input
+
+
+@dataclass(frozen=True)
+class TuningStats:
+    """From the tuning report of (model, class)."""
+
+    trials: int
+    tuning_time_s: float
+
+
+@dataclass(frozen=True)
+class RecordHits:
+    """Tuning tasks of the model that found a record in the class database, and those that did not."""
+
+    tasks_with_record: int
+    tasks_without_record: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where the expected output came from and its digest (the input's is in BuildInputs)."""
+
+    source: str  # "onnxruntime" or "tvm-untuned-host"
+    output_sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    schema: str
+    schema_version: int
+    version: int  # the artifact version of (model, class): 1, 2, ...; set by the store
+    created: str  # ISO 8601, UTC
+    inputs: BuildInputs
+    inputs_sha256: str
+    files: tuple[FileEntry, ...]
+    tuning: TuningStats
+    record_hits: RecordHits
+    reference: Reference
+    boards: tuple[BoardResult, ...]
+
+    @classmethod
+    def create(cls, **fields: Any) -> "Manifest":
+        """A manifest of the current schema; `inputs_sha256` is derived from `inputs`."""
+        return cls(
+            schema=SCHEMA,
+            schema_version=SCHEMA_VERSION,
+            inputs_sha256=fields["inputs"].digest(),
+            **fields,
+        )
+
+    def with_files(self, version: int, files: list[FileEntry]) -> "Manifest":
+        return replace(self, version=version, files=tuple(sorted(files, key=lambda f: f.path)))
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self)
+
+    def digest(self) -> str:
+        return sha256_hex(self.to_bytes())
+
+    def tuned_median_ms(self) -> float | None:
+        """The median over the boards of each board's tuned median (None: no board measured)."""
+        medians = [b.tuned.median_ms for b in self.boards]
+        return statistics.median(medians) if medians else None
+
+    def untuned_median_ms(self) -> float | None:
+        medians = [b.untuned.median_ms for b in self.boards]
+        return statistics.median(medians) if medians else None
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> "Manifest":
+        """Parse and check a manifest: schema, schema version, every field, inputs digest."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ArtifactError(f"{where}: not valid JSON ({err})") from err
+        if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+            raise ArtifactError(f"{where}: not an {SCHEMA} manifest")
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise ArtifactError(
+                f"{where}: schema_version {raw.get('schema_version')!r} is not supported "
+                f"(this edgetune reads version {SCHEMA_VERSION})"
+            )
+        try:
+            manifest = from_json(cls, raw)
+        except ArtifactError as err:
+            raise ArtifactError(f"{where}: {err}") from None
+        if manifest.inputs.digest() != manifest.inputs_sha256:
+            raise ArtifactError(f"{where}: inputs_sha256 does not match its inputs")
+        return manifest

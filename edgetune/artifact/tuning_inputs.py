@@ -1,0 +1,58 @@
+"""What an artifact takes from tuning: a snapshot of the class database and the tuning report.
+
+The build works on a snapshot (the two JSON files of the class database, torn tail repaired),
+never on the live database, so the artifact is built from exactly the records it ships and
+whose digest it states, even if tuning appends to the class database meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.artifact.manifest import TuningStats
+from edgetune.errors import ArtifactError
+from edgetune.inventory.schema import Fleet
+from edgetune.tune import database as tune_db
+
+SUMMARY_NAME = "summary.json"
+
+
+def snapshot_database(fleet: Fleet, device_class: str, dest: Path) -> Path:
+    """Copy the class database's workload and record files to `dest`; ArtifactError if the
+    class has none yet."""
+    live = tune_db.ClassDatabasePaths.of(fleet.workdir, device_class)
+    if not live.tuning_record.is_file() or live.tuning_record.stat().st_size == 0:
+        raise ArtifactError(
+            f"class {device_class} has no tuning database ({live.directory} has no records): "
+            f"run `edgetune tune -f {fleet.path}` first"
+        )
+    snapshot = tune_db.ClassDatabasePaths(dest)
+    dest.mkdir(parents=True)
+    for source, target in ((live.workload, snapshot.workload), (live.tuning_record, snapshot.tuning_record)):
+        shutil.copyfile(source, target)
+        tune_db.repair_torn_tail(target)
+    return dest
+
+
+def open_database(snapshot_dir: Path) -> ms.database.JSONDatabase:
+    return tune_db.open_database(tune_db.ClassDatabasePaths(snapshot_dir))
+
+
+def report_dir(fleet: Fleet, device_class: str, model: str) -> Path:
+    return Path(fleet.workdir) / "reports" / device_class / model
+
+
+def copy_report(fleet: Fleet, device_class: str, model: str, dest: Path) -> TuningStats:
+    """Copy the tuning report of (model, class) to `dest` and return its tuning stats
+    (zero trials when the model was never tuned on that class: its kernels then have no
+    record, which the build flags)."""
+    source = report_dir(fleet, device_class, model)
+    if not (source / SUMMARY_NAME).is_file():
+        return TuningStats(trials=0, tuning_time_s=0.0)
+    shutil.copytree(source, dest)
+    summary = json.loads((dest / SUMMARY_NAME).read_text())
+    return TuningStats(trials=int(summary["trials"]), tuning_time_s=float(summary["tuning_time_s"]))

@@ -1,0 +1,35 @@
+"""`edgetune keys init`: make the ed25519 key pair that signs artifact manifests."""
+
+from __future__ import annotations
+
+import argparse
+
+from edgetune.artifact.signing import init_keys
+from edgetune.cli.common import add_fleet_argument
+from edgetune.inventory import load_fleet
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("keys", help="manage the artifact signing key")
+    actions = parser.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
+    init = actions.add_parser(
+        "init", help="make the signing key pair named by artifacts.signing_key / public_key"
+    )
+    add_fleet_argument(init)
+    existing = init.add_mutually_exclusive_group()
+    existing.add_argument("--force", action="store_true", help="replace an existing signing key")
+    existing.add_argument(
+        "--if-missing", action="store_true", help="keep an existing signing key and succeed (for scripts)"
+    )
+    init.set_defaults(func=drive_keys_init)
+
+
+def drive_keys_init(args: argparse.Namespace) -> int:
+    settings = load_fleet(args.fleet).artifacts
+    if args.if_missing and settings.signing_key.exists():
+        print(f"keeping the existing signing key {settings.signing_key}")
+        return 0
+    pair = init_keys(settings.signing_key, settings.public_key, settings.dir, force=args.force)
+    print(f"signing key {pair.private_key} (mode 0600; keep it secret, keep it out of artifacts/)")
+    print(f"public key  {pair.public_key} (key id {pair.key_id}; give it to whoever verifies)")
+    return 0

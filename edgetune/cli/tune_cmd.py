@@ -1,0 +1,53 @@
+"""`edgetune tune`: tune every model for every device class (or a selection) on its boards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune", help="tune the models per device class on the class's boards (resumable)"
+    )
+    add_fleet_argument(parser)
+    parser.add_argument("--class", dest="classes", action="append", metavar="C",
+                        help="tune only this device class (repeatable)")
+    parser.add_argument("--model", dest="models", action="append", metavar="M",
+                        help="tune only this model (repeatable)")
+    parser.add_argument("--no-borrow", action="store_true",
+                        help="ignore tuning.borrow (do not seed from other classes)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (boards, tasks, budgets) and measure nothing")
+    parser.add_argument("--json", action="store_true", help="print the plan or result as JSON")
+    parser.set_defaults(func=drive_tune)
+
+
+def drive_tune(args: argparse.Namespace) -> int:
+    from edgetune.tune.plan import plan_tuning
+    from edgetune.tune.tuner import TuneOptions, tune_fleet
+
+    fleet = load_checked_fleet(args)
+    classes = tuple(args.classes) if args.classes else None
+    models = tuple(args.models) if args.models else None
+    if args.dry_run:
+        plan = plan_tuning(fleet, classes, models)
+        print(plan.to_json() if args.json else plan.format())
+        return 0
+    result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    else:
+        for c in result.classes:
+            status = f"error: {c.error}" if c.error else (f"stopped: {c.stopped}" if c.stopped else "done")
+            print(f"{c.device_class}: {c.trials_run} trials this run, {c.done_before} before, "
+                  f"budget {c.budget}, {c.tuning_time_s:.0f} s; {status}")
+            for summary in c.summaries:
+                print(f"  report: {summary}")
+    if not result.ok:
+        print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
+              "(finished trials are kept)", file=sys.stderr)
+    return 0 if result.ok else 4

@@ -1,0 +1,29 @@
+"""`edgetune tune-fleet`: the whole job on one inventory (what `make tune-fleet` runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune-fleet", help="fleet up, tune every model per class, build and sign artifacts, fleet down"
+    )
+    add_fleet_argument(parser)
+    parser.set_defaults(func=drive_tune_fleet)
+
+
+def drive_tune_fleet(args: argparse.Namespace) -> int:
+    from edgetune.pipeline import run_pipeline
+
+    result = run_pipeline(load_checked_fleet(args), progress=print)
+    if result.build is not None:
+        print()
+        print(result.build.table())
+        for line in result.build.warnings():
+            print(f"warning: {line}")
+    for line in result.problems():
+        print(f"error: {line}")
+    return 0 if result.ok else 1

@@ -1,0 +1,78 @@
+"""The whole job behind `make tune-fleet`: bring the fleet up, tune, build, sign, report, and
+leave the fleet down, whatever happened in between.
+
+Each stage is a library function of its own package; this module only sequences them and
+collects what each stage reports, so a failure of one class or board does not hide the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from edgetune.artifact.builder import BuildReport, build_artifacts
+from edgetune.artifact.signing import init_keys
+from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
+from edgetune.inventory import Fleet
+from edgetune.tune.tuner import TuneOptions, TuneResult, tune_fleet
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PipelineResult:
+    failed_boards: dict[str, str] = field(default_factory=dict)
+    tuning: TuneResult | None = None
+    build: BuildReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.failed_boards
+            and self.tuning is not None
+            and self.tuning.ok
+            and self.build is not None
+            and self.build.ok
+        )
+
+    def problems(self) -> list[str]:
+        lines = [f"board {reason}" for reason in self.failed_boards.values()]
+        if self.tuning is not None:
+            lines += [c.error for c in self.tuning.classes if c.error]
+        if self.build is not None:
+            lines += self.build.failures()
+        return lines
+
+
+def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
+    """sim up (simulated boards only) -> fleet up -> tune -> keys -> build; then fleet down and
+    sim down, always. Boards that fail to come up are reported; the others go on."""
+    result = PipelineResult()
+    simulated = bool(fleet.simulated_boards())
+    try:
+        if simulated:
+            progress("== sim up: creating the simulated boards")
+            result.failed_boards.update(sim_up(fleet, progress).failed)
+        progress("== fleet up: tracker and rpc_servers")
+        result.failed_boards.update(fleet_up(fleet, progress).failed)
+        progress("== tune")
+        result.tuning = tune_fleet(fleet, TuneOptions())
+        _ensure_signing_key(fleet, progress)
+        progress("== build: artifacts, measured on the boards, signed")
+        result.build = build_artifacts(fleet, progress=progress)
+    finally:
+        progress("== fleet down")
+        fleet_down(fleet, progress)
+        if simulated:
+            sim_down(fleet, progress)
+    return result
+
+
+def _ensure_signing_key(fleet: Fleet, progress: Progress) -> None:
+    settings = fleet.artifacts
+    if settings.signing_key.exists():
+        return
+    pair = init_keys(settings.signing_key, settings.public_key, settings.dir)
+    progress(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")

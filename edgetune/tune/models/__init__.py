@@ -1,0 +1,57 @@
+"""The models of the inventory as Relax modules with bound weights, and their reference I/O.
+
+`load_model` is the one entry point for tuning and building; `reference_inputs` makes the
+fixed input every later step (artifact check, regression) feeds, and `reference_outputs`
+computes what the model must answer to it: onnxruntime for ONNX models, and for built-in
+models an untuned host build of the unoptimized module (plain loops, no tuning involved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from edgetune.inventory.schema import Model
+from edgetune.tune.models.builtin import load_builtin
+from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs
+
+
+def load_model(model: Model) -> tvm.IRModule:
+    """The model as a Relax IRModule (function `main` for ONNX, `forward` for built-ins),
+    weights bound as constants. Raises TuneError naming the model when it cannot be imported."""
+    return load_onnx(model) if model.onnx is not None else load_builtin(model)
+
+
+def entry_function(mod: tvm.IRModule) -> str:
+    """The name of the module's single Relax entry function."""
+    names = [gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)]
+    return names[0]
+
+
+def reference_inputs(model: Model) -> dict[str, np.ndarray]:
+    """A fixed input per model input, the same on every machine: seeded by the model name and
+    input name (uniform in [-1, 1) for floats, small non-negative values for integers)."""
+    inputs = {}
+    for inp in model.inputs:
+        seed = int.from_bytes(hashlib.sha256(f"{model.name}/{inp.name}".encode()).digest()[:8], "little")
+        rng = np.random.default_rng(seed)
+        if np.issubdtype(np.dtype(inp.dtype), np.floating):
+            inputs[inp.name] = rng.uniform(-1.0, 1.0, size=inp.shape).astype(inp.dtype)
+        else:
+            inputs[inp.name] = rng.integers(0, 8, size=inp.shape).astype(inp.dtype)
+    return inputs
+
+
+def reference_outputs(model: Model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """What the model must output for `inputs` (ordered as the model inputs)."""
+    if model.onnx is not None:
+        return onnx_reference_outputs(model, inputs)
+    mod = load_builtin(model)
+    executable = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(inputs[inp.name]) for inp in model.inputs]
+    result = vm[entry_function(mod)](*args)
+    return [r.numpy() for r in result] if isinstance(result, (list, tuple, tvm.ir.Array)) else [result.numpy()]

@@ -1,0 +1,89 @@
+"""The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
+
+TVM_NOTES 'Tuning and build pipeline', verified on these machines:
+1. `prepare`: legalize and fuse the model (Relax's "zero" pipeline) and mark constant weights
+   layout-free, so that MetaSchedule's RewriteLayout can pre-pack them;
+2. the tuner extracts its tasks from that prepared module (tasks and records match by
+   construction, TVM_NOTES pitfall 2);
+3. `apply_database_and_build`: apply the class database to the same prepared module, split
+   the weight layout rewrites out, fold them into pre-packed constants, and compile with the
+   VM control flow as native code (`exec_mode="compiled"`).
+
+The artifact builder calls `prepare`, then `apply_database_and_build` (or `build_untuned`)
+and `count_tuned_tasks`. Every function takes the class's `tvm.target.Target`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+
+@dataclass(frozen=True)
+class TaskCoverage:
+    """How many of a prepared module's tuning tasks have a record in a database."""
+
+    tuned: int
+    total: int
+    missing: tuple[str, ...]  # task names without a record (they build naive, serial loops)
+
+    @property
+    def complete(self) -> bool:
+        return self.tuned == self.total
+
+
+def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Step 1: legalize, fuse and mark weights layout-free (needs weights bound as constants)."""
+    with target:
+        return tvm.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.get_pipeline("zero"),
+                relax.transform.AttachAttrLayoutFreeBuffers(),
+            ]
+        )(mod)
+
+
+def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
+    """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel)."""
+    return list(ms.relax_integration.extract_tasks(prepared, target))
+
+
+def apply_database_and_build(
+    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target
+) -> relax.VMExecutable:
+    """Step 3: the tuned executable. Kernels with a record get their best schedule and
+    pre-packed weights; kernels without one stay untuned (check `count_tuned_tasks` first).
+    Export the result with `executable.export_library(path, fcompile=...)`."""
+    with target, database:
+        applied = tvm.transform.Sequential(
+            [
+                relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
+                relax.transform.SplitLayoutRewritePreproc(),
+                relax.transform.LiftTransformParams(),
+                relax.transform.FoldConstant(),
+            ]
+        )(prepared)
+        return relax.build(applied, target=target, exec_mode="compiled")
+
+
+def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:
+    """The same prepared module built without any record: the baseline tuning must beat."""
+    return apply_database_and_build(prepared, ms.database.MemoryDatabase(), target)
+
+
+def count_tuned_tasks(
+    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target
+) -> TaskCoverage:
+    """How many of the prepared module's tasks have a valid record in `database`."""
+    tasks = extract_tasks(prepared, target)
+    missing = tuple(
+        task.task_name
+        for task in tasks
+        if database.query_tuning_record(task.dispatched[0], target, task.task_name) is None
+    )
+    return TaskCoverage(tuned=len(tasks) - len(missing), total=len(tasks), missing=missing)

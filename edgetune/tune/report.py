@@ -1,0 +1,194 @@
+"""Tuning reports: per class and model a task table, a tuning-curve PNG and `summary.json`,
+all under `<fleet.workdir>/reports/<class>/<model>/`, and the live progress line per class.
+
+Everything is computed from the class database (the trials in the order they were measured),
+so a report is the same whether the trials came from one run or several resumed ones.
+The model latency estimate is the sum over its kernels of calls x best measured latency;
+it exists once every kernel of the model has a measured schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
+from tabulate import tabulate  # noqa: E402
+
+from edgetune.tune.database import TrialRecord  # noqa: E402
+from edgetune.tune.tasks import KernelTask  # noqa: E402
+
+SUMMARY_SCHEMA = "edgetune.tuning-summary"
+SUMMARY_VERSION = 1
+WITHIN = 0.10  # "within 10 % of the final latency"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    trials: int  # trials spent on this model's kernels so far
+    latency_s: float  # estimated model latency after them
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the tuner knows about the run beyond the database."""
+
+    device_class: str
+    target: dict
+    database_dir: str
+    borrowed_from: str | None
+    trials_this_run: int
+    tuning_time_s: float
+    stopped: str | None  # why the run stopped early (time limit, no boards), or None
+
+
+def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
+    """Estimated model latency after each trial on one of its kernels, once all are measured."""
+    calls = {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
+    best: dict[str, float] = {}
+    spent, curve = 0, []
+    for trial in trials:
+        if trial.workload_hash not in calls:
+            continue
+        spent += 1
+        if trial.latency_s is not None and trial.latency_s < best.get(trial.workload_hash, float("inf")):
+            best[trial.workload_hash] = trial.latency_s
+        if len(best) == len(calls):
+            curve.append(CurvePoint(spent, sum(calls[h] * best[h] for h in calls)))
+    return curve
+
+
+def knee(curve: list[CurvePoint]) -> CurvePoint | None:
+    """The point farthest below the chord from the first to the last point (Kneedle)."""
+    if len(curve) < 3:
+        return curve[-1] if curve else None
+    first, last = curve[0], curve[-1]
+    span_x = max(last.trials - first.trials, 1)
+    span_y = (first.latency_s - last.latency_s) or 1.0
+
+    def gap(p: CurvePoint) -> float:
+        x = (p.trials - first.trials) / span_x
+        y = (first.latency_s - p.latency_s) / span_y
+        return y - x
+
+    return max(curve, key=gap)
+
+
+def trials_to_within(curve: list[CurvePoint], fraction: float = WITHIN) -> int | None:
+    """Trials until the estimate first came within `fraction` of its final value."""
+    if not curve:
+        return None
+    target = curve[-1].latency_s * (1.0 + fraction)
+    return next(p.trials for p in curve if p.latency_s <= target)
+
+
+def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[dict]:
+    """Per kernel of the model: FLOPs, calls, trials (all models), best latency, GFLOP/s."""
+    rows = []
+    for task in tasks:
+        if not task.calls_in(model):
+            continue
+        own = [t for t in trials if t.workload_hash == task.workload_hash]
+        valid = [t.latency_s for t in own if t.latency_s is not None]
+        best = min(valid) if valid else None
+        rows.append(
+            {
+                "name": task.name,
+                "workload_hash": task.workload_hash,
+                "flops": task.flops,
+                "calls": task.calls_in(model),
+                "trials": len(own),
+                "failed_trials": len(own) - len(valid),
+                "best_latency_s": best,
+                "gflops": task.flops / best / 1e9 if best else None,
+            }
+        )
+    return rows
+
+
+def write_model_report(
+    directory: Path, model: str, tasks: tuple[KernelTask, ...], trials: list[TrialRecord], run: RunInfo
+) -> Path:
+    """Write table.txt, curve.png and summary.json for one model; return the summary path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = task_rows(tasks, model, trials)
+    curve = model_curve(tasks, model, trials)
+    summary_path = directory / "summary.json"
+    previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    knee_point = knee(curve)
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_VERSION,
+        "device_class": run.device_class,
+        "model": model,
+        "target": run.target,
+        "database": run.database_dir,
+        "trials": sum(r["trials"] for r in rows),
+        "trials_this_run": run.trials_this_run,
+        "tuning_time_s": round(previous.get("tuning_time_s", 0.0) + run.tuning_time_s, 3),
+        "tasks_total": len(rows),
+        "tasks_tuned": sum(1 for r in rows if r["best_latency_s"] is not None),
+        "estimated_latency_s": curve[-1].latency_s if curve else None,
+        "tasks": rows,
+        "curve": [[p.trials, p.latency_s] for p in curve],
+        "knee": {"trials": knee_point.trials, "latency_s": knee_point.latency_s} if knee_point else None,
+        "trials_to_within_10pct": trials_to_within(curve),
+        "borrowed_from": run.borrowed_from,
+        "stopped": run.stopped,
+    }
+    _write_atomic(summary_path, json.dumps(summary, indent=2, sort_keys=True))
+    _write_atomic(directory / "table.txt", format_table(rows))
+    plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point)
+    return summary_path
+
+
+def format_table(rows: list[dict]) -> str:
+    def us(seconds: float | None) -> str:
+        return f"{seconds * 1e6:.1f}" if seconds is not None else "-"
+
+    return tabulate(
+        [
+            (r["name"], f"{r['flops'] / 1e6:.2f}", r["calls"], r["trials"], r["failed_trials"],
+             us(r["best_latency_s"]), f"{r['gflops']:.2f}" if r["gflops"] else "-")
+            for r in rows
+        ],
+        headers=("task", "MFLOP", "calls", "trials", "failed", "best (us)", "GFLOP/s"),
+    )
+
+
+def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None) -> None:
+    figure, axes = plt.subplots(figsize=(6, 4))
+    if curve:
+        axes.plot([p.trials for p in curve], [p.latency_s * 1e3 for p in curve], drawstyle="steps-post")
+    if knee_point:
+        axes.plot([knee_point.trials], [knee_point.latency_s * 1e3], "o", color="tab:red")
+        axes.annotate(f"knee: {knee_point.trials} trials", (knee_point.trials, knee_point.latency_s * 1e3),
+                      textcoords="offset points", xytext=(8, 8))
+    axes.set_xlabel("trials spent on the model's kernels")
+    axes.set_ylabel("estimated latency (ms)")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def progress_line(
+    device_class: str, trials: int, budget: int, tasks_done: int, tasks: int,
+    estimates: dict[str, float | None], boards_busy: int, boards: int,
+) -> str:
+    """`[class] trials 48/128  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2`."""
+    best = "  ".join(f"{m} {v * 1e3:.3f} ms" if v is not None else f"{m} -" for m, v in estimates.items())
+    return (f"[{device_class}] trials {trials}/{budget}  tasks {tasks_done}/{tasks}  "
+            f"best est. {best}  boards busy {boards_busy}/{boards}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,76 @@
+"""The tuning tasks of a device class: every model prepared for the class target, its kernels
+extracted, and kernels shared by several models merged into one task (tuned once per class).
+
+A task's weight is how often the class's models call the kernel, each call counted with its
+model's inventory weight; its cost (for ordering) is weight x FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+
+from edgetune.inventory.schema import Model
+from edgetune.tune.models import load_model
+from edgetune.tune.prepare import extract_tasks, prepare
+
+
+@dataclass(frozen=True)
+class KernelTask:
+    """One deduplicated kernel of a class: what the plan, the tuner and the reports share."""
+
+    name: str
+    workload_hash: str  # MetaSchedule's workload key (structural hash of the kernel)
+    flops: float
+    weight: float  # sum over models of (calls in the model x model weight)
+    uses: tuple[tuple[str, int], ...]  # (model name, calls per inference)
+
+    @property
+    def cost(self) -> float:
+        return self.weight * self.flops
+
+    def calls_in(self, model: str) -> int:
+        return dict(self.uses).get(model, 0)
+
+
+@dataclass(frozen=True)
+class ClassTasks:
+    """The prepared models of a class and their deduplicated kernels (TVM objects inside)."""
+
+    prepared: dict[str, tvm.IRModule]  # model name -> prepared module
+    tasks: tuple[KernelTask, ...]
+    extracted: dict[str, ms.ExtractedTask]  # workload hash -> one extracted instance
+
+
+def workload_hash(task: ms.ExtractedTask) -> str:
+    return str(tvm_ffi.structural_hash(task.dispatched[0]))
+
+
+def class_tasks(models: tuple[Model, ...], target: tvm.target.Target) -> ClassTasks:
+    """Load, prepare and extract every model for `target`, merging shared kernels."""
+    prepared: dict[str, tvm.IRModule] = {}
+    extracted: dict[str, ms.ExtractedTask] = {}
+    uses: dict[str, list[tuple[str, int]]] = {}
+    weights: dict[str, float] = {}
+    for model in models:
+        prepared[model.name] = prepare(load_model(model), target)
+        for task in extract_tasks(prepared[model.name], target):
+            key = workload_hash(task)
+            extracted.setdefault(key, task)
+            uses.setdefault(key, []).append((model.name, int(task.weight)))
+            weights[key] = weights.get(key, 0.0) + int(task.weight) * model.weight
+    tasks = tuple(
+        KernelTask(
+            name=extracted[key].task_name,
+            workload_hash=key,
+            flops=float(estimate_tir_flops(extracted[key].dispatched[0])),
+            weight=weights[key],
+            uses=tuple(uses[key]),
+        )
+        for key in extracted
+    )
+    return ClassTasks(prepared=prepared, tasks=tasks, extracted=extracted)

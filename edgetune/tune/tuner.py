@@ -1,0 +1,273 @@
+"""Tune every selected device class: its models' deduplicated kernels, measured on its boards.
+
+Per class (in its own process, so classes tune concurrently and a crash stays in its class):
+extract the tasks, plan the budget (resume: trials already in the database count), seed the
+search from a donor class where the inventory allows borrowing, then run MetaSchedule's
+gradient task scheduler with the evolutionary search, the XGBoost cost model (reloaded from
+and saved to the class database directory), the fast builder and the class's RPCRunner.
+Finally the reports are written from the database.
+
+A class that borrows from a class tuned in the same run starts when its donor has finished
+(the donor's best schedules must exist to be borrowed); all other classes run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.errors import EdgetuneError, TuneError
+from edgetune.inventory.schema import Fleet, Model
+from edgetune.tune.borrow import seed_from_donor, snapshot_donor
+from edgetune.tune.builder import make_builder
+from edgetune.tune.intrinsics import load_cpu_intrinsics
+from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, trials_per_workload
+from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
+from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
+from edgetune.tune.report import RunInfo, write_model_report
+from edgetune.tune.runner import ClassEndpoint, make_runner
+from edgetune.tune.target import build_target
+from edgetune.tune.tasks import ClassTasks, KernelTask, class_tasks
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """MetaSchedule's evolutionary search, sized for small boards-per-class budgets here
+    (TVM's default population of 512 cost ~11 s of host CPU per round here; 128 costs ~3 s)."""
+
+    population_size: int = 128
+    init_measured_ratio: float = 0.2
+    genetic_num_iters: int = 3
+    num_threads: int = 1  # host threads per class for the search (classes run in parallel)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    classes: tuple[str, ...] | None = None  # None: every class
+    models: tuple[str, ...] | None = None  # None: every model
+    borrow: bool = True  # honour tuning.borrow of the inventory
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    device_class: str
+    budget: int
+    done_before: int  # trials already in the database for these models
+    trials_run: int  # trials spent by this run (borrowed ones included)
+    borrowed_trials: int
+    tuning_time_s: float
+    summaries: tuple[str, ...]  # reports/<class>/<model>/summary.json
+    stopped: str | None = None  # why the run stopped before spending its budget
+    error: str | None = None  # the class could not tune (others went on)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    plan: TuningPlan
+    classes: tuple[ClassResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.classes)
+
+    @property
+    def trials_run(self) -> int:
+        return sum(c.trials_run for c in self.classes)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "trials_run": self.trials_run,
+                "classes": [{**asdict(c), "ok": c.ok} for c in self.classes]}
+
+
+def class_task_list(fleet: Fleet, device_class: str, models: tuple[Model, ...]) -> tuple[KernelTask, ...]:
+    target = build_target(fleet.device_class(device_class).profile)
+    return class_tasks(models, target).tasks
+
+
+def recorded_trials(fleet: Fleet, device_class: str) -> Mapping[str, int]:
+    return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
+
+
+def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult:
+    """Tune the selected classes (concurrently, one process each) and return per-class results."""
+    plan = plan_tuning(fleet, options.classes, options.models)
+    for warning in plan.warnings:
+        log.warning("warning: %s", warning)
+    names = [c.device_class for c in plan.classes]
+    results: dict[str, ClassResult] = {}
+    for stage in _stages(fleet, names, options.borrow):
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(stage), mp_context=context) as pool:
+            futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
+            for name, future in futures.items():
+                try:
+                    results[name] = future.result()
+                except Exception as err:  # the class process died (e.g. a TVM crash)
+                    results[name] = ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {err}")
+    return TuneResult(plan, tuple(results[n] for n in names))
+
+
+def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassResult:
+    """Tune one class to its budget; a TuneError becomes the result's `error`."""
+    _log_to_stderr()
+    started = time.monotonic()
+    try:
+        return _tune_class(fleet, device_class, options, started)
+    except EdgetuneError as err:
+        log.error("error: %s", err)
+        return ClassResult(device_class, 0, 0, 0, 0, time.monotonic() - started, (), error=str(err))
+
+
+def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: float) -> ClassResult:
+    profile = fleet.device_class(device_class).profile
+    target = build_target(profile)
+    models = select_models(fleet, options.models)
+    paths = ClassDatabasePaths.of(fleet.workdir, device_class)
+    tasks = class_tasks(models, target)
+    plan = plan_class(fleet, device_class, models, tasks.tasks, trials_per_workload(paths))
+    spent = borrowed = 0
+    stopped = None
+    if plan.remaining > 0:
+        endpoint = ClassEndpoint.of(fleet, device_class)
+        if endpoint.wait_for_boards() == 0:
+            raise TuneError(
+                f"class {device_class}: no board is registered with the tracker "
+                f"{endpoint.tracker_host}:{endpoint.tracker_port} under key {device_class!r}; "
+                f"start the boards (`edgetune fleet up`) and re-run `edgetune tune --class {device_class}`"
+            )
+        with tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-") as scratch:
+            builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
+            runner = BoardGuardRunner(endpoint, make_runner(endpoint, profile.measurement))
+            database = open_database(paths)
+            donor = plan.borrow_from if options.borrow else None
+            if donor:
+                borrowed = _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch)
+            spent, stopped = _search(
+                fleet, plan, tasks, database, target, builder, runner, paths, options, borrowed
+            )
+    summaries = _write_reports(fleet, device_class, plan, tasks, paths, spent + borrowed,
+                               time.monotonic() - started, stopped, options)
+    return ClassResult(
+        device_class, plan.budget, plan.done, spent + borrowed, borrowed,
+        time.monotonic() - started, summaries, stopped=stopped,
+        error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None,
+    )
+
+
+
+def _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch) -> int:
+    """Seed the never-measured tasks with the donor's best schedules (half a round each)."""
+    donor_db = snapshot_donor(ClassDatabasePaths.of(fleet.workdir, donor), Path(scratch) / "donor")
+    if donor_db is None:
+        log.info("[%s] borrowing: %s has no tuning records yet", plan.device_class, donor)
+        return 0
+    fresh = [tasks.extracted[t.workload_hash] for t in plan.tasks if t.done == 0 and t.planned > 0]
+    per_task = max(plan.trials_per_iter // 2, 1)
+    spent = seed_from_donor(donor_db, database, fresh, target, builder, runner, per_task)
+    log.info("[%s] borrowed %d schedules from %s (re-measured here)", plan.device_class, spent, donor)
+    return spent
+
+
+def _search(fleet, plan: ClassPlan, tasks: ClassTasks, database, target, builder, runner, paths,
+            options: TuneOptions, borrowed: int) -> tuple[int, str | None]:
+    """Run MetaSchedule's task scheduler over the planned tasks; return (trials, stop reason)."""
+    budget = plan.remaining - borrowed
+    selected = [t for t in plan.tasks if t.planned > 0]
+    if budget <= 0 or not selected:
+        return 0, None
+    search = options.search
+    load_cpu_intrinsics()
+    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        [tasks.extracted[t.workload_hash] for t in selected],
+        work_dir=str(paths.logs),
+        strategy=ms.search_strategy.EvolutionarySearch(
+            population_size=search.population_size,
+            init_measured_ratio=search.init_measured_ratio,
+            genetic_num_iters=search.genetic_num_iters,
+        ),
+        num_threads=search.num_threads,
+        seed=search.seed,
+    )
+    cost_model = ms.cost_model.XGBModel(num_tuning_cores=search.num_threads)
+    if paths.cost_model.exists():
+        cost_model.load(str(paths.cost_model))
+    state = RunState(
+        device_class=plan.device_class,
+        budget=plan.budget,
+        trials=plan.done + borrowed,
+        task_calls={m: {t.workload_hash: t.calls_in(m) for t in tasks.tasks if t.calls_in(m)}
+                    for m in plan.models},
+        task_hashes=[t.workload_hash for t in selected],
+    )
+    monitor = RunMonitor(state, runner, cost_model, paths.cost_model, fleet.tuning.time_limit_s)
+    before = state.trials
+    ms.tune.tune_tasks(
+        tasks=contexts,
+        task_weights=[t.weight for t in selected],
+        work_dir=str(paths.directory),
+        max_trials_global=budget,
+        # The scheduler's cap is per run and uniform: the largest room left of any task.
+        max_trials_per_task=max(plan.max_trials_per_task - t.done for t in selected),
+        num_trials_per_iter=plan.trials_per_iter,
+        builder=builder,
+        runner=runner,
+        database=database,
+        cost_model=cost_model,
+        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
+        task_scheduler="gradient",
+    )
+    save_cost_model(cost_model, paths.cost_model)
+    return state.trials - before, state.stopped
+
+
+def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, options):
+    trials = read_trials(paths)
+    run = RunInfo(
+        device_class=device_class,
+        target=dict(plan.target),
+        database_dir=str(paths.directory),
+        borrowed_from=plan.borrow_from if options.borrow else None,
+        trials_this_run=trials_run,
+        tuning_time_s=elapsed,
+        stopped=stopped,
+    )
+    directory = Path(fleet.workdir) / "reports" / device_class
+    return tuple(
+        str(write_model_report(directory / model, model, tasks.tasks, trials, run))
+        for model in plan.models
+    )
+
+
+def _log_to_stderr() -> None:
+    """A class process is spawned without logging set up: show edgetune's progress lines."""
+    root = logging.getLogger("edgetune")
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        root.propagate = False  # TVM configures the root logger too: print once
+
+
+def _stages(fleet: Fleet, names: list[str], borrow: bool) -> list[list[str]]:
+    """Classes that borrow from a class tuned in this run go after it; the rest go first."""
+    if not borrow:
+        return [names]
+    first = [n for n in names if fleet.tuning.borrow.get(n) not in names]
+    later = [n for n in names if n not in first]
+    return [s for s in (first, later) if s]

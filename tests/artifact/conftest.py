@@ -1,0 +1,134 @@
+"""Fixtures of the artifact tests: a key pair, a sample manifest, a store with one staged build."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from edgetune.artifact.manifest import (
+    BoardResult,
+    BuildInputs,
+    Manifest,
+    RecordHits,
+    Reference,
+    Timing,
+    Tolerance,
+    TuningStats,
+)
+from edgetune.artifact.signing import init_keys, load_private_key, load_public_key
+from edgetune.artifact.store import ArtifactStore
+
+
+def sample_inputs(**changes) -> BuildInputs:
+    inputs = BuildInputs(
+        model="mlp",
+        model_source_sha256="a" * 64,
+        device_class="gateway-avx512",
+        profile_sha256="b" * 64,
+        target={"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1},
+        tvm_version="0.27.0.post1",
+        tvm_ffi_version="0.1.14.post1",
+        database_sha256="c" * 64,
+        reference_input_sha256="d" * 64,
+        tolerance=Tolerance(rtol=1e-4, atol=1e-5),
+        edgetune_version="0.1.0",
+    )
+    return replace(inputs, **changes)
+
+
+def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-01T00:00:00Z") -> Manifest:
+    return Manifest.create(
+        version=0,
+        created=created,
+        inputs=inputs or sample_inputs(),
+        files=(),
+        tuning=TuningStats(trials=64, tuning_time_s=12.5),
+        record_hits=RecordHits(tasks_with_record=2, tasks_without_record=("fused_add",)),
+        reference=Reference(source="tvm-untuned-host", output_sha256="e" * 64),
+        boards=(
+            BoardResult(
+                board="gw-a1",
+                firmware="Linux 6.1 x86_64",
+                tuned=Timing(median_ms=0.25, spread_ms=0.01, samples=3),
+                untuned=Timing(median_ms=2.5, spread_ms=0.1, samples=3),
+                max_abs_error=1e-7,
+            ),
+        ),
+    )
+
+
+@pytest.fixture
+def keys(tmp_path: Path):
+    pair = init_keys(tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub", tmp_path / "artifacts")
+    return load_private_key(pair.private_key), load_public_key(pair.public_key)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ArtifactStore:
+    return ArtifactStore(tmp_path / "artifacts")
+
+
+@pytest.fixture
+def publish(store: ArtifactStore, keys):
+    """publish(manifest, library=...): stage a small artifact (library + report) and commit it."""
+
+    def _publish(manifest: Manifest, library: bytes = b"\x7fELF-library"):
+        with store.stage(manifest.inputs.model, manifest.inputs.device_class) as staging:
+            (staging.path / "model.so").write_bytes(library)
+            (staging.path / "report").mkdir()
+            (staging.path / "report" / "summary.json").write_text('{"trials": 64}')
+            return store.commit(staging, manifest, keys[0])
+
+    return _publish
+
+
+@pytest.fixture
+def make_inputs():
+    return sample_inputs
+
+
+@pytest.fixture
+def make_manifest():
+    return sample_manifest
+
+
+FLEET_YAML = """\
+version: 1
+name: artifact-unit
+workdir: work
+sim:
+  bridge: etune-unit
+  host_address: 10.231.99.1/24
+trackers:
+  - {{name: host, bind_host: 10.231.99.1, public_address: 10.231.99.1, port: 9390, port_end: 9391}}
+ssh:
+  user: root
+  key: work/id_ed25519
+  known_hosts: work/known_hosts
+device_classes:
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml}}
+boards:
+  - {{name: fast-1, address: 10.231.99.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/b, simulated: {{cpu_quota: 1.0}}}}
+models:
+  - name: mlp
+    builtin: mlp
+    inputs:
+      - {{name: x, shape: [1, 256], dtype: float32}}
+tuning:
+  trials_per_class: 16
+  trials_per_iter: 8
+artifacts:
+  dir: artifacts
+  signing_key: work/keys/signing.key
+  public_key: work/keys/signing.pub
+"""
+
+
+@pytest.fixture
+def fleet_file(tmp_path: Path) -> Path:
+    """A small valid inventory (never brought up: no machine behind it) in a fresh directory."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_YAML.format(repo=Path(__file__).resolve().parents[2]))
+    return path

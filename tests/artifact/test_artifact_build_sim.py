@@ -1,0 +1,108 @@
+"""Integration: build, verify and reuse artifacts from a small tuned database on the simulated
+fleet (`sim_fleet`, tests/conftest.py), and run an artifact's library on a board."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgetune.artifact import builder
+from edgetune.artifact.builder import build_artifacts
+from edgetune.artifact.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
+from edgetune.artifact.measure import board_sessions, run_library
+from edgetune.artifact.reference import read_npz
+from edgetune.artifact.signing import init_keys, load_public_key
+from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact.verify import verify_artifact
+from edgetune.cli import main
+from edgetune.fleet.status import rpc_endpoint
+from edgetune.tune.models import entry_function, load_model
+from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+
+CLASS = "gw-fast"
+
+
+def _tune_small_database(fleet, device_class: str) -> None:
+    """The fleet's small budget (16 trials), measured on the class's simulated boards."""
+    result = tune_class(fleet, device_class, TuneOptions(search=SearchSettings(population_size=64)))
+    assert result.ok, result.error
+
+
+@pytest.fixture(scope="module")
+def built(sim_fleet):
+    fleet = sim_fleet
+    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir, force=True)
+    _tune_small_database(fleet, CLASS)
+    report = build_artifacts(fleet, classes=[CLASS])
+    print(report.table())
+    return fleet, report
+
+
+def test_build_makes_a_verified_artifact_per_model(built):
+    fleet, report = built
+    (outcome,) = report.outcomes
+    assert report.ok and outcome.status == "built" and outcome.version == 1, report.failures()
+    assert outcome.tuned_ms > 0 and outcome.untuned_ms > 0
+    assert "mlp" in report.table() and "v1" in report.table()
+    store = ArtifactStore(fleet.artifacts.dir)
+    stored = store.latest("mlp", CLASS)
+    public_key = load_public_key(fleet.artifacts.public_key)
+    assert verify_artifact(stored.path, public_key) == stored.manifest
+    assert verify_artifact(stored.tarball, public_key) == stored.manifest
+    manifest = stored.manifest
+    assert sorted(b.board for b in manifest.boards) == ["fast-1", "fast-2"]
+    assert all(b.firmware and b.max_abs_error < 1e-4 for b in manifest.boards)
+    assert manifest.record_hits.tasks_with_record > 0
+    files = {f.path for f in manifest.files}
+    assert {LIBRARY_NAME, REFERENCE_INPUT_NAME, EXPECTED_OUTPUT_NAME, "database/database_tuning_record.json",
+            "report/summary.json", "report/curve.png"} <= files  # fmt: skip
+    assert manifest.tuning.trials > 0 and manifest.tuning.tuning_time_s > 0
+    index = json.loads((Path(fleet.artifacts.dir) / "index.json").read_bytes())
+    assert [(e["model"], e["version"]) for e in index["versions"]] == [("mlp", 1)]
+
+
+def test_unchanged_rebuild_makes_no_new_version(built, capsys):
+    fleet, _ = built
+    assert main(["build", "-f", str(fleet.path), "--class", CLASS]) == 0
+    assert "unchanged" in capsys.readouterr().out
+    assert ArtifactStore(fleet.artifacts.dir).versions("mlp", CLASS) == [1]
+
+
+def test_artifact_library_runs_on_a_board_and_matches(built):
+    fleet, _ = built
+    stored = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS)
+    inputs = read_npz(stored.path / REFERENCE_INPUT_NAME)
+    expected = read_npz(stored.path / EXPECTED_OUTPUT_NAME)
+    model = fleet.models[0]
+    boards = fleet.boards_of(CLASS)[:1]
+    with board_sessions(rpc_endpoint(fleet, CLASS), boards) as (sessions, failed):
+        assert not failed
+        run = run_library(
+            sessions[boards[0].name], stored.path / LIBRARY_NAME, entry_function(load_model(model)),
+            [inputs[i.name] for i in model.inputs], fleet.device_class(CLASS).profile.measurement,
+        )  # fmt: skip
+    np.testing.assert_allclose(run.outputs["output0"], expected["output0"], rtol=1e-4, atol=1e-5)
+
+
+def test_output_mismatch_fails_that_artifact_and_keeps_v1(built, monkeypatch):
+    fleet, _ = built
+    v1_tarball = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS).tarball.read_bytes()
+    wrong = builder.reference_outputs
+    monkeypatch.setattr(builder, "reference_outputs", lambda m, i: [o + 1.0 for o in wrong(m, i)])
+    monkeypatch.setattr(builder, "TOLERANCE", Tolerance(rtol=1e-4, atol=2e-5))  # new inputs
+    report = build_artifacts(fleet, classes=[CLASS])
+    (outcome,) = report.outcomes
+    assert outcome.status == "failed" and "output differs from the reference" in outcome.error
+    store = ArtifactStore(fleet.artifacts.dir)
+    assert store.versions("mlp", CLASS) == [1]
+    assert store.latest("mlp", CLASS).tarball.read_bytes() == v1_tarball
+    assert not list(store.class_dir("mlp", CLASS).glob(".staging-*"))
+
+
+def test_class_without_database_says_run_tune(built):
+    fleet, _ = built
+    (outcome,) = build_artifacts(fleet, classes=["gw-slow"]).outcomes
+    assert outcome.status == "failed" and "run `edgetune tune" in outcome.error

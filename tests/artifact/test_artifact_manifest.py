@@ -1,0 +1,77 @@
+"""Manifest: round trip, canonical bytes, inputs digest independent of time and latency."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from edgetune.artifact.manifest import SCHEMA, SCHEMA_VERSION, Manifest, Timing
+from edgetune.artifact.reference import npz_bytes
+from edgetune.errors import ArtifactError
+
+
+def test_round_trip_is_identity(make_manifest):
+    manifest = make_manifest()
+    again = Manifest.from_bytes(manifest.to_bytes())
+    assert again == manifest
+    assert again.to_bytes() == manifest.to_bytes()
+
+
+def test_canonical_bytes_are_sorted_compact_utf8(make_manifest):
+    data = make_manifest().to_bytes()
+    raw = json.loads(data)
+    assert data == json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert raw["schema"] == SCHEMA and raw["schema_version"] == SCHEMA_VERSION
+    assert not data.endswith(b"\n")
+
+
+def test_inputs_digest_ignores_time_and_latency(make_manifest):
+    first = make_manifest(created="2025-01-01T00:00:00Z")
+    later = replace(
+        make_manifest(created="2026-06-06T12:00:00Z"),
+        boards=(replace(first.boards[0], tuned=Timing(median_ms=9.0, spread_ms=1.0, samples=3)),),
+    )
+    assert first.inputs_sha256 == later.inputs_sha256
+    assert first.digest() != later.digest()
+
+
+def test_inputs_digest_changes_with_any_input(make_manifest, make_inputs):
+    base = make_manifest().inputs_sha256
+    assert make_manifest(make_inputs(database_sha256="f" * 64)).inputs_sha256 != base
+    assert make_manifest(make_inputs(target={"kind": "llvm"})).inputs_sha256 != base
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda raw: raw.update(schema="other"), "not an edgetune.artifact manifest"),
+        (lambda raw: raw.update(schema_version=99), "schema_version 99 is not supported"),
+        (lambda raw: raw.update(extra=1), "unknown key(s) extra"),
+        (lambda raw: raw["inputs"].pop("model"), "$.inputs: missing key(s) model"),
+        (lambda raw: raw["tuning"].update(trials="many"), "$.tuning.trials: expected an integer"),
+        (lambda raw: raw["inputs"].update(model="other"), "inputs_sha256 does not match"),
+    ],
+)
+def test_invalid_manifests_are_rejected_precisely(make_manifest, edit, message):
+    raw = json.loads(make_manifest().to_bytes())
+    edit(raw)
+    with pytest.raises(ArtifactError) as err:
+        Manifest.from_bytes(json.dumps(raw).encode())
+    assert message in str(err.value)
+
+
+def test_timing_from_samples():
+    timing = Timing.from_samples_s([0.003, 0.001, 0.002])
+    assert timing == Timing(median_ms=2.0, spread_ms=2.0, samples=3)
+
+
+def test_npz_bytes_are_deterministic_and_loadable(tmp_path):
+    arrays = {"x": np.arange(6, dtype="float32").reshape(2, 3), "a": np.ones(2)}
+    first = npz_bytes(arrays)
+    assert first == npz_bytes(dict(reversed(list(arrays.items()))))
+    (tmp_path / "r.npz").write_bytes(first)
+    with np.load(tmp_path / "r.npz") as loaded:
+        np.testing.assert_array_equal(loaded["x"], arrays["x"])

@@ -1,0 +1,121 @@
+"""measure: every board of a class is reached through a real TVM tracker (on loopback)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from edgetune.artifact.measure import run_on_boards
+from edgetune.fleet.status import RpcEndpoint
+from edgetune.inventory.schema import Board, Measurement, SshSettings
+from edgetune.tune.models import entry_function
+from tvm.script import ir as I, relax as R
+
+KEY = "loopback-class"
+ADDRESSES = ("127.0.0.2", "127.0.0.3")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", *argv], stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _port_answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _wait(condition, message: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.2)
+
+
+def _registered(port: int) -> int:
+    from tvm import rpc
+
+    try:
+        summary = rpc.connect_tracker("127.0.0.1", port).summary()
+    except (RuntimeError, OSError):
+        return 0
+    return sum(1 for s in summary["server_info"] if s["key"] == f"server:{KEY}")
+
+
+@pytest.fixture(scope="module")
+def loopback_class(tmp_path_factory):
+    """A tracker and two rpc_servers (127.0.0.2, 127.0.0.3) registered under one key."""
+    logs = tmp_path_factory.mktemp("rpc")
+    port = _free_port()
+    procs = [_spawn(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)], logs / "tracker.log")]
+    _wait(lambda: _port_answers(port), "the tracker did not start")
+    for addr in ADDRESSES:
+        procs.append(
+            _spawn(
+                ["tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY, "--host", addr,
+                 "--custom-addr", addr, "--port", "9090", "--port-end", "9190"],  # fmt: skip
+                logs / f"server-{addr}.log",
+            )
+        )
+    try:
+        _wait(lambda: _registered(port) == len(ADDRESSES), "the rpc servers did not register")
+        boards = [
+            Board(name=f"b{i}", address=a, device_class=KEY, tracker="t", python=sys.executable,
+                  workdir=str(logs), ssh=SshSettings())  # fmt: skip
+            for i, a in enumerate(ADDRESSES)
+        ]
+        yield RpcEndpoint("127.0.0.1", port, KEY), boards
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+
+
+@I.ir_module
+class TwoOutputs:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32")):
+        with R.dataflow():
+            y = R.add(x, x)
+            z = R.multiply(x, x)
+            out = (y, z)
+            R.output(out)
+        return out
+
+
+def test_every_board_runs_and_times_the_library(loopback_class, tmp_path):
+    endpoint, boards = loopback_class
+    library = tmp_path / "lib.so"
+    relax.build(TwoOutputs, target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled").export_library(str(library))
+    x = np.arange(32, dtype="float32").reshape(4, 8)
+    extra = Board(name="offline", address="127.0.0.9", device_class=KEY, tracker="t", python="", workdir="", ssh=SshSettings())
+    result = run_on_boards(
+        endpoint, [*boards, extra], {"tuned": library}, entry_function(TwoOutputs), [x], Measurement(number=2, repeat=3, min_repeat_ms=1)
+    )
+    assert sorted(result.succeeded) == ["b0", "b1"]
+    assert "offline: not registered with the tracker" in result.failed["offline"]
+    for runs in result.succeeded.values():
+        run = runs["tuned"]
+        np.testing.assert_array_equal(run.outputs["output0"], x + x)
+        np.testing.assert_array_equal(run.outputs["output1"], x * x)
+        assert run.timing.samples == 3 and run.timing.median_ms > 0

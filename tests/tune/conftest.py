@@ -1,0 +1,124 @@
+"""Fixtures of the tuning tests: a loopback TVM tracker with rpc_servers the test can kill
+(for fault tests, which must not harm the shared `sim_fleet`), and a small ONNX model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+class Loopback:
+    """A tracker and rpc_servers on 127.0.0.1, each in its own process group."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.servers: dict[str, subprocess.Popen] = {}
+        self.tracker = self._spawn("tracker", ["tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                                               "--port", str(self.port), "--port-end", str(self.port + 1)])
+        _wait_port(self.port)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.directory / f"{name}.log", "w")
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def start_board(self, name: str, key: str) -> None:
+        self.servers[name] = self._spawn(name, [
+            "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
+            "--host", "127.0.0.1", "--custom-addr", "127.0.0.1"])
+
+    def wait_registered(self, count: int, timeout_s: float = 30.0) -> None:
+        from tvm import rpc
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(rpc.connect_tracker("127.0.0.1", self.port).summary()["server_info"]) >= count:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"fewer than {count} rpc_servers registered")
+
+    def kill_board(self, name: str) -> None:
+        _kill_group(self.servers.pop(name))
+
+    def close(self) -> None:
+        for process in [*self.servers.values(), self.tracker]:
+            _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+@pytest.fixture
+def loopback(tmp_path):
+    boards = Loopback(tmp_path)
+    try:
+        yield boards
+    finally:
+        boards.close()
+
+
+def write_conv_model(path: Path) -> Path:
+    """conv 3x3 (3->8) + relu + flatten + matmul (512->10): a real ONNX graph with weights."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.2, "w_conv"),
+        numpy_helper.from_array(rng.standard_normal(8).astype("float32") * 0.1, "b_conv"),
+        numpy_helper.from_array(rng.standard_normal((512, 10)).astype("float32") * 0.05, "w_fc"),
+        numpy_helper.from_array(np.array([1, 512], dtype="int64"), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w_conv", "b_conv"], ["conv"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("Reshape", ["relu", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w_fc"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_relu_matmul",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        initializer=weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def conv_model(path: Path, name: str = "convnet"):
+    from edgetune.inventory.schema import Model, ModelInput
+
+    return Model(name=name, inputs=(ModelInput("image", (1, 3, 16, 16)),), onnx=write_conv_model(path))

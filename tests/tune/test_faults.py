@@ -1,0 +1,95 @@
+"""Faults on a loopback fleet of the test's own (the shared sim_fleet must not be harmed):
+SIGKILL of `edgetune tune` mid-run then a resumed run, and a board dying mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
+from edgetune.tune.tuner import TuneOptions, tune_fleet
+
+from fleets import AVX512, make_fleet, mlp
+
+REPO = Path(__file__).resolve().parents[2]
+BUDGET = 32
+
+FLEET_YAML = """\
+version: 1
+name: faults
+workdir: work
+trackers:
+  - {{name: host, bind_host: 127.0.0.1, public_address: 127.0.0.1, port: {port}, port_end: {port_end}}}
+ssh: {{user: root, key: {dir}/id, known_hosts: {dir}/known_hosts}}
+device_classes:
+  - {{name: classa, profile: {repo}/device_profiles/x86-avx512.yaml}}
+boards:
+  - {{name: a1, address: 127.0.0.1, device_class: classa, tracker: host, python: {python}, workdir: /tmp/a1}}
+models:
+  - {{name: mlp, builtin: mlp, inputs: [{{name: x, shape: [1, 256], dtype: float32}}]}}
+tuning: {{trials_per_class: {budget}, trials_per_iter: 8, max_trials_per_task: 16}}
+artifacts: {{dir: artifacts, signing_key: work/k, public_key: work/k.pub}}
+"""
+
+
+def _records(paths: ClassDatabasePaths) -> int:
+    return len(read_trials(paths))
+
+
+def _wait_for_records(paths: ClassDatabasePaths, count: int, timeout_s: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _records(paths) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} records after {timeout_s} s"
+        time.sleep(0.5)
+
+
+def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
+    loopback.start_board("a1", "classa")  # the loader refuses two boards at one address
+    loopback.wait_registered(1)
+    (tmp_path / "id").write_text("")
+    (tmp_path / "id").chmod(0o600)
+    (tmp_path / "known_hosts").write_text("")
+    fleet_yaml = tmp_path / "fleet.yaml"
+    fleet_yaml.write_text(FLEET_YAML.format(port=loopback.port, port_end=loopback.port + 1, dir=tmp_path,
+                                            repo=REPO, python=sys.executable, budget=BUDGET))
+    paths = ClassDatabasePaths(tmp_path / "work" / "databases" / "classa")
+    command = [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml), "--json"]
+    run = subprocess.Popen(command, cwd=REPO, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_records(paths, 8)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    killed_at = _records(paths)
+    assert killed_at < BUDGET
+    with paths.tuning_record.open("a") as file:  # what a kill during a write leaves
+        file.write('[0, [[["GetSBlock", [], ["matmul"')
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:]
+    total = _records(paths)
+    assert total >= BUDGET and total - killed_at < BUDGET  # resumed, did not start over
+    assert len(open_database(paths)) == total
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert '"trials_run": 0' in again.stdout
+
+
+def test_board_dying_mid_run_does_not_stop_its_class(loopback, tmp_path):
+    for name in ("a1", "a2"):
+        loopback.start_board(name, "classa")
+    loopback.wait_registered(2)
+    fleet = make_fleet(tmp_path, loopback.port, {"classa": AVX512}, {"classa": 2}, (mlp(),), BUDGET, 8, 16)
+    paths = ClassDatabasePaths.of(tmp_path, "classa")
+    killer = threading.Thread(target=lambda: (_wait_for_records(paths, 8), loopback.kill_board("a1")))
+    killer.start()
+    result = tune_fleet(fleet, TuneOptions())
+    killer.join()
+    assert "a1" not in loopback.servers
+    assert result.ok, result.classes[0].error
+    assert result.classes[0].trials_run >= BUDGET
+    assert sum(t.latency_s is not None for t in read_trials(paths)[8:]) > 0  # a2 kept measuring

@@ -1,0 +1,107 @@
+"""Tuning for real on two device classes: one built-in model (mlp) and one ONNX model.
+
+Runs on the simulated fleet (`sim_fleet`) when this machine can make one, else on a loopback
+tracker with two rpc_servers per class. One module-scoped run serves every assertion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
+from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
+from edgetune.tune.models import entry_function, load_model, reference_inputs
+from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
+from edgetune.tune.target import build_target
+from edgetune.tune.tuner import TuneOptions, tune_fleet
+
+from conftest import Loopback, conv_model
+from fleets import AVX512, V2, make_fleet
+
+TRIALS_PER_CLASS = 48
+
+
+@pytest.fixture(scope="module")
+def tuned(request, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tune")
+    models = (Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"), conv_model(workdir / "conv.onnx"))
+    policy = TuningPolicy(TRIALS_PER_CLASS, {}, 8, 16, 600, {})
+    loopback = None
+    try:
+        fleet = request.getfixturevalue("sim_fleet")
+    except pytest.skip.Exception:
+        loopback = Loopback(workdir)
+        for name in ("a-1", "a-2", "b-1", "b-2"):
+            loopback.start_board(name, "class" + name[0])
+        loopback.wait_registered(4)
+        fleet = make_fleet(workdir, loopback.port, {"classa": AVX512, "classb": V2},
+                           {"classa": 2, "classb": 2}, models, TRIALS_PER_CLASS)
+    fleet = fleet.replace(workdir=workdir, models=models, tuning=policy)
+    try:
+        started = time.monotonic()
+        first = tune_fleet(fleet, TuneOptions(borrow=False))
+        first_s = time.monotonic() - started
+        second = tune_fleet(fleet, TuneOptions(borrow=False))
+        yield fleet, first, second, first_s
+    finally:
+        if loopback:
+            loopback.close()
+
+
+def test_every_class_spends_its_budget_on_its_own_boards(tuned):
+    fleet, first, _, first_s = tuned
+    assert first.ok, [c.error for c in first.classes]
+    print(f"first run: {first.trials_run} trials in {first_s:.0f} s")
+    for result in first.classes:
+        # MetaSchedule stops after the batch that reaches the budget (a batch may be short).
+        assert TRIALS_PER_CLASS <= result.trials_run < TRIALS_PER_CLASS + fleet.tuning.trials_per_iter
+        paths = ClassDatabasePaths.of(fleet.workdir, result.device_class)
+        trials = read_trials(paths)
+        assert len(trials) == result.trials_run
+        assert sum(t.latency_s is not None for t in trials) >= TRIALS_PER_CLASS // 2
+        assert len(open_database(paths)) == result.trials_run  # TVM loads it
+        target = json.loads(next(iter(paths.tuning_record.open())))[1][2]
+        assert target["mcpu"] == fleet.device_class(result.device_class).profile.target["mcpu"]
+
+
+def test_rerun_spends_zero_trials(tuned):
+    _, _, second, _ = tuned
+    assert second.ok and second.trials_run == 0
+
+
+def test_reports_are_written(tuned):
+    fleet, first, _, _ = tuned
+    for result in first.classes:
+        for path in result.summaries:
+            summary = json.loads(open(path).read())
+            assert summary["trials"] > 0 and summary["tasks_tuned"] == summary["tasks_total"]
+            assert summary["curve"] and summary["estimated_latency_s"] > 0
+            assert (fleet.workdir / "reports" / result.device_class / summary["model"] / "curve.png").exists()
+
+
+def test_tuned_build_is_faster_than_untuned(tuned):
+    fleet, first, _, _ = tuned
+    device_class = first.classes[0].device_class
+    target = build_target(fleet.device_class(device_class).profile)
+    database = open_database(ClassDatabasePaths.of(fleet.workdir, device_class))
+    model = fleet.models[0]
+    prepared = prepare(load_model(model), target)
+    assert count_tuned_tasks(prepared, database, target).complete
+    x = tvm.runtime.tensor(reference_inputs(model)["x"])
+    timings, outputs = {}, {}
+    for name, executable in (("untuned", build_untuned(prepared, target)),
+                             ("tuned", apply_database_and_build(prepared, database, target))):
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        outputs[name] = vm[entry_function(prepared)](x).numpy()
+        timer = vm.time_evaluator(entry_function(prepared), tvm.cpu(), number=20, repeat=5)
+        timings[name] = timer(x).median
+    print(f"{device_class} mlp: untuned {timings['untuned'] * 1e3:.3f} ms, tuned {timings['tuned'] * 1e3:.3f} ms")
+    np.testing.assert_allclose(outputs["tuned"], outputs["untuned"], rtol=1e-4, atol=1e-5)
+    assert timings["tuned"] < 0.7 * timings["untuned"]
