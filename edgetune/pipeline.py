@@ -59,6 +59,8 @@ def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
         result.failed_boards.update(fleet_up(fleet, progress).failed)
         progress("== tune")
         result.tuning = tune_fleet(fleet, TuneOptions())
+        for line in _tuning_lines(result.tuning):
+            progress(line)
         _ensure_signing_key(fleet, progress)
         progress("== build: artifacts, measured on the boards, signed")
         result.build = build_artifacts(fleet, progress=progress)
@@ -68,6 +70,15 @@ def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
         if simulated:
             sim_down(fleet, progress)
     return result
+
+
+def _tuning_lines(tuning: TuneResult) -> list[str]:
+    return [
+        f"{c.device_class}: {c.error}" if c.error else
+        f"{c.device_class}: {c.trials_run} trials this run ({c.done_before} of {c.budget} were already "
+        f"in the database), {c.tuning_time_s:.0f} s" + (f"; stopped: {c.stopped}" if c.stopped else "")
+        for c in tuning.classes
+    ]
 
 
 def _ensure_signing_key(fleet: Fleet, progress: Progress) -> None:

@@ -262,6 +262,9 @@ def _log_to_stderr() -> None:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         root.propagate = False  # TVM configures the root logger too: print once
+    # MetaSchedule sets its console handler to its logger's level and logs everything to the
+    # class's logs/ directory regardless: keep its per-batch tables off the console.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
 
 def _stages(fleet: Fleet, names: list[str], borrow: bool) -> list[list[str]]:
