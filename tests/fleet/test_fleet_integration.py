@@ -28,6 +28,8 @@ from edgetune.fleet.process import wait_until
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, known_hosts_name
 from edgetune.fleet.state import load_fleet_state, read_state, state_path
+
+from sim_checks import leftovers
 from edgetune.fleet.tracker import query_tracker
 from edgetune.inventory import load_fleet
 
@@ -160,18 +162,6 @@ def test_unknown_host_key_is_refused_until_trusted(sim_fleet):
         BoardSession(board).run("true")
     assert trust_board(sim_fleet, "fast-1").startswith("SHA256:")
     assert BoardSession(board).run("echo ok").stdout == "ok\n"
-
-
-def leftovers(fleet) -> list[str]:
-    found = []
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    for sim in plan_sim(fleet):
-        found += [sim.netns] if sim.netns in names else []
-        found += [sim.veth] if sim.veth in links else []
-        found += [sim.cgroup] if cgroups.cgroup_dir(sim.cgroup).exists() else []
-    found += [fleet.sim.bridge] if f" {fleet.sim.bridge}:" in links else []
-    return found
 
 
 def alive(pid: int) -> bool:
