@@ -10,6 +10,7 @@ from them: it seeds its population with the best records of the database
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, open_database
+
+log = logging.getLogger(__name__)
 
 FAILED_RUN_SECS = [1e10]
 
@@ -72,11 +75,13 @@ def _replay(mod: tvm.IRModule, trace: tvm.s_tir.schedule.Trace) -> tvm.s_tir.Sch
 
 
 def _measure(schedules, target, builder, runner) -> list[list[float]]:
+    """Build the schedules on the host and run them on the class's boards; a schedule that
+    fails to build or run gets FAILED_RUN_SECS (and its error is logged)."""
     built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
     inputs = [
         ms.runner.RunnerInput(
             result.artifact_path,
-            device_type=target.kind.name,
+            device_type=_device_type(target),
             args_info=ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
         )
         for sch, result in zip(schedules, built)
@@ -86,8 +91,16 @@ def _measure(schedules, target, builder, runner) -> list[list[float]]:
     run_secs = []
     for result in built:
         measured = next(futures).result() if result.error_msg is None else None
-        secs = measured.run_secs if measured is not None and measured.error_msg is None else None
-        run_secs.append([float(s) for s in secs] if secs else FAILED_RUN_SECS)
+        error = result.error_msg or measured.error_msg
+        if error:
+            log.warning("a borrowed schedule failed here: %s", error.strip().splitlines()[-1])
+        run_secs.append(FAILED_RUN_SECS if error else [float(s) for s in measured.run_secs])
         if result.artifact_path:
             shutil.rmtree(Path(result.artifact_path).parent, ignore_errors=True)
     return run_secs
+
+
+def _device_type(target: tvm.target.Target) -> str:
+    """The device the runner opens on the board ("cpu" for llvm); TVM's runtime does not
+    accept the target kind's name ("llvm") as a device any more."""
+    return tvm.runtime.device(target.get_target_device_type()).type

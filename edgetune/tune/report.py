@@ -41,7 +41,7 @@ class RunInfo:
     device_class: str
     target: dict
     database_dir: str
-    borrowed_from: str | None
+    borrowed_from: str | None  # the class whose schedules this run borrowed, if it borrowed any
     trials_this_run: int
     tuning_time_s: float
     stopped: str | None  # why the run stopped early (time limit, no boards), or None
@@ -138,7 +138,7 @@ def write_model_report(
         "curve": [[p.trials, p.latency_s] for p in curve],
         "knee": {"trials": knee_point.trials, "latency_s": knee_point.latency_s} if knee_point else None,
         "trials_to_within_10pct": trials_to_within(curve),
-        "borrowed_from": run.borrowed_from,
+        "borrowed_from": run.borrowed_from or previous.get("borrowed_from"),  # kept by later runs
         "stopped": run.stopped,
     }
     _write_atomic(summary_path, json.dumps(summary, indent=2, sort_keys=True))

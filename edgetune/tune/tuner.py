@@ -161,7 +161,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                 fleet, plan, tasks, database, target, builder, runner, paths, options, borrowed
             )
     summaries = _write_reports(fleet, device_class, plan, tasks, paths, spent + borrowed,
-                               time.monotonic() - started, stopped, options)
+                               time.monotonic() - started, stopped, plan.borrow_from if borrowed else None)
     return ClassResult(
         device_class, plan.budget, plan.done, spent + borrowed, borrowed,
         time.monotonic() - started, summaries, stopped=stopped,
@@ -235,13 +235,13 @@ def _search(fleet, plan: ClassPlan, tasks: ClassTasks, database, target, builder
     return state.trials - before, state.stopped
 
 
-def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, options):
+def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from):
     trials = read_trials(paths)
     run = RunInfo(
         device_class=device_class,
         target=dict(plan.target),
         database_dir=str(paths.directory),
-        borrowed_from=plan.borrow_from if options.borrow else None,
+        borrowed_from=borrowed_from,
         trials_this_run=trials_run,
         tuning_time_s=elapsed,
         stopped=stopped,
