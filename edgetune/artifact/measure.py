@@ -14,6 +14,7 @@ then time `invoke_stateful` with the profile's measurement settings.
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import struct
@@ -139,7 +140,13 @@ def board_sessions(
         for board in by_address.values():
             if board.name not in sessions:
                 failed[board.name] = f"{board.name}: busy for more than {wait_s:g} s (another job holds it); retry later"
-        yield sessions, failed
+        try:
+            yield sessions, failed
+        finally:
+            # An RPCSession has no close(): its connection ends, and the board goes back to the
+            # tracker's free list, only when the object is freed. Free it now, not at some later GC.
+            sessions.clear()
+            gc.collect()
 
 
 class _TrackerConnection:

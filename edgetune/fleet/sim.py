@@ -158,8 +158,12 @@ def _link_owner(ifname: str) -> str | None:
     path = Path("/sys/class/net") / ifname
     if not path.exists():
         return None
-    alias = path / "ifalias"
-    return alias.read_text().strip() if alias.exists() else ""
+    try:
+        return (path / "ifalias").read_text().strip()
+    except FileNotFoundError:
+        return ""
+    except OSError:  # ENODEV: the kernel is still removing it (a veth right after `ip netns del`)
+        return None
 
 
 def _check_collisions(fleet: Fleet, plan: tuple[SimBoard, ...]) -> None:

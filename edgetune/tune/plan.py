@@ -115,7 +115,7 @@ def plan_class(
     shares = model_budgets(policy, device_class, fleet.models)
     budget = sum(shares[m.name] for m in models)
     ordered = order_tasks(tasks, done)
-    already = [min(done.get(t.workload_hash, 0), cap) for t in ordered]
+    already = [done.get(t.workload_hash, 0) for t in ordered]  # every trial spent counts, even past the cap
     remaining = max(budget - sum(already), 0)
     planned = spread_rounds(already, remaining, policy.trials_per_iter, cap)
     task_plans = tuple(

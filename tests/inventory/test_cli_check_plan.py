@@ -34,7 +34,7 @@ def test_plan_json_lists_boards_and_budgets_per_class():
     assert by_class["gateway-v2"]["boards"] == ["gw-b1", "gw-b2"]
     assert by_class["gateway-v2"]["borrows_from"] == "gateway-avx512"
     budgets = {b["model"]: b["trials"] for b in by_class["gateway-avx512"]["budgets"]}
-    assert budgets == {"mlp": 32, "mobilenet-mini": 96}
+    assert budgets == {"mlp": 48, "mobilenet-mini": 144}
 
 
 def test_invalid_inventory_exits_2_without_traceback(tmp_path):
