@@ -1,0 +1,463 @@
+"""Shared pieces of the bench scripts: a locked simulated fleet of their own, the ONNX models
+they tune, onnxruntime timed on a board over SSH, and host CPU accounting.
+
+Every bench uses the bridge `etune-bench`, subnet 10.231.30.0/24 and tracker ports 9490-9499,
+distinct from the default fleet (etune-br0, 10.231.7.0/24, 9190) and from the test slots
+(etune-tN, 10.231.9+N.0/24, 9290+10N). Only one bench runs at a time on a machine: they hold
+/tmp/edgetune-bench.lock while their fleet exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import resource
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BRIDGE = "etune-bench"
+SUBNET = "10.231.30"
+TRACKER_PORT = 9490
+LOCK_FILE = Path("/tmp/edgetune-bench.lock")
+PROFILE_AVX512 = REPO / "device_profiles" / "x86-avx512.yaml"
+
+ONNX_CNN_INPUT = ("x", (1, 16, 32, 32))
+MOBILENET_MINI_INPUT = ("image", (1, 3, 64, 64))
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------- process and machine state
+
+
+def terminate_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that `finally` blocks tear the fleet down."""
+
+    def handler(signum, _frame):
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def quiet_xgboost_save_warning() -> None:
+    """The tuner's class processes print XGBoost's 'Saving model in the UBJSON format' warning
+    after every batch; silence that one (spawned processes inherit the environment)."""
+    entry = "ignore::UserWarning:tvm.s_tir.meta_schedule.cost_model.xgb_model"
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), entry]))
+
+
+@contextlib.contextmanager
+def bench_lock() -> Iterator[None]:
+    """Hold the machine-wide bench lock; refuse to start over a bridge left by a killed run."""
+    handle = open(LOCK_FILE, "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        sys.exit(f"another bench holds {LOCK_FILE} (its fleet uses {BRIDGE}); wait for it to finish")
+    try:
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            sys.exit(
+                f"interface {BRIDGE} exists but no bench is running: a killed bench left its fleet. "
+                f"Remove it with `.venv/bin/python -m edgetune sim down -f WORKDIR/fleet.yaml` "
+                "(WORKDIR is printed at the start of every bench run)"
+            )
+        yield
+    finally:
+        handle.close()
+
+
+def make_workdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"edgetune-{prefix}-"))
+
+
+def remove_workdir(workdir: Path, keep: bool) -> None:
+    if keep:
+        say(f"workdir kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def machine_facts() -> str:
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return f"{os.cpu_count()} cores ({cpu}), load average {' '.join(load)} at start"
+
+
+def load_now() -> str:
+    return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3]) + " at the end"
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """Machine-wide busy CPU seconds (/proc/stat), and CPU seconds of this process plus its
+    reaped children (the tuner's class process and whatever it reaped in turn)."""
+
+    wall: float
+    machine_busy_s: float
+    ours_s: float
+
+    @classmethod
+    def now(cls) -> "CpuSnapshot":
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        ticks = os.sysconf("SC_CLK_TCK")
+        idle = fields[3] + fields[4]  # idle + iowait
+        busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+        ours = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+        return cls(time.monotonic(), busy / ticks, ours)
+
+
+# ---------------------------------------------------------------- the simulated fleet
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    name: str
+    device_class: str
+    cpu_quota: float
+    host: int  # last octet of its address
+
+
+def write_fleet_yaml(
+    workdir: Path,
+    name: str,
+    classes: dict[str, Path],
+    boards: Sequence[BoardSpec],
+    models: list[dict],
+    tuning: dict,
+) -> Path:
+    """A fleet.yaml for the bench's own simulated fleet in `workdir`."""
+    fleet = {
+        "version": 1,
+        "name": name,
+        "workdir": "work",
+        "sim": {"bridge": BRIDGE, "host_address": f"{SUBNET}.1/24"},
+        "trackers": [
+            {"name": "host", "bind_host": f"{SUBNET}.1", "public_address": f"{SUBNET}.1",
+             "port": TRACKER_PORT, "port_end": TRACKER_PORT + 9}
+        ],
+        "ssh": {"user": "root", "key": "work/sim/id_ed25519", "known_hosts": "work/known_hosts",
+                "connect_timeout_s": 5, "command_timeout_s": 300},
+        "device_classes": [{"name": c, "profile": str(p)} for c, p in classes.items()],
+        "boards": [
+            {"name": b.name, "address": f"{SUBNET}.{b.host}", "device_class": b.device_class,
+             "python": os.path.abspath(sys.executable), "workdir": f"work/boards/{b.name}",
+             "simulated": {"cpu_quota": b.cpu_quota}}
+            for b in boards
+        ],
+        "models": models,
+        "tuning": tuning,
+        "artifacts": {"dir": "artifacts", "signing_key": "work/keys/signing.key",
+                      "public_key": "work/keys/signing.pub"},
+    }
+    path = workdir / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def running_fleet(fleet) -> Iterator[None]:
+    """sim up + fleet up through the library; fleet down + sim down whatever happens."""
+    from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
+
+    quiet = lambda _line: None  # noqa: E731
+    try:
+        say(f"sim up + fleet up: {len(fleet.boards)} simulated boards on {BRIDGE}")
+        simulated = sim_up(fleet, quiet)
+        if not simulated.ok:
+            raise SystemExit(f"sim up failed: {simulated.failed}")
+        online = fleet_up(fleet, quiet)
+        if not online.ok:
+            raise SystemExit(f"fleet up failed: {online.failed}")
+        say("fleet online: " + ", ".join(f"{b.name} ({b.device_class}, quota {b.simulated.cpu_quota:g})"
+                                          for b in fleet.boards))
+        yield
+    finally:
+        say("fleet down + sim down")
+        try:
+            fleet_down(fleet, quiet)
+        finally:
+            down = sim_down(fleet, quiet)
+            if not down.ok:
+                # sim_down can race the kernel's asynchronous removal of a veth after
+                # `ip netns del` (ENODEV reading its ifalias) and then skips the board's cgroup;
+                # it is idempotent, so a second pass removes what is left.
+                say(f"sim down failed for {sorted(down.failed)} ({'; '.join(down.failed.values())}); retrying once")
+                time.sleep(1.0)
+                down = sim_down(fleet, quiet)
+                if not down.ok:
+                    say(f"WARNING: sim down left something: {down.failed}")
+
+
+def cgroup_throttling(fleet) -> dict[str, tuple[int, int, float]]:
+    """Per simulated board: (periods, throttled periods, throttled seconds) of its cgroup."""
+    from edgetune.fleet import cgroups
+    from edgetune.fleet.sim import plan_sim
+
+    out = {}
+    for sim in plan_sim(fleet):
+        stat = cgroups.cgroup_dir(sim.cgroup) / "cpu.stat"
+        if not stat.exists():
+            continue
+        values = dict(line.split() for line in stat.read_text().splitlines() if line.strip())
+        if "throttled_time" in values:  # cgroup v1: nanoseconds
+            throttled = int(values["throttled_time"]) / 1e9
+        else:  # cgroup v2: microseconds
+            throttled = int(values.get("throttled_usec", 0)) / 1e6
+        out[sim.board.name] = (int(values.get("nr_periods", 0)), int(values.get("nr_throttled", 0)), throttled)
+    return out
+
+
+class RecordWatcher:
+    """Polls a tuning-record file from a thread: (time, records) at every change, so that the
+    rate of the later rounds can be told apart from start-up and the first round (MetaSchedule's
+    gradient scheduler writes the first batch of every task together, when all are measured)."""
+
+    def __init__(self, path: Path, interval_s: float = 0.25):
+        self.path, self.interval_s = path, interval_s
+        self.points: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "RecordWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        try:
+            count = self.path.read_bytes().count(b"\n")
+        except FileNotFoundError:
+            count = 0
+        if count and (not self.points or self.points[-1][1] != count):
+            self.points.append((time.monotonic(), count))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def steady_rate_per_min(self) -> float | None:
+        """Records per minute from the first records written to the last (None: < 2 writes)."""
+        if len(self.points) < 2:
+            return None
+        (t0, n0), (t1, n1) = self.points[0], self.points[-1]
+        return (n1 - n0) / (t1 - t0) * 60.0 if t1 > t0 else None
+
+    def first_record_after(self, start: float) -> float | None:
+        return self.points[0][0] - start if self.points else None
+
+
+# ---------------------------------------------------------------- models
+
+
+def make_cnn_onnx(path: Path, seed: int = 7) -> Path:
+    """conv3x3 16->32 @32x32 + relu, depthwise 3x3 + relu, pointwise 32->64 + relu, global
+    average pool, matmul 64->10 + bias; fixed-seed weights; opset 17."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, shape: tuple[int, ...], fan_in: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * math.sqrt(2.0 / fan_in)).astype(np.float32), name)
+
+    def bias(name: str, size: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(size) * 0.05).astype(np.float32), name)
+
+    inits = [
+        weight("w1", (32, 16, 3, 3), 16 * 9), bias("b1", 32),
+        weight("w2", (32, 1, 3, 3), 9), bias("b2", 32),
+        weight("w3", (64, 32, 1, 1), 32), bias("b3", 64),
+        weight("w4", (64, 10), 64), bias("b4", 10),
+    ]  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=32),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("GlobalAveragePool", ["r3"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"], axis=1),
+        helper.make_node("MatMul", ["f", "w4"], ["m"]),
+        helper.make_node("Add", ["m", "b4"], ["y"]),
+    ]
+    name, shape = ONNX_CNN_INPUT
+    graph = helper.make_graph(
+        nodes, "bench-cnn",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        initializer=inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgetune-bench")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def make_mobilenet_mini_onnx(path: Path, model) -> Path:
+    """The built-in `mobilenet-mini` written as ONNX with the very weights edgetune binds
+    (same nn.Module, same export order, same seed), for onnxruntime. The caller checks its
+    outputs against edgetune's reference for the built-in before trusting any timing."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend import nn
+
+    from edgetune.tune.models import builtin
+
+    inp = model.inputs[0]
+    module = builtin.BUILDERS["mobilenet-mini"](inp)
+    module.to(inp.dtype)
+    _mod, params = module.export_tvm(spec={"forward": {"x": nn.spec.Tensor(list(inp.shape), inp.dtype)}})
+    rng = np.random.default_rng(builtin.WEIGHT_SEED)
+    weights = {name: builtin._initial_weight(rng, name, param) for name, param in params}  # same order as load_builtin
+
+    inits = [numpy_helper.from_array(array, name) for name, array in weights.items()]
+    nodes: list = []
+
+    def conv(x: str, prefix: str, out: str, stride: int, pad: int, group: int = 1) -> str:
+        k = weights[f"{prefix}.weight"].shape[-1]
+        nodes.append(helper.make_node("Conv", [x, f"{prefix}.weight", f"{prefix}.bias"], [out], kernel_shape=[k, k],
+                                      strides=[stride, stride], pads=[pad] * 4, group=group))  # fmt: skip
+        return out
+
+    def relu6(x: str, out: str) -> str:
+        nodes.append(helper.make_node("Clip", [x, "zero", "six"], [out]))
+        return out
+
+    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+              numpy_helper.from_array(np.array(6.0, np.float32), "six")]  # fmt: skip
+    x = relu6(conv(inp.name, "stem", "stem_c", 2, 1), "stem_r")
+    for i, stride in ((1, 1), (2, 2), (3, 1)):
+        channels = weights[f"block{i}.depthwise.weight"].shape[0]
+        x = relu6(conv(x, f"block{i}.depthwise", f"b{i}_dc", stride, 1, group=channels), f"b{i}_dr")
+        x = relu6(conv(x, f"block{i}.pointwise", f"b{i}_pc", 1, 0), f"b{i}_pr")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"]))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
+    nodes.append(helper.make_node("Gemm", ["flat", "classifier.weight", "classifier.bias"], ["logits"], transB=1))
+    classes = weights["classifier.weight"].shape[0]
+    graph = helper.make_graph(
+        nodes, "mobilenet-mini-mirror",
+        [helper.make_tensor_value_info(inp.name, TensorProto.FLOAT, list(inp.shape))],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [inp.shape[0], classes])],
+        initializer=inits,
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgetune-bench")
+    proto.ir_version = 8
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
+    return path
+
+
+def run_onnx_on_host(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+# ---------------------------------------------------------------- onnxruntime on a board
+
+_ORT_SCRIPT = r"""
+import json, math, sys, time
+import numpy as np
+import onnxruntime as ort
+
+model, inputs_path, threads, repeats, min_repeat_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+options = ort.SessionOptions()
+options.intra_op_num_threads = threads
+options.inter_op_num_threads = 1
+options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+with np.load(inputs_path) as data:
+    feed = {name: data[name] for name in data.files}
+outputs = session.run(None, feed)
+start = time.perf_counter()
+while time.perf_counter() - start < 0.2:  # warm-up, like TVM's first (discarded) call and more
+    session.run(None, feed)
+t0 = time.perf_counter(); session.run(None, feed); one = time.perf_counter() - t0
+number = max(1, math.ceil(min_repeat_ms / 1e3 / max(one, 1e-9)))
+samples = []
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    for _ in range(number):
+        session.run(None, feed)
+    samples.append((time.perf_counter() - t0) / number)
+print(json.dumps({"samples_s": samples, "number": number, "threads": threads, "ort": ort.__version__,
+                  "outputs": [o.tolist() for o in outputs]}))
+"""
+
+
+@dataclass(frozen=True)
+class OrtTiming:
+    samples_s: list[float]
+    number: int
+    version: str
+    outputs: list[np.ndarray]
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_s)) * 1e3
+
+
+def stage_ort_files(board, model_path: Path, inputs: dict[str, np.ndarray], tag: str) -> tuple[str, str]:
+    """Upload the ONNX model and the input (.npz) to the board's workdir over SFTP."""
+    from edgetune.fleet.ssh import BoardSession
+
+    local_npz = model_path.with_suffix(f".{tag}.input.npz")
+    np.savez(local_npz, **inputs)
+    remote_model = f"{board.workdir}/bench-{tag}.onnx"
+    remote_npz = f"{board.workdir}/bench-{tag}.input.npz"
+    with BoardSession(board) as ssh:
+        ssh.run(f"mkdir -p {shlex.quote(board.workdir)}")
+        sftp = ssh.connect().open_sftp()
+        try:
+            sftp.put(str(model_path), remote_model)
+            sftp.put(str(local_npz), remote_npz)
+        finally:
+            sftp.close()
+    return remote_model, remote_npz
+
+
+def time_ort_on_board(board, remote_model: str, remote_npz: str, threads: int, repeats: int,
+                      min_repeat_ms: float) -> OrtTiming:
+    """onnxruntime on the board: a python process started over SSH, so inside the board's
+    network namespace and CPU cgroup, as TVM's rpc_server is."""
+    from edgetune.fleet.ssh import BoardSession
+
+    command = (
+        f"cd {shlex.quote(board.workdir)} && OMP_NUM_THREADS={threads} {shlex.quote(board.python)} -c "
+        f"{shlex.quote(_ORT_SCRIPT)} {shlex.quote(remote_model)} {shlex.quote(remote_npz)} "
+        f"{threads} {repeats} {min_repeat_ms:g}"
+    )
+    with BoardSession(board) as ssh:
+        result = ssh.run(command)
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    return OrtTiming(data["samples_s"], data["number"], data["ort"], [np.array(o, np.float32) for o in data["outputs"]])
