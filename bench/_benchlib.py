@@ -95,6 +95,22 @@ def remove_workdir(workdir: Path, keep: bool) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def bench_main(prefix: str, args, run) -> None:
+    """What every bench does around its `run(args, workdir)`: one bench at a time, a fresh
+    workdir (kept with --keep-workdir), SIGTERM through the same clean-up path."""
+    terminate_on_sigterm()
+    quiet_xgboost_save_warning()
+    started = time.monotonic()
+    with bench_lock():
+        workdir = make_workdir(prefix)
+        say(f"workdir {workdir}")
+        try:
+            run(args, workdir)
+        finally:
+            remove_workdir(workdir, args.keep_workdir)
+    say(f"bench finished in {time.monotonic() - started:.0f} s")
+
+
 def machine_facts() -> str:
     cpu = "?"
     for line in Path("/proc/cpuinfo").read_text().splitlines():

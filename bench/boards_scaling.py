@@ -27,22 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _benchlib import (
+    bench_main,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
     BoardSpec,
     CpuSnapshot,
     RecordWatcher,
-    bench_lock,
     load_now,
-    quiet_xgboost_save_warning,
     cgroup_throttling,
     machine_facts,
     make_cnn_onnx,
-    make_workdir,
-    remove_workdir,
     running_fleet,
     say,
-    terminate_on_sigterm,
     write_fleet_yaml,
 )
 
@@ -81,18 +77,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    args = parse_args()
-    terminate_on_sigterm()
-    quiet_xgboost_save_warning()
-    started = time.monotonic()
-    with bench_lock():
-        workdir = make_workdir("bench-scale")
-        say(f"workdir {workdir}")
-        try:
-            run(args, workdir)
-        finally:
-            remove_workdir(workdir, args.keep_workdir)
-    say(f"bench finished in {time.monotonic() - started:.0f} s")
+    bench_main("bench-scale", parse_args(), run)
 
 
 def run(args: argparse.Namespace, workdir: Path) -> None:

@@ -33,23 +33,19 @@ from pathlib import Path
 import numpy as np
 
 from _benchlib import (
+    bench_main,
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
     BoardSpec,
-    bench_lock,
     load_now,
-    quiet_xgboost_save_warning,
     machine_facts,
     make_cnn_onnx,
     make_mobilenet_mini_onnx,
-    make_workdir,
-    remove_workdir,
     run_onnx_on_host,
     running_fleet,
     say,
     stage_ort_files,
-    terminate_on_sigterm,
     time_ort_on_board,
     write_fleet_yaml,
 )
@@ -91,18 +87,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    args = parse_args()
-    terminate_on_sigterm()
-    quiet_xgboost_save_warning()
-    started = time.monotonic()
-    with bench_lock():
-        workdir = make_workdir("bench-tvo")
-        say(f"workdir {workdir}")
-        try:
-            run(args, workdir)
-        finally:
-            remove_workdir(workdir, args.keep_workdir)
-    say(f"bench finished in {time.monotonic() - started:.0f} s")
+    bench_main("bench-tvo", parse_args(), run)
 
 
 def run(args: argparse.Namespace, workdir: Path) -> None:

@@ -22,7 +22,6 @@ from tvm import rpc, te
 
 from edgetune.cli import main
 from edgetune.fleet import fleet_down, fleet_status, fleet_up, rpc_endpoint, sim_down, sim_up, trust_board
-from edgetune.fleet import cgroups
 from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
 from edgetune.fleet.process import wait_until
 from edgetune.fleet.sim import plan_sim

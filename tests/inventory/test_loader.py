@@ -3,7 +3,6 @@ and profiles each fail with the file, the YAML path and what is allowed."""
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 

@@ -6,7 +6,6 @@ tracker with two rpc_servers per class. One module-scoped run serves every asser
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
