@@ -331,18 +331,13 @@ def make_cnn_onnx(path: Path, seed: int = 7) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
         initializer=inits,
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgetune-bench")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    return save_onnx(graph, path)
 
 
 def make_mobilenet_mini_onnx(path: Path, model) -> Path:
     """The built-in `mobilenet-mini` written as ONNX with the very weights edgetune binds
     (same nn.Module, same export order, same seed), for onnxruntime. The caller checks its
     outputs against edgetune's reference for the built-in before trusting any timing."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     from tvm.relax.frontend import nn
 
@@ -385,11 +380,7 @@ def make_mobilenet_mini_onnx(path: Path, model) -> Path:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [inp.shape[0], classes])],
         initializer=inits,
     )  # fmt: skip
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgetune-bench")
-    proto.ir_version = 8
-    onnx.checker.check_model(proto)
-    onnx.save(proto, str(path))
-    return path
+    return save_onnx(graph, path)
 
 
 def run_onnx_on_host(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -477,3 +468,15 @@ def time_ort_on_board(board, remote_model: str, remote_npz: str, threads: int, r
         result = ssh.run(command)
     data = json.loads(result.stdout.strip().splitlines()[-1])
     return OrtTiming(data["samples_s"], data["number"], data["ort"], [np.array(o, np.float32) for o in data["outputs"]])
+
+
+def save_onnx(graph, path: Path) -> Path:
+    """An opset-17 model of `graph`, checked and saved at `path`."""
+    import onnx
+    from onnx import helper
+
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgetune-bench")
+    proto.ir_version = 8
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
+    return path
