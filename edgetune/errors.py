@@ -29,3 +29,9 @@ class ArtifactError(EdgetuneError):
     """An artifact could not be built, signed, stored or verified."""
 
     exit_code = 5
+
+
+class DeployError(EdgetuneError):
+    """An artifact could not be served, downloaded, installed or rolled out."""
+
+    exit_code = 6

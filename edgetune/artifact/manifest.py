@@ -121,6 +121,15 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class Entry:
+    """How to call the library: the Relax VM function and its inputs in call order
+    (the names of `reference_input.npz`)."""
+
+    function: str
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     schema: str
     schema_version: int
@@ -128,6 +137,7 @@ class Manifest:
     created: str  # ISO 8601, UTC
     inputs: BuildInputs
     inputs_sha256: str
+    entry: Entry
     files: tuple[FileEntry, ...]
     tuning: TuningStats
     record_hits: RecordHits

@@ -18,14 +18,18 @@ from edgetune.cli import (
     fleet_cmd,
     keys_cmd,
     plan_cmd,
+    serve_cmd,
     sim_cmd,
     tune_cmd,
     tune_fleet_cmd,
     verify_cmd,
 )
 
-# In the order of the flow: inventory, machines, tuning, artifacts, the whole job.
-VERBS = (check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd)
+# In the order of the flow: inventory, machines, tuning, artifacts, the whole job, delivery.
+VERBS = (
+    check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
+    serve_cmd,
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,7 +41,7 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
             {"name": t.name, "bind_host": t.bind_host, "public_address": t.public_address, "port": t.port, "port_end": t.port_end}
             for t in fleet.trackers
         ],
-        "device_classes": [{"name": c.name, "profile": str(c.profile.path)} for c in fleet.device_classes],
+        "device_classes": [{"name": c.name, "profile": str(c.profile.path), "pin": dict(c.pin)} for c in fleet.device_classes],
         "boards": [_board(b) for b in fleet.boards],
         "models": [_model(m) for m in fleet.models],
         "tuning": {
@@ -60,6 +60,9 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
     }
     if fleet.sim is not None:
         data["sim"] = {"bridge": fleet.sim.bridge, "host_address": fleet.sim.host_address}
+    if fleet.deploy is not None:
+        d = fleet.deploy
+        data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases}
     return data
 
 
@@ -86,6 +89,8 @@ def _board(board: Board) -> dict[str, Any]:
         "workdir": board.workdir,
         "ssh": _ssh(board.ssh),
         "threads": board.threads,
+        "pin": dict(board.pin),
+        "token_env": board.token_env,
     }
     if board.simulated is not None:
         data["simulated"] = {"cpu_quota": board.simulated.cpu_quota}

@@ -25,6 +25,7 @@ from edgetune.inventory.schema import (
     ArtifactSettings,
     Board,
     DeviceClass,
+    DeploySettings,
     DeviceProfile,
     Fleet,
     Measurement,
@@ -41,7 +42,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 _SECRET_KEYS = ("password", "passphrase", "secret")
 
-FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts")
+FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts", "deploy")
+BOARD_KEYS = ("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated", "pin", "token_env")
+DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
+MAX_KEEP_RELEASES = 100
 SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
 MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "enable_cpu_cache_flush")
@@ -54,24 +58,28 @@ def load_fleet(path: str | Path) -> Fleet:
     check_version(root, SCHEMA_VERSION)
     root.mapping(FLEET_KEYS)
     base = path.parent
+    workdir = _path(root.child("workdir", ".edgetune"), base)
     sim = _sim_settings(root.child("sim", None))
     trackers = _trackers(root.child("trackers"))
     ssh = _ssh(root.child("ssh", {}), base, SshSettings())
     classes = _device_classes(root.child("device_classes"), base)
     boards = _boards(root.child("boards"), base, ssh, classes, trackers, sim)
+    models = _models(root.child("models"), base)
     fleet = Fleet(
         path=path,
         name=_name(root, "name"),
-        workdir=_path(root.child("workdir", ".edgetune"), base),
+        workdir=workdir,
         trackers=trackers,
         device_classes=classes,
         boards=boards,
-        models=_models(root.child("models"), base),
+        models=models,
         tuning=_tuning(root.child("tuning"), classes),
         artifacts=_artifacts(root.child("artifacts"), base),
         sim=sim,
+        deploy=_deploy(root.child("deploy", None), base, workdir),
     )
     _check_keys(root, fleet)
+    _check_pins(root, fleet)
     return fleet
 
 
@@ -150,9 +158,7 @@ def _ssh(node: Node, base: Path, defaults: SshSettings) -> SshSettings:
     node.mapping(SSH_KEYS)
     key = node.child("key", None)
     known_hosts = node.child("known_hosts", None)
-    passphrase_env = node.get("passphrase_env", str, defaults.passphrase_env)
-    if passphrase_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", passphrase_env):
-        raise node.child("passphrase_env").error(f"'{passphrase_env}' is not an environment variable name")
+    passphrase_env = _env_name(node, "passphrase_env", defaults.passphrase_env)
     return SshSettings(
         user=node.get("user", str, defaults.user),
         port=_port(node, "port", default=defaults.port),
@@ -172,12 +178,12 @@ def _device_classes(node: Node, base: Path) -> tuple[DeviceClass, ...]:
     check_unique(items, "name", "device class")
     classes = []
     for item in items:
-        item.mapping(("name", "profile"))
+        item.mapping(("name", "profile", "pin"))
         profile_node = item.child("profile")
         profile_path = _path(profile_node, base)
         if not profile_path.is_file():
             raise profile_node.error(f"profile file '{profile_node.value}' does not exist (looked for {profile_path})")
-        classes.append(DeviceClass(name=_name(item, "name"), profile=load_profile(profile_path)))
+        classes.append(DeviceClass(name=_name(item, "name"), profile=load_profile(profile_path), pin=_pin(item.child("pin", {}))))
     return tuple(classes)
 
 
@@ -198,7 +204,7 @@ def _boards(
     tracker_names = [t.name for t in trackers]
     boards = []
     for item in items:
-        item.mapping(("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated"))
+        item.mapping(BOARD_KEYS)
         device_class = item.get("device_class", str)
         if device_class not in class_names:
             raise item.child("device_class").error(
@@ -215,6 +221,8 @@ def _boards(
             ssh=_ssh(item.child("ssh", {}), base, ssh),
             threads=item.positive("threads", int, None),
             simulated=simulated,
+            pin=_pin(item.child("pin", {})),
+            token_env=_env_name(item, "token_env"),
         )
         boards.append(board)
     return tuple(boards)
@@ -369,6 +377,64 @@ def _artifacts(node: Node, base: Path) -> ArtifactSettings:
             f"the private signing key must live outside the artifacts directory ({directory}), which is published"
         )
     return ArtifactSettings(dir=directory, signing_key=signing_key, public_key=_path(node.child("public_key"), base))
+
+
+def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
+    if node.value is None:
+        return None
+    node.mapping(DEPLOY_KEYS)
+    bind = node.get("bind", str)
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise node.child("bind").error(f"'{bind}' is not ADDRESS:PORT, e.g. 10.231.7.1:8470")
+    _address(Node({"bind": host}, node.file, node.path), "bind")
+    url = node.get("url", str)
+    if not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(:[0-9]{1,5})?/?", url):
+        raise node.child("url").error(f"'{url}' is not a server URL boards can reach, e.g. http://10.231.7.1:8470")
+    tokens_dir = node.child("tokens_dir", None)
+    keep = node.positive("keep_releases", int, 3)
+    if keep < 2 or keep > MAX_KEEP_RELEASES:
+        raise node.child("keep_releases").error(f"must be between 2 (the current and the previous release) and {MAX_KEEP_RELEASES}, got {keep}")
+    return DeploySettings(
+        bind_host=host,
+        port=int(port),
+        url=url.rstrip("/"),
+        tokens_dir=_path(tokens_dir, base) if tokens_dir.value is not None else workdir / "deploy" / "tokens",
+        keep_releases=keep,
+    )
+
+
+def _pin(node: Node) -> FrozenMap:
+    """{model: version} (checked against the declared models once all are loaded)."""
+    if not isinstance(node.value, dict):
+        raise node.error("must be a mapping of model name to artifact version, e.g. {mlp: 3}")
+    pins = {}
+    for model in node.value:
+        version = node.child(str(model)) if isinstance(model, str) else None
+        if version is None or isinstance(version.value, bool) or not isinstance(version.value, int) or version.value < 1:
+            where = version or node
+            raise where.error(f"must map a model name to an artifact version (an integer from 1), got {model!r}: {node.value[model]!r}")
+        pins[model] = version.value
+    return FrozenMap(pins)
+
+
+def _check_pins(root: Node, fleet: Fleet) -> None:
+    models = [m.name for m in fleet.models]
+    pinned = [(f"device_classes[{i}]", c.pin) for i, c in enumerate(fleet.device_classes)]
+    pinned += [(f"boards[{i}]", b.pin) for i, b in enumerate(fleet.boards)]
+    for where, pin in pinned:
+        for model in pin:
+            if model not in models:
+                raise InventoryError(
+                    f"{display_path(root.file)}: {where}.pin.{model}: '{model}' is not a declared model (declared: {', '.join(models)})"
+                )
+
+
+def _env_name(node: Node, key: str, default: str | None = None) -> str | None:
+    name = node.get(key, str, default)
+    if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise node.child(key).error(f"'{name}' is not an environment variable name")
+    return name
 
 
 # -- profile sections -------------------------------------------------------------------------

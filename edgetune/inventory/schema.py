@@ -7,7 +7,7 @@ validates them once; everything downstream trusts them.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -96,6 +96,7 @@ class Simulation:
 class DeviceClass:
     name: str
     profile: DeviceProfile
+    pin: Mapping[str, int] = field(default_factory=FrozenMap)  # model -> artifact version every board of the class runs
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ class Board:
     ssh: SshSettings
     threads: int | None = None  # overrides the profile's runtime threads
     simulated: Simulation | None = None
+    pin: Mapping[str, int] = field(default_factory=FrozenMap)  # model -> artifact version this board runs (over its class's pin)
+    token_env: str | None = None  # its download token comes from this variable instead of a file
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,18 @@ class ArtifactSettings:
 
 
 @dataclass(frozen=True)
+class DeploySettings:
+    """The artifact server boards download from, and what boards keep. Tokens are secrets:
+    a file per board under `tokens_dir` (`<board>.token`) unless the board names a variable."""
+
+    bind_host: str
+    port: int
+    url: str  # how boards reach the server, e.g. http://10.231.7.1:8470
+    tokens_dir: Path
+    keep_releases: int = 3
+
+
+@dataclass(frozen=True)
 class SimSettings:
     """The host side of a simulated fleet: one bridge, boards on its subnet."""
 
@@ -167,6 +182,7 @@ class Fleet:
     tuning: TuningPolicy
     artifacts: ArtifactSettings
     sim: SimSettings | None
+    deploy: DeploySettings | None = None
 
     def device_class(self, name: str) -> DeviceClass:
         return next(c for c in self.device_classes if c.name == name)

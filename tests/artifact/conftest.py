@@ -10,6 +10,7 @@ import pytest
 from edgetune.artifact.manifest import (
     BoardResult,
     BuildInputs,
+    Entry,
     Manifest,
     RecordHits,
     Reference,
@@ -43,6 +44,7 @@ def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-0
         version=0,
         created=created,
         inputs=inputs or sample_inputs(),
+        entry=Entry(function="forward", inputs=("x",)),
         files=(),
         tuning=TuningStats(trials=64, tuning_time_s=12.5),
         record_hits=RecordHits(tasks_with_record=2, tasks_without_record=("fused_add",)),

@@ -81,6 +81,22 @@ def test_base_fleet_is_valid(fleet_dir):
     assert fleet.models[1].inputs[0].dtype == "float32"
 
 
+def test_deploy_section_pins_and_token_sources(fleet_dir):
+    data = base_fleet(fleet_dir)
+    data["deploy"] = {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470/"}
+    data["device_classes"][0]["pin"] = {"mlp": 2}
+    data["boards"][0].update(pin={"relu": 1}, token_env="B1_TOKEN")
+    fleet = load_fleet(write(fleet_dir, data))
+    assert (fleet.deploy.bind_host, fleet.deploy.port, fleet.deploy.url) == ("10.231.99.1", 8470, "http://10.231.99.1:8470")
+    assert fleet.deploy.tokens_dir == fleet_dir / "work" / "deploy" / "tokens"
+    assert fleet.deploy.keep_releases == 3
+    assert fleet.device_class("avx512").pin == {"mlp": 2}
+    assert fleet.board("b1").pin == {"relu": 1} and fleet.board("b1").token_env == "B1_TOKEN"
+    assert fleet.board("pi-1").pin == {} and fleet.board("pi-1").token_env is None
+    again = load_fleet(write(fleet_dir, fleet_to_dict(fleet), "again.yaml"))
+    assert again.replace(path=fleet.path) == fleet
+
+
 def test_shipped_fleet_loads_and_round_trips(tmp_path):
     fleet = load_fleet(REPO / "fleet.yaml")
     assert {c.name for c in fleet.device_classes} == {"gateway-avx512", "gateway-v2"}
@@ -193,6 +209,17 @@ BAD_FLEETS = [
                                      d["boards"][1].pop("tracker")),
      "fleet.yaml: boards[1].tracker: required when the fleet has several trackers (declared: host, lab)"),
     ("quota-not-number", _set("boards[0].simulated", {"cpu_quota": "half"}), "fleet.yaml: boards[0].simulated.cpu_quota: must be a number, got str 'half'"),
+    ("deploy-bind-no-port", _set("deploy", {"bind": "10.231.99.1", "url": "http://10.231.99.1:8470"}),
+     "fleet.yaml: deploy.bind: '10.231.99.1' is not ADDRESS:PORT"),
+    ("deploy-bad-url", _set("deploy", {"bind": "10.231.99.1:8470", "url": "ftp://x"}), "fleet.yaml: deploy.url: 'ftp://x' is not a server URL"),
+    ("deploy-keep-one", _set("deploy", {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470", "keep_releases": 1}),
+     "fleet.yaml: deploy.keep_releases: must be between 2"),
+    ("deploy-token-in-yaml", _set("deploy", {"bind": "10.231.99.1:8470", "url": "http://h:1", "token": "s3cret"}), "fleet.yaml: deploy.token: unknown key"),
+    ("pin-unknown-model", _set("device_classes[0].pin", {"resnet": 2}), "fleet.yaml: device_classes[0].pin.resnet: 'resnet' is not a declared model"),
+    ("pin-bad-version", _set("boards[0].pin", {"mlp": 0}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
+    ("pin-version-string", _set("boards[0].pin", {"mlp": "v2"}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
+    ("pin-not-mapping", _set("boards[0].pin", [1]), "fleet.yaml: boards[0].pin: must be a mapping of model name to artifact version"),
+    ("token-env-name", _set("boards[0].token_env", "A-B"), "fleet.yaml: boards[0].token_env: 'A-B' is not an environment variable name"),
 ]
 
 

@@ -1,0 +1,10 @@
+"""Delivering artifacts to boards, on top of `artifact/`.
+
+- `offer`: which version a board should run (newest, or pinned for its class or for it) - pure;
+- `tokens`: the per-board download tokens (secrets in files or environment variables);
+- `server`: `edgetune serve`, the HTTP artifact server boards download from (Starlette/uvicorn);
+- `pull`: `edgetune pull`, what one board would get, downloaded and verified for the operator;
+- `remote`: the board agent (`python -m edgetune.agent`) provisioned and driven over SSH;
+- `rollout`: `edgetune rollout`, a version rolled over the fleet in canary + batches.
+The board side is `edgetune.agent`, which needs none of this package.
+"""

@@ -1,0 +1,175 @@
+"""`edgetune serve`: the HTTP artifact server boards download from (Starlette on uvicorn).
+
+URL scheme (every request but /v1/health carries `Authorization: Bearer <board token>`):
+- `GET /v1/health`: `{"ok": true}`.
+- `GET /v1/boards/<board>/models/<model>`: the version the board should run (`offer.Offer`
+  as JSON: version, pinned, manifest/signature/tarball URLs, manifest sha256, tarball size).
+- `GET /v1/boards/<board>/models/<model>/versions/<N>`: the same for one version.
+- `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
+  `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
+  `Range` / `If-Range` for resumed downloads): only for the token's own class.
+Statuses: 400 a malformed name (`..`, encoded traversal), 401 no or unknown token, 403 another
+board's or another class's resource, 404 unknown board, model or version. Only files of
+complete versions in the store are ever served. Every request is logged as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from edgetune.artifact.files import sha256_file
+from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.artifact.store import ArtifactStore
+from edgetune.deploy.offer import OfferError, check_name, find_board, offer
+from edgetune.deploy.tokens import TokenBook
+from edgetune.errors import DeployError
+from edgetune.inventory.schema import Board, Fleet
+
+ACCESS_LOG = logging.getLogger("edgetune.access")
+ARTIFACT_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
+
+
+class _Digests:
+    """sha256 of served tarballs, recomputed only when a file changes (they are immutable)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Path, tuple[tuple[int, int], str]] = {}
+
+    def of(self, path: Path) -> str:
+        st = path.stat()
+        key = (st.st_mtime_ns, st.st_size)
+        known = self._known.get(path)
+        if known is None or known[0] != key:
+            known = (key, sha256_file(path))
+            self._known[path] = known
+        return known[1]
+
+
+def create_app(fleet: Fleet) -> Starlette:
+    """The ASGI application serving `fleet`'s artifact store to its boards."""
+    if fleet.deploy is None:
+        raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
+    store = ArtifactStore(fleet.artifacts.dir)
+    tokens = TokenBook(fleet)
+    digests = _Digests()
+
+    def authenticate(request: Request) -> Board:
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not presented:
+            raise OfferError(401, "a board token is required (Authorization: Bearer <token>)")
+        board = tokens.board_of(presented.strip())
+        if board is None:
+            raise OfferError(401, "unknown token")
+        request.state.board = board.name
+        return board
+
+    def board_offer(request: Request) -> Response:
+        caller = authenticate(request)
+        board = find_board(fleet, request.path_params["board"])
+        if board.name != caller.name:
+            raise OfferError(403, f"this token is for board {caller.name}, not {board.name}")
+        version = request.path_params.get("version")
+        return JSONResponse(offer(fleet, store, board, request.path_params["model"], version).to_json())
+
+    def stored_version(request: Request):
+        caller = authenticate(request)
+        model = check_name("model", request.path_params["model"])
+        device_class = check_name("device class", request.path_params["device_class"])
+        if device_class != caller.device_class:
+            raise OfferError(403, f"board {caller.name} is of class {caller.device_class}, not {device_class}")
+        if model not in {m.name for m in fleet.models}:
+            raise OfferError(404, f"unknown model '{model}'")
+        version = request.path_params["version"]
+        if version not in store.versions(model, device_class):
+            raise OfferError(404, f"no version v{version} of {model} for class {device_class}")
+        return store.get(model, device_class, version)
+
+    def artifact_file(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ARTIFACT_FILES:
+            raise OfferError(404, f"no file '{name}' is served (only {', '.join(ARTIFACT_FILES)} and the tarball)")
+        stored = stored_version(request)
+        return Response((stored.path / name).read_bytes(), media_type="application/octet-stream")
+
+    def tarball(request: Request) -> Response:
+        stored = stored_version(request)
+        if not stored.tarball.is_file():
+            raise OfferError(404, f"{stored.tarball.name} is missing: run `edgetune build` to re-pack it")
+        etag = f'"{digests.of(stored.tarball)}"'
+        if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+            return Response(status_code=304, headers={"etag": etag})
+        return FileResponse(stored.tarball, media_type="application/gzip", headers={"etag": etag})
+
+    async def on_error(request: Request, err: Exception) -> Response:
+        status = err.status if isinstance(err, OfferError) else 500
+        request.state.error = str(err)
+        return JSONResponse({"error": str(err)}, status_code=status)
+
+    routes = [
+        Route("/v1/health", lambda request: JSONResponse({"ok": True})),
+        Route("/v1/boards/{board}/models/{model}", board_offer),
+        Route("/v1/boards/{board}/models/{model}/versions/{version:int}", board_offer),
+        Route("/v1/artifacts/{model}/{device_class}/v{version:int}.tar.gz", tarball, methods=["GET", "HEAD"]),
+        Route("/v1/artifacts/{model}/{device_class}/v{version:int}/{name}", artifact_file),
+    ]
+    app = Starlette(routes=routes, exception_handlers={DeployError: on_error})
+    return _AccessLog(app)
+
+
+class _AccessLog:
+    """ASGI middleware: one JSON line per request (client, board, method, path, status, bytes, ms)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, sent = time.monotonic(), {"status": 0, "bytes": 0}
+
+        async def counting_send(message):
+            if message["type"] == "http.response.start":
+                sent["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                sent["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        scope.setdefault("state", {})
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            state = scope["state"]
+            ACCESS_LOG.info(json.dumps({
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "client": (scope.get("client") or ("", 0))[0],
+                "board": state.get("board"),
+                "method": scope["method"],
+                "path": scope.get("raw_path", b"").decode("latin-1") or scope["path"],
+                "status": sent["status"],
+                "bytes": sent["bytes"],
+                "ms": round((time.monotonic() - started) * 1e3, 2),
+                "error": state.get("error"),
+            }, sort_keys=True))  # fmt: skip
+
+
+def serve(fleet: Fleet, host: str | None = None, port: int | None = None) -> None:
+    """Run the server in the foreground until interrupted (uvicorn; its own access log off)."""
+    import uvicorn
+
+    settings = fleet.deploy
+    if settings is None:
+        raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
+    host, port = host or settings.bind_host, port or settings.port
+    app = create_app(fleet)
+    try:
+        uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning", server_header=False)
+    except OSError as err:
+        raise DeployError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None

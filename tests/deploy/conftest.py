@@ -1,0 +1,105 @@
+"""Fixtures of the deploy tests: a loopback fleet with a `deploy` section, a store holding
+signed versions, and the real artifact server (uvicorn) on a free loopback port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+FLEET_YAML = """\
+version: 1
+name: deploy-unit
+workdir: work
+trackers:
+  - {{name: host, bind_host: 127.0.0.1, public_address: 127.0.0.1, port: 9390}}
+ssh: {{user: root, key: id_ed25519, known_hosts: known_hosts}}
+device_classes:
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml, pin: {{}}}}
+  - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
+boards:
+  - {{name: fast-1, address: 127.0.0.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/f1}}
+  - {{name: fast-2, address: 127.0.0.12, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/f2, pin: {{mlp: 1}}}}
+  - {{name: slow-1, address: 127.0.0.21, device_class: gw-slow, python: /usr/bin/python3, workdir: /tmp/s1, token_env: EDGETUNE_TEST_SLOW1_TOKEN}}
+models:
+  - {{name: mlp, builtin: mlp, inputs: [{{name: x, shape: [1, 256]}}]}}
+  - {{name: other, builtin: mlp, inputs: [{{name: x, shape: [1, 256]}}]}}
+tuning: {{trials_per_class: 16}}
+artifacts: {{dir: artifacts, signing_key: work/keys/signing.key, public_key: work/keys/signing.pub}}
+deploy: {{bind: "127.0.0.1:{port}", url: "http://127.0.0.1:{port}"}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def deploy_fleet(tmp_path):
+    from edgetune.inventory import load_fleet
+
+    key = tmp_path / "id_ed25519"
+    key.write_text("unused\n")
+    key.chmod(0o600)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_YAML.format(repo=REPO, port=free_port()))
+    return load_fleet(path)
+
+
+class RunningServer:
+    """uvicorn serving `create_app(fleet)` in a thread, on the fleet's deploy port."""
+
+    def __init__(self, fleet):
+        import uvicorn
+
+        from edgetune.deploy.server import create_app
+
+        self.url = fleet.deploy.url
+        config = uvicorn.Config(create_app(fleet), host=fleet.deploy.bind_host, port=fleet.deploy.port,
+                                access_log=False, log_level="warning")  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the artifact server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def artifact_server(deploy_fleet):
+    server = RunningServer(deploy_fleet)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def publish_version(fleet, model: str, device_class: str, payload: bytes):
+    """Commit a small signed version of (model, class) whose library is `payload` (the server
+    serves bytes; it never runs them)."""
+    from edgetune.artifact.signing import init_keys, load_private_key
+    from edgetune.artifact.store import ArtifactStore
+    from tests_samples import sample_inputs, sample_manifest
+
+    settings = fleet.artifacts
+    if not settings.signing_key.exists():
+        init_keys(settings.signing_key, settings.public_key, settings.dir)
+    store = ArtifactStore(settings.dir)
+    manifest = sample_manifest(sample_inputs(model=model, device_class=device_class, database_sha256=payload.hex()[:64].ljust(64, "0")))
+    with store.stage(model, device_class) as staging:
+        (staging.path / "model.so").write_bytes(payload)
+        return store.commit(staging, manifest, load_private_key(settings.signing_key)).stored

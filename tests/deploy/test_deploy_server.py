@@ -1,0 +1,153 @@
+"""The artifact server over real HTTP (uvicorn on loopback): what a board is offered, what it
+may download, resumable and conditional downloads, and every refusal with its status."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import publish_version
+from edgetune.deploy.tokens import ensure_token, read_token
+from edgetune.errors import DeployError
+
+
+def get(server, path: str, token: str | None = None, headers: dict | None = None):
+    """(status, headers, body) of a GET; HTTP errors are answers too."""
+    request = urllib.request.Request(server.url + path, headers={**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def raw_get(server, raw_path: str, token: str):
+    """A GET whose path is sent exactly as given (no client-side normalisation of `..`)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("GET", raw_path, skip_accept_encoding=True)
+    conn.putheader("Authorization", f"Bearer {token}")
+    conn.endheaders()
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+@pytest.fixture
+def published(deploy_fleet):
+    """mlp v1, v2 for gw-fast; mlp v1 for gw-slow; tokens for every board."""
+    import os
+
+    os.environ["EDGETUNE_TEST_SLOW1_TOKEN"] = "s" * 40
+    versions = [publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
+                publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
+                publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100)]  # fmt: skip
+    tokens = {b.name: ensure_token(deploy_fleet, b) for b in deploy_fleet.boards}
+    yield versions, tokens
+    del os.environ["EDGETUNE_TEST_SLOW1_TOKEN"]
+
+
+def test_board_is_offered_newest_or_its_pin(deploy_fleet, published, artifact_server):
+    _, tokens = published
+    status, _, body = get(artifact_server, "/v1/boards/fast-1/models/mlp", tokens["fast-1"])
+    offer = json.loads(body)
+    assert status == 200 and offer["version"] == 2 and offer["pinned"] is False
+    assert offer["tarball_url"] == "/v1/artifacts/mlp/gw-fast/v2.tar.gz"
+    pinned = json.loads(get(artifact_server, "/v1/boards/fast-2/models/mlp", tokens["fast-2"])[2])
+    assert (pinned["version"], pinned["pinned"]) == (1, True)
+    explicit = json.loads(get(artifact_server, "/v1/boards/fast-2/models/mlp/versions/2", tokens["fast-2"])[2])
+    assert explicit["version"] == 2
+    slow = json.loads(get(artifact_server, "/v1/boards/slow-1/models/mlp", "s" * 40)[2])
+    assert (slow["device_class"], slow["version"]) == ("gw-slow", 1)
+
+
+def test_offered_files_are_the_stored_ones(published, artifact_server):
+    versions, tokens = published
+    offer = json.loads(get(artifact_server, "/v1/boards/fast-1/models/mlp", tokens["fast-1"])[2])
+    _, _, manifest = get(artifact_server, offer["manifest_url"], tokens["fast-1"])
+    _, _, signature = get(artifact_server, offer["signature_url"], tokens["fast-1"])
+    status, headers, tarball = get(artifact_server, offer["tarball_url"], tokens["fast-1"])
+    stored = versions[1]
+    assert manifest == (stored.path / "manifest.json").read_bytes()
+    assert signature == (stored.path / "manifest.sig").read_bytes()
+    assert status == 200 and tarball == stored.tarball.read_bytes() and len(tarball) == offer["tarball_size"]
+    import hashlib
+
+    assert headers["etag"] == f'"{hashlib.sha256(tarball).hexdigest()}"'
+
+
+def test_tarball_resumes_with_range_and_answers_if_none_match(published, artifact_server):
+    versions, tokens = published
+    path, token, whole = "/v1/artifacts/mlp/gw-fast/v2.tar.gz", tokens["fast-1"], versions[1].tarball.read_bytes()
+    etag = get(artifact_server, path, token)[1]["etag"]
+    status, headers, rest = get(artifact_server, path, token, {"Range": "bytes=100-", "If-Range": etag})
+    assert status == 206 and rest == whole[100:]
+    assert headers["content-range"] == f"bytes 100-{len(whole) - 1}/{len(whole)}"
+    status, _, body = get(artifact_server, path, token, {"Range": "bytes=100-", "If-Range": '"another-version"'})
+    assert status == 200 and body == whole  # the file changed: start again
+    assert get(artifact_server, path, token, {"If-None-Match": etag})[0] == 304
+
+
+@pytest.mark.parametrize(
+    "path, token_of, status",
+    [
+        ("/v1/boards/fast-1/models/mlp", None, 401),
+        ("/v1/boards/fast-1/models/mlp", "nobody", 401),
+        ("/v1/boards/fast-2/models/mlp", "fast-1", 403),  # another board's offer
+        ("/v1/artifacts/mlp/gw-slow/v1.tar.gz", "fast-1", 403),  # another class's artifact
+        ("/v1/artifacts/mlp/gw-slow/v1/manifest.json", "fast-1", 403),
+        ("/v1/boards/ghost/models/mlp", "fast-1", 404),
+        ("/v1/boards/fast-1/models/resnet", "fast-1", 404),
+        ("/v1/boards/fast-1/models/other", "fast-1", 404),  # declared, never built
+        ("/v1/boards/fast-1/models/mlp/versions/9", "fast-1", 404),
+        ("/v1/artifacts/mlp/gw-fast/v9.tar.gz", "fast-1", 404),
+        ("/v1/artifacts/mlp/gw-fast/v1/model.so", "fast-1", 404),  # only manifest, signature, tarball
+        ("/v1/boards/%2e%2e/models/mlp", "fast-1", 400),
+        ("/v1/artifacts/%2e%2e/gw-fast/v1.tar.gz", "fast-1", 400),
+        ("/v1/artifacts/mlp/%2E%2E/v1/manifest.json", "fast-1", 400),
+    ],
+)
+def test_refusals_have_their_status_and_serve_nothing(published, artifact_server, path, token_of, status):
+    _, tokens = published
+    token = tokens.get(token_of, token_of)
+    got, headers, body = get(artifact_server, path, token)
+    assert got == status
+    assert headers["content-type"] == "application/json" and "error" in json.loads(body)
+
+
+def test_raw_dot_dot_paths_reach_nothing(published, artifact_server):
+    _, tokens = published
+    for raw in ("/v1/artifacts/../../work/keys/signing.key", "/v1/artifacts/mlp/gw-fast/../../../fleet.yaml",
+                "/v1/boards/../artifacts/mlp/gw-fast/v1.tar.gz"):  # fmt: skip
+        status, body = raw_get(artifact_server, raw, tokens["fast-1"])
+        assert status in (400, 404) and b"PRIVATE KEY" not in body and b"version: 1" not in body
+
+
+def test_every_request_is_one_json_log_line(published, artifact_server, caplog):
+    _, tokens = published
+    with caplog.at_level(logging.INFO, logger="edgetune.access"):
+        get(artifact_server, "/v1/boards/fast-1/models/mlp", tokens["fast-1"])
+        get(artifact_server, "/v1/artifacts/mlp/gw-slow/v1.tar.gz", tokens["fast-1"])
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "edgetune.access"]
+    assert [(line["board"], line["status"]) for line in lines] == [("fast-1", 200), ("fast-1", 403)]
+    assert "gw-slow" in lines[1]["error"] and lines[1]["path"] == "/v1/artifacts/mlp/gw-slow/v1.tar.gz"
+
+
+def test_token_files_are_secret_and_made_once(deploy_fleet):
+    board = deploy_fleet.board("fast-1")
+    token = ensure_token(deploy_fleet, board)
+    assert ensure_token(deploy_fleet, board) == token and len(token) >= 32
+    path = deploy_fleet.deploy.tokens_dir / "fast-1.token"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    path.chmod(0o644)
+    with pytest.raises(DeployError, match="readable by others"):
+        read_token(deploy_fleet, board)
+
+
+def test_a_board_whose_token_variable_is_unset_cannot_get_one(deploy_fleet):
+    with pytest.raises(DeployError, match=r"\$EDGETUNE_TEST_SLOW1_TOKEN, which is not set"):
+        ensure_token(deploy_fleet, deploy_fleet.board("slow-1"))
