@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from conftest import publish_version
+from deploy_support import publish_version
 from edgetune.deploy.tokens import ensure_token, read_token
 from edgetune.errors import DeployError
 
