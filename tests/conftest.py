@@ -3,7 +3,8 @@ tracker and an rpc_server per board) for the whole test session, torn down at th
 
 Two device classes, two boards each: `gw-fast` (x86-avx512 profile, a full core) and
 `gw-slow` (x86-64-v2 profile, a quarter of a core). Each concurrent test session takes its
-own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port 9290+10N) under a lock
+own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port 9290+10N, artifact server
+port 8470+N) under a lock
 file, so two developers' runs on one machine never collide.
 """
 
@@ -55,6 +56,9 @@ artifacts:
   dir: artifacts
   signing_key: work/keys/signing.key
   public_key: work/keys/signing.pub
+deploy:
+  bind: 10.231.{subnet}.1:{deploy_port}
+  url: http://10.231.{subnet}.1:{deploy_port}
 """
 
 
@@ -79,7 +83,8 @@ def write_fleet_yaml(directory: Path, slot: int) -> Path:
     path = directory / "fleet.yaml"
     path.write_text(
         FLEET_YAML.format(
-            slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, repo=REPO, python=sys.executable
+            slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, deploy_port=8470 + slot,
+            repo=REPO, python=sys.executable,
         )
     )
     return path

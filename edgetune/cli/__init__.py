@@ -18,6 +18,7 @@ from edgetune.cli import (
     fleet_cmd,
     keys_cmd,
     plan_cmd,
+    pull_cmd,
     serve_cmd,
     sim_cmd,
     tune_cmd,
@@ -28,7 +29,7 @@ from edgetune.cli import (
 # In the order of the flow: inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
     check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
-    serve_cmd,
+    serve_cmd, pull_cmd,
 )  # fmt: skip
 
 

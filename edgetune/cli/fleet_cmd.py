@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down = actions.add_parser("down", help="stop the rpc_servers and trackers that `up` started")
     trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
     trust.add_argument("board", metavar="BOARD")
+    trust.add_argument("--fingerprint", metavar="SHA256:...", help="refuse unless the board's key has this fingerprint")
     for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust)):
         add_fleet_argument(action)
         action.set_defaults(func=func)
@@ -37,7 +38,7 @@ def drive_down(args: argparse.Namespace) -> int:
 
 
 def drive_trust(args: argparse.Namespace) -> int:
-    trust_board(load_checked_fleet(args), args.board)
+    trust_board(load_checked_fleet(args), args.board, expected_fingerprint=args.fingerprint)
     return 0
 
 
@@ -51,7 +52,7 @@ def drive_status(args: argparse.Namespace) -> int:
         print(tabulate(classes, headers=["tracker", "address", "class", "registered", "free", "busy", "pending"]))
         print()
         print(tabulate([_board_row(board) for board in boards],
-                       headers=["board", "class", "address", "reachable", "registered", "python", "tvm", "firmware", "error"]))  # fmt: skip
+                       headers=["board", "class", "address", "reachable", "registered", "python", "tvm", "runs", "firmware", "error"]))  # fmt: skip
     healthy = all(board.reachable and board.registered and not board.error for board in boards)
     return 0 if healthy else FleetError.exit_code
 
@@ -61,8 +62,9 @@ def _board_row(board) -> list:
     if board.firmware_changed:
         firmware += " (CHANGED)"
     error = (board.error or "").splitlines()[0] if board.error else ""
+    deployed = ", ".join(f"{model} v{version}" for model, version in sorted(board.deployed.items()))
     return [board.name, board.device_class, board.address, _yes(board.reachable), _yes(board.registered),
-            board.python_version or "", board.tvm_version or "", firmware, error]  # fmt: skip
+            board.python_version or "", board.tvm_version or "", deployed, firmware, error]  # fmt: skip
 
 
 def _yes(flag: bool) -> str:

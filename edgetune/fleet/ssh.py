@@ -13,12 +13,14 @@ import errno
 import hashlib
 import logging
 import os
+import shlex
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
+from edgetune.errors import FleetError
 from edgetune.fleet.errors import (
     CommandFailed,
     HostKeyMismatch,
@@ -116,6 +118,23 @@ class BoardSession:
             )
         return result
 
+    def put_file(self, remote_path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write `data` to `remote_path` on the board atomically (temp name, chmod, rename),
+        creating its directory."""
+        client = self.connect()
+        directory = remote_path.rsplit("/", 1)[0] or "/"
+        self.run(f"mkdir -p {shlex.quote(directory)}")
+        tmp = f"{remote_path}.tmp-{os.getpid()}"
+        try:
+            with client.open_sftp() as sftp:
+                with sftp.open(tmp, "wb") as out:
+                    out.chmod(mode)
+                    out.write(data)
+                sftp.posix_rename(tmp, remote_path)
+        except (paramiko.SSHException, OSError) as err:
+            self.close()
+            raise SshUnreachable(f"{self.board.name}: writing {remote_path} failed: {err}") from None
+
 
 def _connect(board: Board) -> paramiko.SSHClient:
     ssh = board.ssh
@@ -207,18 +226,25 @@ def fetch_host_key(board: Board) -> paramiko.PKey:
 
 
 def record_host_key(board: Board, key: paramiko.PKey) -> bool:
-    """Append the board's key to known_hosts; False if it was there already. A different key
-    recorded for the board is never replaced (HostKeyMismatch)."""
+    """Append the board's key to known_hosts; False if it was there already. Any other key
+    recorded for the board, of any type, is never replaced nor joined (HostKeyMismatch)."""
+    if board.ssh.known_hosts is None:
+        raise FleetError(f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards")
     path = Path(board.ssh.known_hosts)
     name = known_hosts_name(board)
-    known = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
-    recorded = (known.lookup(name) or {}).get(key.get_name())
-    if recorded is not None:
-        if recorded == key:
-            return False
+    try:
+        known = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
+    except (OSError, paramiko.SSHException) as err:
+        raise FleetError(f"{board.name}: cannot read known_hosts {path}: {err}") from None
+    recorded = list((known.lookup(name) or {}).values())
+    if any(other == key for other in recorded):
+        return False
+    if recorded:
+        shown = ", ".join(f"{k.get_name()} {fingerprint(k)}" for k in recorded)
         raise HostKeyMismatch(
-            f"{board.name}: known_hosts already has {fingerprint(recorded)} for {name}, the board offers "
-            f"{fingerprint(key)}; refused. Remove the old entry first: ssh-keygen -R {name} -f {path}"
+            f"{board.name}: known_hosts already has {shown} for {name}, the board offers {key.get_name()} "
+            f"{fingerprint(key)}; refused. If the board was really reinstalled, remove the old entry first: "
+            f"ssh-keygen -R {name} -f {path}"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as out:

@@ -1,21 +1,27 @@
 """What the host started, kept as JSON under `<fleet.workdir>/state/`, replaced atomically.
 
 `fleet.json` holds a `FleetState` (trackers and rpc_servers we started, with the boards'
-firmware fingerprints); `sim.json` the simulated boards' sshd PIDs. A reader never sees a
+firmware fingerprints); `sim.json` the simulated boards' sshd PIDs; `deployed.json` which
+artifact version of each model each board runs (written by rollouts, shown by `fleet status`). A reader never sees a
 half-written file, and a missing file is an empty state.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from edgetune.inventory.schema import Fleet
+
+
+_DEPLOYED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,25 @@ def save_fleet_state(fleet: Fleet, state: FleetState) -> None:
         "boards": {k: dataclasses.asdict(v) for k, v in state.boards.items()},
     }
     write_state(state_path(fleet, "fleet"), data)
+
+
+def load_deployed(fleet: Fleet) -> dict[str, dict[str, int]]:
+    """board -> model -> the artifact version it runs (as last installed by edgetune)."""
+    return read_state(state_path(fleet, "deployed")).get("boards", {})
+
+
+def record_deployed(fleet: Fleet, board: str, model: str, version: int | None) -> None:
+    """Record that `board` runs `version` of `model` (None: no release of it)."""
+    path = state_path(fleet, "deployed")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _DEPLOYED_LOCK, open(path.with_name(".deployed.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        boards = read_state(path).get("boards", {})
+        models = {m: v for m, v in boards.get(board, {}).items() if m != model}
+        if version is not None:
+            models[model] = version
+        boards[board] = models
+        write_state(path, {"boards": boards})
 
 
 def read_state(path: Path) -> dict[str, Any]:

@@ -4,13 +4,13 @@ RPC runner finds a device class (`rpc_endpoint`). Nothing here starts or stops a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from edgetune.errors import EdgetuneError, FleetError
 from edgetune.fleet import board as remote
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.state import BoardRecord, FleetState, load_fleet_state
+from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state
 from edgetune.fleet.tracker import ClassQueue, TrackerSummary, query_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
 
@@ -28,6 +28,7 @@ class BoardStatus:
     firmware: str | None
     firmware_changed: bool  # differs from the fingerprint recorded at `fleet up`
     error: str | None
+    deployed: dict[str, int] = field(default_factory=dict)  # model -> artifact version it runs
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,13 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
     """Every board, in inventory order: reachable over SSH, registered, versions, firmware."""
     state = load_fleet_state(fleet)
     summaries = _summaries(state)
+    deployed = load_deployed(fleet)
 
     def status(board: Board) -> BoardStatus:
         summary = summaries.get(board.tracker)
         registered = summary is not None and summary.registered(board.device_class, board.address)
-        return _board_status(fleet, board, state.boards.get(board.name), registered)
+        found = _board_status(fleet, board, state.boards.get(board.name), registered)
+        return replace(found, deployed=deployed.get(board.name, {}))
 
     result = for_each_board(fleet.boards, status)
     return [result.succeeded[board.name] for board in fleet.boards]

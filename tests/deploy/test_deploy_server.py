@@ -132,9 +132,21 @@ def test_every_request_is_one_json_log_line(published, artifact_server, caplog):
     with caplog.at_level(logging.INFO, logger="edgetune.access"):
         get(artifact_server, "/v1/boards/fast-1/models/mlp", tokens["fast-1"])
         get(artifact_server, "/v1/artifacts/mlp/gw-slow/v1.tar.gz", tokens["fast-1"])
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "edgetune.access"]
+        lines = _access_lines(caplog, count=2)
     assert [(line["board"], line["status"]) for line in lines] == [("fast-1", 200), ("fast-1", 403)]
     assert "gw-slow" in lines[1]["error"] and lines[1]["path"] == "/v1/artifacts/mlp/gw-slow/v1.tar.gz"
+
+
+def _access_lines(caplog, count: int, timeout_s: float = 5.0) -> list[dict]:
+    """The access log lines (the server writes each one just after the response is sent)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "edgetune.access"]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.02)
 
 
 def test_token_files_are_secret_and_made_once(deploy_fleet):
@@ -151,3 +163,24 @@ def test_token_files_are_secret_and_made_once(deploy_fleet):
 def test_a_board_whose_token_variable_is_unset_cannot_get_one(deploy_fleet):
     with pytest.raises(DeployError, match=r"\$EDGETUNE_TEST_SLOW1_TOKEN, which is not set"):
         ensure_token(deploy_fleet, deploy_fleet.board("slow-1"))
+
+
+def test_pull_writes_what_the_board_would_get_verified(deploy_fleet, published, tmp_path, capsys):
+    from edgetune.cli import main
+
+    versions, _ = published
+    out = tmp_path / "out"
+    assert main(["pull", "fast-2", "--model", "mlp", "-o", str(out), "-f", str(deploy_fleet.path)]) == 0
+    assert "fast-2: mlp v1 verified" in capsys.readouterr().out  # fast-2 is pinned to v1
+    assert (out / "fast-2/mlp/v1.tar.gz").read_bytes() == versions[0].tarball.read_bytes()
+    assert (out / "fast-2/mlp/v1/model.so").read_bytes() == b"fast-v1" * 100
+
+
+def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys):
+    from edgetune.cli import main
+
+    versions, _ = published
+    versions[1].tarball.write_bytes(versions[1].tarball.read_bytes()[:-40])  # cut short
+    assert main(["pull", "fast-1", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path), "--model", "mlp"]) == 5
+    assert "truncated or corrupt" in capsys.readouterr().err
+    assert main(["pull", "ghost", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path)]) == 6

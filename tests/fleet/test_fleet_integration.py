@@ -25,7 +25,7 @@ from edgetune.fleet import fleet_down, fleet_status, fleet_up, rpc_endpoint, sim
 from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
 from edgetune.fleet.process import wait_until
 from edgetune.fleet.sim import plan_sim
-from edgetune.fleet.ssh import BoardSession, known_hosts_name
+from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
 from edgetune.fleet.state import load_fleet_state, read_state, state_path
 
 from sim_checks import leftovers
@@ -159,7 +159,11 @@ def test_unknown_host_key_is_refused_until_trusted(sim_fleet):
     known.save(str(board.ssh.known_hosts))
     with pytest.raises(HostKeyUnknown, match="run `edgetune fleet trust fast-1`"):
         BoardSession(board).run("true")
-    assert trust_board(sim_fleet, "fast-1").startswith("SHA256:")
+    with pytest.raises(HostKeyMismatch, match="not the expected SHA256:AAAA"):
+        trust_board(sim_fleet, "fast-1", expected_fingerprint="SHA256:AAAA")
+    assert known_hosts_name(board) not in paramiko.HostKeys(str(board.ssh.known_hosts))  # nothing recorded
+    offered = fetch_host_key(board)
+    assert trust_board(sim_fleet, "fast-1", expected_fingerprint=fingerprint(offered)) == fingerprint(offered)
     assert BoardSession(board).run("echo ok").stdout == "ok\n"
 
 

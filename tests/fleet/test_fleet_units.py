@@ -3,6 +3,8 @@ Real sockets and files where possible; paramiko is mocked only for the auth-fail
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import socket
 import subprocess
@@ -75,6 +77,28 @@ def test_record_host_key_appends_once_and_never_replaces(tmp_path):
         record_host_key(board, second)
     assert fingerprint(first) in str(err.value) and fingerprint(second) in str(err.value)
     assert "ssh-keygen -R" in str(err.value)
+
+
+def test_a_key_of_another_type_is_refused_when_one_is_recorded(tmp_path):
+    board = make_board(tmp_path)
+    assert record_host_key(board, rsa_key()) is True
+    with pytest.raises(HostKeyMismatch):
+        record_host_key(board, paramiko.Ed25519Key.from_private_key(io.StringIO(_ed25519_pem())))
+    assert len((tmp_path / "known_hosts").read_text().splitlines()) == 1
+
+
+def test_trust_needs_a_known_hosts_file(tmp_path):
+    board = dataclasses.replace(make_board(tmp_path), ssh=dataclasses.replace(make_board(tmp_path).ssh, known_hosts=None))
+    with pytest.raises(FleetError, match="no known_hosts file is set"):
+        record_host_key(board, rsa_key())
+
+
+def _ed25519_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()).decode()
 
 
 def test_fingerprint_matches_openssh(tmp_path):
