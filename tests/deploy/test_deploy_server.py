@@ -38,17 +38,14 @@ def raw_get(server, raw_path: str, token: str):
 
 
 @pytest.fixture
-def published(deploy_fleet):
+def published(deploy_fleet, monkeypatch):
     """mlp v1, v2 for gw-fast; mlp v1 for gw-slow; tokens for every board."""
-    import os
-
-    os.environ["EDGETUNE_TEST_SLOW1_TOKEN"] = "s" * 40
+    monkeypatch.setenv("EDGETUNE_TEST_SLOW1_TOKEN", "s" * 40)
     versions = [publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
                 publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
                 publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100)]  # fmt: skip
     tokens = {b.name: ensure_token(deploy_fleet, b) for b in deploy_fleet.boards}
-    yield versions, tokens
-    del os.environ["EDGETUNE_TEST_SLOW1_TOKEN"]
+    return versions, tokens
 
 
 def test_board_is_offered_newest_or_its_pin(deploy_fleet, published, artifact_server):
