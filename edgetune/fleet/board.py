@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import TrackerRecord
-from edgetune.inventory.schema import Board, DeviceProfile
+from edgetune.fleet.sim import sim_firmware_file
+from edgetune.inventory.schema import Board, Fleet
 
 RPC_SERVER_MODULE = "tvm.exec.rpc_server"
 RPC_SERVER_PORT = 9090
@@ -54,7 +55,21 @@ class BoardFacts:
     firmware: str
 
 
-def probe(session: BoardSession, profile: DeviceProfile, import_runtime: bool) -> BoardFacts:
+def firmware_command(fleet: Fleet, board: Board) -> str:
+    """The shell command whose output is the board's firmware fingerprint: its profile's; a
+    simulated board adds the firmware version `edgetune sim firmware` gave it."""
+    command = fleet.device_class(board.device_class).profile.firmware_command
+    if board.simulated is None:
+        return command
+    return f"{command}; cat {shlex.quote(str(sim_firmware_file(fleet, board)))} 2>/dev/null || true"
+
+
+def read_firmware(session: BoardSession, fleet: Fleet) -> str:
+    """The board's firmware fingerprint, read over `session`."""
+    return session.run(firmware_command(fleet, session.board), check=False).stdout.strip()
+
+
+def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFacts:
     """The board's Python, TVM, free disk in its workdir, and firmware fingerprint.
     `import_runtime` proves the TVM runtime imports (preflight) instead of reading its version."""
     board = session.board
@@ -62,8 +77,7 @@ def probe(session: BoardSession, profile: DeviceProfile, import_runtime: bool) -
     script = f"{shlex.quote(board.python)} -c {shlex.quote(_PROBE)} {int(import_runtime)}"
     command = f"mkdir -p {workdir} && cd {workdir} && {script}"
     facts = json.loads(session.run(command).stdout.strip().splitlines()[-1])
-    firmware = session.run(profile.firmware_command, check=False).stdout.strip()
-    return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]), firmware)
+    return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]), read_firmware(session, fleet))
 
 
 def check_ready(board: Board, facts: BoardFacts, host_tvm: str) -> None:

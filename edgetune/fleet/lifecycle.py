@@ -79,7 +79,7 @@ def _bring_up(
     Returns the board's record and whether a server was started."""
     profile = fleet.device_class(board.device_class).profile
     with BoardSession(board) as session:
-        facts = remote.probe(session, profile, import_runtime=True)
+        facts = remote.probe(session, fleet, import_runtime=True)
         remote.check_ready(board, facts, tvm.__version__)
         keep = (
             previous is not None

@@ -62,6 +62,32 @@ class SimBoard:
         return self.dir / "host_ed25519"
 
 
+def sim_firmware_file(fleet: Fleet, board: Board) -> Path:
+    """Where a simulated board keeps the firmware version `sim_firmware` gave it."""
+    return _sim_board(fleet, board).dir / "firmware"
+
+
+def sim_firmware(fleet: Fleet, board_name: str, version: str, cpu_quota: float | None = None) -> None:
+    """A simulated firmware update of one board: its fingerprint changes to show `version`,
+    and with `cpu_quota` its CPU quota changes for everything running on it, at once."""
+    check_prerequisites()
+    sim = {s.board.name: s for s in plan_sim(fleet)}.get(board_name)
+    if sim is None:
+        names = ", ".join(s.board.name for s in plan_sim(fleet))
+        raise SimError(f"'{board_name}' is not a simulated board of {fleet.path} (simulated: {names})")
+    if not version.strip() or "\n" in version or len(version) > 200:
+        raise SimError(f"the firmware version must be one non-empty line of at most 200 characters, got {version!r}")
+    if cpu_quota is not None and not 0.01 <= cpu_quota <= 64:
+        raise SimError(f"--cpu-quota is a fraction of one core between 0.01 and 64, got {cpu_quota}")
+    pid = read_state(state_path(fleet, "sim")).get("sshd_pids", {}).get(board_name)
+    if not running(pid, str(sim.sshd_config)):
+        raise SimError(f"{board_name} is not up: run `edgetune sim up -f {fleet.path}` first")
+    sim.dir.mkdir(parents=True, exist_ok=True)
+    (sim.dir / "firmware").write_text(f"sim-firmware {version}\n")
+    if cpu_quota is not None:
+        cgroups.apply_quota(sim.cgroup, cpu_quota, pid)
+
+
 def plan_sim(fleet: Fleet) -> tuple[SimBoard, ...]:
     return tuple(_sim_board(fleet, board) for board in fleet.simulated_boards())
 
@@ -310,6 +336,7 @@ def _board_down(fleet: Fleet, sim: SimBoard, sshd_pid: int | None) -> str:
         _ip("link", "del", sim.veth, check=False)  # usually already gone with the namespace
     if cgroups.remove(sim.cgroup):
         removed.append(f"cgroup {sim.cgroup}")
+    (sim.dir / "firmware").unlink(missing_ok=True)
     return "removed " + ", ".join(removed) if removed else "nothing to remove"
 
 

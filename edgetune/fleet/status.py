@@ -113,7 +113,7 @@ def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, regist
         except EdgetuneError as err:
             return replace(status, error=str(err))
         try:
-            facts = remote.probe(session, fleet.device_class(board.device_class).profile, import_runtime=False)
+            facts = remote.probe(session, fleet, import_runtime=False)
             running = remote.server_running(session, record.pid) if record else False
         except EdgetuneError as err:
             return replace(status, reachable=True, error=str(err))

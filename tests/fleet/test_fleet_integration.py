@@ -187,3 +187,24 @@ def test_sim_down_leaves_nothing_behind(spare_fleet_yaml):
     assert leftovers(fleet) == []
     assert [pid for pid in pids if alive(pid)] == []
     assert not state_path(fleet, "sim").exists()
+
+
+def test_sim_firmware_update_changes_one_fingerprint_and_its_quota(sim_fleet):
+    from edgetune.fleet import cgroups
+    from edgetune.fleet.errors import SimError
+    from edgetune.fleet.sim import plan_sim, sim_firmware, sim_firmware_file
+
+    slow2 = next(s for s in plan_sim(sim_fleet) if s.board.name == "slow-2")
+    quota_file = cgroups.cgroup_dir(slow2.cgroup) / ("cpu.max" if cgroups.is_v2() else "cpu.cfs_quota_us")
+    try:
+        sim_firmware(sim_fleet, "slow-2", "2.0-test", cpu_quota=0.5)
+        status = {b.name: b for b in fleet_status(sim_fleet)}
+        assert status["slow-2"].firmware_changed and "sim-firmware 2.0-test" in status["slow-2"].firmware
+        assert not any(status[n].firmware_changed for n in ("fast-1", "fast-2", "slow-1"))
+        assert quota_file.read_text().split()[0] == "50000"
+        with pytest.raises(SimError, match="not a simulated board"):
+            sim_firmware(sim_fleet, "ghost", "1")
+    finally:
+        sim_firmware_file(sim_fleet, slow2.board).unlink(missing_ok=True)
+        cgroups.apply_quota(slow2.cgroup, slow2.board.simulated.cpu_quota, cgroups.member_pids(slow2.cgroup)[0])
+    assert not {b.name: b for b in fleet_status(sim_fleet)}["slow-2"].firmware_changed
