@@ -12,8 +12,9 @@ What it does, through edgetune's own library:
 5. times, on board 1, through the tracker (`run_on_boards`; it drives both boards of the class,
    one after the other, and the table shows board 1): untuned and tuned TVM; over SSH inside
    the same board (its namespace and cgroup): onnxruntime in a python process
-   (time.perf_counter loop), same input, same thread count. Each is timed in its own block,
-   with a pause between blocks, and the whole comparison is done twice (round 2 in reverse
+   (time.perf_counter loop), same input, same thread count. Untuned and tuned TVM share one
+   block, interleaved like `edgetune build` times them; onnxruntime has its own; a pause
+   between blocks, and the whole comparison is done twice (round 2 in reverse
    order);
 6. prints a table, tears everything down (fleet down + sim down, always).
 
@@ -53,6 +54,7 @@ from _benchlib import (
 CLASS = "bench-avx512"
 PAUSE_S = 2.0
 ROUNDS = 2
+TVM_TURNS = 3  # interleaved turns of untuned and tuned within a TVM block
 MIRROR_ATOL = 1e-4
 MIRROR_RTOL = 1e-4
 
@@ -182,14 +184,17 @@ def build(fleet, model, workdir: Path) -> Built:
 
 
 def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
-    """Blocks on one board, a pause between blocks; round 2 runs the blocks in reverse order."""
+    """Blocks on one board, a pause between blocks; round 2 runs the blocks in reverse order.
+    The TVM block times untuned and tuned together, interleaved (`run_on_boards`, as
+    `edgetune build` does); onnxruntime runs in a block of its own (its thread pool and TVM's
+    must not share the cores)."""
     from edgetune.artifact.measure import run_on_boards
     from edgetune.fleet.status import rpc_endpoint
-    from edgetune.inventory.schema import Measurement
+    from edgetune.inventory.schema import CompareSettings, Measurement
 
     endpoint = rpc_endpoint(fleet, CLASS)
-    measurement = Measurement(number=1, repeat=args.repeats, min_repeat_ms=int(args.min_repeat_ms),
-                              cooldown_ms=0, enable_cpu_cache_flush=False)
+    per_turn = max(1, -(-args.repeats // TVM_TURNS))  # about args.repeats samples per library in all
+    measurement = Measurement(cooldown_ms=0, compare=CompareSettings(TVM_TURNS, per_turn, int(args.min_repeat_ms)))
     staged = {}
     for b in built:
         if b.ort_model is not None:
@@ -197,7 +202,7 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
                                                    b.model.name)
     rows = []
     for round_no in range(1, ROUNDS + 1):
-        order = ["untuned", "tuned", "onnxruntime"]
+        order = ["tvm", "onnxruntime"]
         if round_no % 2 == 0:
             order.reverse()
         for b in built:
@@ -211,26 +216,27 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
                     row["onnxruntime"] = timing.median_ms
                     row["ort_version"] = timing.version
                     row["ort_outputs"] = timing.outputs
+                    say(f"round {round_no} {b.model.name:15s} onnxruntime {row['onnxruntime']:9.3f} ms")
                 else:
                     # Every board of the class, not just `board`: board_sessions makes one tracker
                     # request per registered board and may be handed the same unwanted board twice
                     # (an unused server re-registers after ~5 s), so a subset can fail as "busy".
                     # Boards are driven one at a time; only `board`'s figures go in the table.
-                    runs = run_on_boards(endpoint, fleet.boards_of(CLASS), {what: b.libraries[what]}, b.entry,
-                                         b.args, measurement)
+                    libraries = {"untuned": b.libraries["untuned"], "tuned": b.libraries["tuned"]}
+                    runs = run_on_boards(endpoint, fleet.boards_of(CLASS), libraries, b.entry, b.args, measurement)
                     # run_on_boards does not close its RPC sessions: they close when garbage
                     # collected (reference cycles), and until then the boards stay "busy" for the
                     # tracker (up to the 600 s session timeout). Collect now.
                     gc.collect()
                     if board.name not in runs.succeeded:
-                        raise SystemExit(f"{b.model.name} {what} on {board.name}: {runs.failed}")
-                    result = runs.succeeded[board.name][what]
-                    for other, results in runs.succeeded.items():
-                        if other != board.name:
-                            row.setdefault("other_boards", {}).setdefault(what, {})[other] = results[what].timing.median_ms
-                    row[what] = result.timing.median_ms
-                    row[f"{what}_outputs"] = [result.outputs[k] for k in sorted(result.outputs)]
-                say(f"round {round_no} {b.model.name:15s} {what:11s} {row[what]:9.3f} ms")
+                        raise SystemExit(f"{b.model.name} TVM on {board.name}: {runs.failed}")
+                    for label, result in runs.succeeded[board.name].items():
+                        for other, results in runs.succeeded.items():
+                            if other != board.name:
+                                row.setdefault("other_boards", {}).setdefault(label, {})[other] = results[label].timing.median_ms
+                        row[label] = result.timing.median_ms
+                        row[f"{label}_outputs"] = [result.outputs[k] for k in sorted(result.outputs)]
+                        say(f"round {round_no} {b.model.name:15s} {label:11s} {row[label]:9.3f} ms")
                 time.sleep(PAUSE_S)
             rows.append(row)
     return rows
@@ -273,8 +279,8 @@ def print_report(args, facts, fleet, board, profile, threads, tune_s, class_resu
     print(tabulate(table, headers=headers, disable_numparse=True))
     print()
     print("'tuned vs ORT' > 1: tuned TVM is faster than onnxruntime; < 1: slower. Times are medians of "
-          f"{args.repeats} repeats in one block; each row is one round of blocks (untuned, tuned, onnxruntime; "
-          "round 2 in reverse order), with a pause between blocks.")
+          f"about {args.repeats} repeats per block; each row is one round of blocks (TVM: untuned and tuned "
+          f"interleaved in {TVM_TURNS} turns each; onnxruntime; round 2 in reverse order), with a pause between blocks.")
     print()
     print("output checks (max |diff|, reference input):")
     for b in built:
@@ -296,7 +302,8 @@ def print_report(args, facts, fleet, board, profile, threads, tune_s, class_resu
           f"time limit {f'{fleet.tuning.time_limit_s:g} s' if fleet.tuning.time_limit_s else 'none'}; spent {class_result.trials_run} trials in {tune_s:.0f} s"
           + (f"; stopped early: {class_result.stopped}" if class_result.stopped else ""))
     print(f"  timing: {threads} thread(s) for both (TVM_NUM_THREADS of the board's rpc_server; onnxruntime "
-          f"intra_op_num_threads, sequential); {args.repeats} repeats of >= {args.min_repeat_ms:g} ms per block; "
+          f"intra_op_num_threads, sequential); about {args.repeats} repeats of >= {args.min_repeat_ms:g} ms per block "
+          f"(TVM: {TVM_TURNS} interleaved turns per library); "
           f"{PAUSE_S:g} s pause between blocks; {ROUNDS} rounds")
     print("  TVM: relax.build(exec_mode='compiled'), weights pre-packed, run by the board's rpc_server through the "
           "tracker (time_evaluator of invoke_stateful)")

@@ -129,3 +129,29 @@ def sim_fleet(tmp_path_factory):
         finally:
             sim_down(fleet)
             lock.close()
+
+
+@pytest.fixture(scope="session")
+def built_fleet(sim_fleet, tmp_path_factory):
+    """`sim_fleet` with a store, keys and board directories of its own, in which mlp was tuned
+    (the fleet's small budget, on the class's boards; the class databases are the fleet's) and
+    built for every class: real signed artifacts with baselines measured on the boards."""
+    import dataclasses
+
+    from edgetune.artifact.builder import build_artifacts
+    from edgetune.artifact.signing import init_keys
+    from edgetune.inventory.schema import ArtifactSettings
+    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+
+    root = tmp_path_factory.mktemp("built-fleet")
+    fleet = sim_fleet.replace(
+        boards=tuple(dataclasses.replace(b, workdir=str(root / "boards" / b.name)) for b in sim_fleet.boards),
+        artifacts=ArtifactSettings(root / "artifacts", root / "keys" / "signing.key", root / "keys" / "signing.pub"),
+    )
+    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
+    for device_class in fleet.device_classes:
+        tuned = tune_class(fleet, device_class.name, TuneOptions(search=SearchSettings(population_size=64)))
+        assert tuned.ok, tuned.error
+    report = build_artifacts(fleet)
+    assert report.ok, report.failures()
+    return fleet

@@ -48,8 +48,8 @@ def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-0
             BoardResult(
                 board="gw-a1",
                 firmware="Linux 6.1 x86_64",
-                tuned=Timing(median_ms=0.25, spread_ms=0.01, samples=3),
-                untuned=Timing(median_ms=2.5, spread_ms=0.1, samples=3),
+                tuned=Timing.from_samples_ms([0.25, 0.24, 0.26]),
+                untuned=Timing.from_samples_ms([2.5, 2.45, 2.55]),
                 max_abs_error=1e-7,
             ),
         ),

@@ -7,10 +7,14 @@ For each pair (`plan_builds`, pure), `build_pair`:
 2. prepares the model the way the tuner did, applies the snapshot and builds the tuned library
    (`relax.build(exec_mode="compiled")`, weights pre-packed and bound) and the untuned one,
    exported with the profile's cross compiler (host compiler when it has none);
-3. runs both on every board of the class through the tracker (profile measurement settings)
-   and checks the tuned outputs on the reference input against the host reference
-   (onnxruntime for ONNX models, an untuned host build otherwise) within `TOLERANCE`;
-4. stages the library, reference input / expected output, database snapshot and tuning report,
+3. runs both on every board of the class through the tracker, timed against each other in
+   interleaved rounds (`measure.compare_on_board`, the profile's `measurement.compare`), and
+   checks the tuned outputs on the reference input against the host reference (onnxruntime
+   for ONNX models, an untuned host build otherwise) within `TOLERANCE`;
+4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
+   on every board (the bootstrap interval of untuned / tuned lies above 1,
+   `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
+5. stages the library, reference input / expected output, database snapshot and tuning report,
    and commits them to the store (manifest listed, signed, renamed, tarball, index).
 Any failure fails that pair only (its staging directory is removed; older versions are
 untouched) and is reported with what to do; `BuildReport.ok` says whether all pairs succeeded.
@@ -54,6 +58,7 @@ from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_bo
 from edgetune.artifact.reference import check_outputs, npz_bytes
 from edgetune.artifact.signing import load_private_key
 from edgetune.artifact.store import ArtifactStore, Staging
+from edgetune.artifact.timing_stats import RatioEstimate, ratio_of_medians
 from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.status import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
@@ -70,15 +75,18 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BuildOutcome:
-    """What happened to one (model, class): built, unchanged (inputs equal), or failed."""
+    """What happened to one (model, class): built, unchanged (inputs equal), refused (built
+    and measured, but the tuned build is not faster than the untuned one: not stored), or
+    failed."""
 
     model: str
     device_class: str
-    status: str  # "built" | "unchanged" | "failed"
+    status: str  # "built" | "unchanged" | "refused" | "failed"
     version: int | None = None
     path: Path | None = None
     untuned_ms: float | None = None
     tuned_ms: float | None = None
+    least_speedup: float | None = None  # the lowest interval bound of untuned/tuned over the boards
     trials: int | None = None
     tasks_without_record: tuple[str, ...] = ()
     tasks_total: int | None = None
@@ -89,19 +97,24 @@ class BuildOutcome:
         return self.untuned_ms / self.tuned_ms if self.untuned_ms and self.tuned_ms else None
 
     @classmethod
-    def from_manifest(cls, status: str, manifest: Manifest, path: Path) -> "BuildOutcome":
+    def from_manifest(
+        cls, status: str, manifest: Manifest, path: Path | None, error: str | None = None
+    ) -> "BuildOutcome":
         hits = manifest.record_hits
+        speedups = board_speedups(manifest.boards)
         return cls(
             model=manifest.inputs.model,
             device_class=manifest.inputs.device_class,
             status=status,
-            version=manifest.version,
+            version=manifest.version or None,
             path=path,
             untuned_ms=manifest.untuned_median_ms(),
             tuned_ms=manifest.tuned_median_ms(),
+            least_speedup=min(e.low for e in speedups.values()) if speedups else None,
             trials=manifest.tuning.trials,
             tasks_without_record=hits.tasks_without_record,
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
+            error=error,
         )
 
 
@@ -111,7 +124,7 @@ class BuildReport:
 
     @property
     def ok(self) -> bool:
-        return all(o.status != "failed" for o in self.outcomes)
+        return all(o.status in ("built", "unchanged") for o in self.outcomes)
 
     def table(self) -> str:
         """model x class: untuned ms, tuned ms, speed-up, trials, records, artifact version."""
@@ -121,7 +134,7 @@ class BuildReport:
                 o.device_class,
                 _ms(o.untuned_ms),
                 _ms(o.tuned_ms),
-                f"{o.speedup:.1f}x" if o.speedup else "",
+                _speedup(o),
                 "" if o.trials is None else o.trials,
                 _records(o),
                 f"v{o.version}" if o.version else "",
@@ -129,12 +142,12 @@ class BuildReport:
             ]
             for o in self.outcomes
         ]
-        headers = ["model", "class", "untuned ms", "tuned ms", "speed-up", "trials", "records", "artifact", "status"]
+        headers = ["model", "class", "untuned ms", "tuned ms", "speed-up (min)", "trials", "records", "artifact", "status"]
         return tabulate(rows, headers=headers, disable_numparse=True)
 
     def failures(self) -> list[str]:
-        """One line per failed pair: what failed and what to do."""
-        return [f"{o.model} on {o.device_class}: {o.error}" for o in self.outcomes if o.status == "failed"]
+        """One line per failed or refused pair: what happened and what to do."""
+        return [f"{o.model} on {o.device_class}: {o.error}" for o in self.outcomes if o.error]
 
     def warnings(self) -> list[str]:
         """One line per artifact with kernels that found no tuning record (built, but untuned there)."""
@@ -142,7 +155,7 @@ class BuildReport:
             f"{o.model} on {o.device_class}: {len(o.tasks_without_record)} of {o.tasks_total} kernels found no "
             f"tuning record and run untuned ({', '.join(o.tasks_without_record)}): tune with a larger budget"
             for o in self.outcomes
-            if o.status != "failed" and o.tasks_without_record
+            if o.status in ("built", "unchanged") and o.tasks_without_record
         ]
 
 
@@ -215,9 +228,40 @@ def build_pair(
             return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path)
         with store.stage(model.name, device_class.name) as staging:
             manifest = _build_and_measure(pair, inputs, database_dir, staging, progress)
+            refusal = gate_refusal(manifest, fleet.path)
+            if refusal is not None:
+                return BuildOutcome.from_manifest("refused", manifest, None, error=refusal)
             result = store.commit(staging, manifest, key)
     status = "built" if result.created else "unchanged"
     return BuildOutcome.from_manifest(status, result.stored.manifest, result.stored.path)
+
+
+def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
+    """Per board: untuned / tuned time, the ratio of medians with its bootstrap interval."""
+    return {b.board: ratio_of_medians(b.untuned.samples_ms, b.tuned.samples_ms) for b in boards}
+
+
+def gate_refusal(manifest: Manifest, fleet_path: Path) -> str | None:
+    """Why the tuned build must not be published (None: it may). It must be faster than the
+    untuned build beyond noise on every board: the interval of untuned / tuned above 1."""
+    speedups = board_speedups(manifest.boards)
+    not_faster = [b for b in manifest.boards if not speedups[b.board].above(1.0)]
+    if not not_faster:
+        return None
+    measured = "; ".join(
+        f"{b.board}: untuned {b.untuned.median_ms:.3f} ms, tuned {b.tuned.median_ms:.3f} ms, "
+        f"untuned/tuned {speedups[b.board].describe()} over {b.tuned.samples} samples each"
+        for b in not_faster
+    )
+    hits = manifest.record_hits
+    inputs = manifest.inputs
+    return (
+        f"the tuned build is not faster than the untuned one beyond noise ({measured}); "
+        f"{hits.tasks_with_record} of {hits.tasks_with_record + len(hits.tasks_without_record)} kernels have a "
+        f"tuning record, {manifest.tuning.trials} trials; nothing was published for this pair: tune the class "
+        f"with a larger budget (raise tuning.trials_per_class, then `edgetune tune -f {fleet_path} --class "
+        f"{inputs.device_class} --model {inputs.model}`) and build again"
+    )
 
 
 def _build_and_measure(
@@ -264,7 +308,11 @@ def _measure(
     boards = fleet.boards_of(device_class.name)
     if not boards:
         raise ArtifactError(f"class {device_class.name} has no board to measure on: add one to {fleet.path}")
-    progress(f"  measuring on {len(boards)} boards")
+    compare_settings = device_class.profile.measurement.compare
+    progress(
+        f"  measuring on {len(boards)} boards: tuned and untuned in {compare_settings.rounds} interleaved rounds "
+        f"of {compare_settings.repeat} samples (>= {compare_settings.min_repeat_ms} ms each)"
+    )
     runs = run_on_boards(
         rpc_endpoint(fleet, device_class.name), boards, libraries, entry_function(pair.mod), pair.args,
         device_class.profile.measurement,
@@ -274,7 +322,7 @@ def _measure(
     for board in boards:
         if board.name not in runs.succeeded:
             continue
-        firmware = firmware_fingerprint(board, device_class.profile)
+        firmware = firmware_fingerprint(fleet, board)
         result, problem = _board_result(board.name, firmware, runs.succeeded[board.name], expected)
         results.append(result)
         problems += [problem] if problem else []
@@ -328,6 +376,15 @@ def _check_names(kind: str, asked: Sequence[str], known: list[str]) -> None:
 
 def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
+
+
+def _speedup(outcome: BuildOutcome) -> str:
+    """'23.4x (22.1x)': untuned / tuned of the class medians, and in brackets the least gain
+    on any board at 95 % confidence (the lowest interval bound)."""
+    if not outcome.speedup:
+        return ""
+    least = f" ({outcome.least_speedup:.3g}x)" if outcome.least_speedup is not None else ""
+    return f"{outcome.speedup:.3g}x{least}"
 
 
 def _records(outcome: BuildOutcome) -> str:

@@ -4,6 +4,8 @@ Canonical bytes: `json.dumps` with sorted keys, `(",", ":")` separators, no ASCI
 no NaN/Infinity, encoded as UTF-8, no trailing newline. The same value always gives the same
 bytes, so a sha256 of them is a content hash and an ed25519 signature over them is stable.
 
+`load_json` decodes untrusted bytes strictly: UTF-8 only, no NaN/Infinity or numbers that
+overflow to them, no duplicate keys, no lone surrogates, at most `MAX_JSON_DEPTH` levels deep.
 `from_json` rebuilds a (frozen) dataclass from decoded JSON, checking every field's type:
 unknown keys, missing keys and wrong types are `ArtifactError`s that name the JSON path.
 """
@@ -13,13 +15,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
+from collections import Counter
 from typing import Any, Mapping, TypeVar
 
 from edgetune.errors import ArtifactError
 
 T = TypeVar("T")
+
+MAX_JSON_DEPTH = 64  # the artifact formats nest about 6 levels; a profile's target a few more
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -31,6 +37,64 @@ def canonical_bytes(value: Any) -> bytes:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def load_json(data: bytes, where: str) -> Any:
+    """Decode untrusted JSON bytes; any problem is an ArtifactError naming `where`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ArtifactError(f"{where}: not UTF-8 text (invalid byte at offset {err.start})") from None
+    try:
+        value = json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
+    except RecursionError:
+        raise ArtifactError(f"{where}: nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+    except ValueError as err:  # JSONDecodeError, and integers beyond Python's digit limit
+        raise ArtifactError(f"{where}: not valid JSON ({err})") from None
+    except ArtifactError as err:  # raised by the hooks below, which do not know `where`
+        raise ArtifactError(f"{where}: {err}") from None
+    _check_plain(value, where)
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ArtifactError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ArtifactError(f"{text[:40]} is too large to be a number here")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        duplicated = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise ArtifactError(f"duplicate key(s) {', '.join(map(repr, duplicated))[:200]}")
+    return result
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Depth and strings of decoded JSON, without recursion (the value may be hostile)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ArtifactError(f"{where}: nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+        if isinstance(item, dict):
+            stack.extend((k, depth) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ArtifactError(f"{where}: a string holds a lone surrogate escape (\\ud800-\\udfff)") from None
 
 
 def to_json(value: Any) -> Any:

@@ -14,12 +14,12 @@ Two digests matter:
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
-from edgetune.artifact.codec import canonical_bytes, from_json, sha256_hex
+from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
 SCHEMA = "edgetune.artifact"
@@ -73,21 +73,38 @@ class BuildInputs:
 
 @dataclass(frozen=True)
 class Timing:
-    """One library timed on one board: median of the `repeat` samples and their max - min."""
+    """One library timed on one board: every sample in milliseconds, in the order taken
+    (round by round, see `measure.py`), and their summary (`timing_stats.summarize`). The
+    samples are kept so that a later check can compare its own against them."""
 
     median_ms: float
-    spread_ms: float
+    iqr_ms: float  # interquartile range of the samples
+    min_ms: float
+    max_ms: float
     samples: int
+    samples_ms: tuple[float, ...]
 
     @classmethod
-    def from_samples_s(cls, samples_s: list[float] | tuple[float, ...]) -> "Timing":
-        ms = [s * 1e3 for s in samples_s]
-        return cls(median_ms=statistics.median(ms), spread_ms=max(ms) - min(ms), samples=len(ms))
+    def from_samples_ms(cls, samples_ms: Sequence[float]) -> "Timing":
+        summary = summarize(samples_ms)
+        return cls(
+            median_ms=summary.median,
+            iqr_ms=summary.iqr,
+            min_ms=summary.min,
+            max_ms=summary.max,
+            samples=summary.count,
+            samples_ms=tuple(float(v) for v in samples_ms),
+        )
+
+    @classmethod
+    def from_samples_s(cls, samples_s: Sequence[float]) -> "Timing":
+        return cls.from_samples_ms([s * 1e3 for s in samples_s])
 
 
 @dataclass(frozen=True)
 class BoardResult:
-    """The artifact measured and checked on one board of its class."""
+    """The artifact measured and checked on one board of its class. `tuned` and `untuned`
+    were timed in the same interleaved rounds, so their samples compare directly."""
 
     board: str
     firmware: str  # the output of the profile's firmware_command on that board
@@ -175,10 +192,7 @@ class Manifest:
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> "Manifest":
         """Parse and check a manifest: schema, schema version, every field, inputs digest."""
-        try:
-            raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ArtifactError(f"{where}: not valid JSON ({err})") from err
+        raw = load_json(data, where)
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
             raise ArtifactError(f"{where}: not an {SCHEMA} manifest")
         if raw.get("schema_version") != SCHEMA_VERSION:

@@ -1,4 +1,5 @@
-"""Run built libraries on every board of a device class through the fleet's TVM tracker.
+"""Run built libraries on every board of a device class through the fleet's TVM tracker, and
+time the ones being compared against each other.
 
 Boards register with the tracker under their class name. To reach *every* board (not just any
 free one), `board_sessions` asks the tracker for as many servers of the class as are
@@ -7,9 +8,19 @@ registered and holds them all at once: each answer names the server's address (t
 at a time, so that boards sharing a host (the simulated fleet) do not disturb each other's
 timing.
 
-On a board: upload the `.so`, load it, run it under `relax.VirtualMachine` with the stateful
-API (set_input / invoke_stateful / get_outputs, which works over RPC for tuple outputs too),
-then time `invoke_stateful` with the profile's measurement settings.
+On a board (`compare_on_board`): upload every library, load each under
+`relax.VirtualMachine` with the stateful API (set_input / invoke_stateful / get_outputs, which
+works over RPC for tuple outputs too), run each once for its outputs, then time them in
+interleaved rounds (`interleave`): A B, B A, A B ... in the same session, so that whatever
+drifts on the board (other load, throttling, clocks) falls on all of them alike. Each turn is
+one `time_evaluator` call of `invoke_stateful`: a discarded warm-up call, then `repeat`
+samples, each the mean of as many calls as fill `min_repeat_ms` (the profile's
+`measurement.compare`).
+
+No cache flush: TVM's `cache_flush_cpu_non_first_arg` flushes the call's arguments after the
+first, and for `invoke_stateful` the only argument is the function name (measured: no effect);
+its `cache_flush_bytes` evicts once per repeat, which over a repeat of hundreds of calls is
+noise. The timing is warm-cache, steady-state latency.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -31,11 +42,12 @@ from tvm.rpc import base
 from edgetune.artifact.files import sha256_file
 from edgetune.artifact.manifest import Timing
 from edgetune.errors import EdgetuneError, FleetError
+from edgetune.fleet.board import read_firmware
 from edgetune.fleet.parallel import GroupResult
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.status import RpcEndpoint
 from edgetune.fleet.tracker import TrackerSummary
-from edgetune.inventory.schema import Board, DeviceProfile, Measurement
+from edgetune.inventory.schema import Board, Fleet, Measurement
 
 SESSION_TIMEOUT_S = 600  # a board ends a session older than this
 REQUEST_TIMEOUT_S = 120.0  # how long to wait for a busy board
@@ -65,15 +77,13 @@ def run_on_boards(
     args: Sequence[np.ndarray],
     measurement: Measurement,
 ) -> GroupResult[dict[str, RunResult]]:
-    """Every library (label -> .so) run and timed on every board; per-board results as data."""
+    """Every library (label -> .so) run and timed against the others on every board
+    (`compare_on_board`), one board at a time; per-board results as data."""
     succeeded: dict[str, dict[str, RunResult]] = {}
     with board_sessions(endpoint, boards) as (sessions, failed):
         for name, session in sessions.items():
             try:
-                succeeded[name] = {
-                    label: run_library(session, path, entry, args, measurement)
-                    for label, path in libraries.items()
-                }
+                succeeded[name] = compare_on_board(session, libraries, entry, args, measurement)
             except (EdgetuneError, RuntimeError, ValueError, OSError) as err:  # TVM raises RuntimeError subclasses
                 failed[name] = f"{name}: running the library failed: {err}"
                 continue
@@ -81,36 +91,87 @@ def run_on_boards(
     return GroupResult(succeeded, failed)
 
 
+def compare_on_board(
+    session: rpc.RPCSession,
+    libraries: Mapping[str, Path],
+    entry: str,
+    args: Sequence[np.ndarray],
+    measurement: Measurement,
+) -> dict[str, RunResult]:
+    """Upload and load every library, run each once for its outputs, then time them all in
+    `measurement.compare.rounds` interleaved rounds; the uploads are removed afterwards."""
+    remote_names = {label: f"edgetune-{sha256_file(path)[:16]}.so" for label, path in libraries.items()}
+    uploaded: list[str] = []
+    try:
+        for label, path in libraries.items():
+            if remote_names[label] not in uploaded:
+                session.upload(str(path), target=remote_names[label])
+                uploaded.append(remote_names[label])
+        dev = session.cpu()
+        tensors = [tvm.runtime.tensor(a, dev) for a in args]
+        outputs, vms = {}, {}
+        for label, remote_name in remote_names.items():
+            vms[label] = relax.VirtualMachine(session.load_module(remote_name), dev)
+            vms[label].set_input(entry, *tensors)
+            vms[label].invoke_stateful(entry)
+            outputs[label] = output_dict(vms[label].get_outputs(entry))
+        timings = time_interleaved(vms, dev, entry, measurement)
+    finally:
+        for remote_name in uploaded:
+            session.remove(remote_name)
+    return {label: RunResult(timings[label], outputs[label]) for label in libraries}
+
+
 def run_library(
     session: rpc.RPCSession, library: Path, entry: str, args: Sequence[np.ndarray], measurement: Measurement
 ) -> RunResult:
-    """Upload, load, run once for the outputs, then time the library on one board."""
-    remote_name = f"edgetune-{sha256_file(library)[:16]}.so"
-    session.upload(str(library), target=remote_name)
-    try:
-        dev = session.cpu()
-        vm = relax.VirtualMachine(session.load_module(remote_name), dev)
-        vm.set_input(entry, *[tvm.runtime.tensor(a, dev) for a in args])
-        vm.invoke_stateful(entry)
-        outputs = output_dict(vm.get_outputs(entry))
-        timer = vm.time_evaluator(
-            "invoke_stateful",
-            dev,
-            number=measurement.number,
-            repeat=measurement.repeat,
-            min_repeat_ms=measurement.min_repeat_ms,
-            cooldown_interval_ms=measurement.cooldown_ms,
-            f_preproc="cache_flush_cpu_non_first_arg" if measurement.enable_cpu_cache_flush else "",
-        )
-        return RunResult(Timing.from_samples_s(list(timer(entry).results)), outputs)
-    finally:
-        session.remove(remote_name)
+    """One library on one board: its outputs and `rounds` x `repeat` samples."""
+    return compare_on_board(session, {"library": library}, entry, args, measurement)["library"]
 
 
-def firmware_fingerprint(board: Board, profile: DeviceProfile) -> str:
-    """The output of the profile's firmware command on the board (over SSH)."""
+def time_interleaved(
+    vms: Mapping[str, relax.VirtualMachine], dev, entry: str, measurement: Measurement
+) -> dict[str, Timing]:
+    """Time VMs already loaded on one board, their inputs set (`vm.set_input(entry, ...)`), in
+    `measurement.compare.rounds` interleaved rounds; every sample kept, per label."""
+    timers = {label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()}
+    samples = interleave(timers, measurement.compare.rounds)
+    return {label: Timing.from_samples_s(values) for label, values in samples.items()}
+
+
+def interleave(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int) -> dict[str, tuple[float, ...]]:
+    """Call every timer once per round, taking turns: in label order in even rounds, in
+    reverse order in odd ones (A B, B A, A B ...), so that neither goes first every time.
+    Turns follow each other without a pause (a random pause before each turn was tried and made
+    throttled boards worse: README, "Measurement"). Returns all samples per label, in order."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    labels = list(timers)
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    for round_index in range(rounds):
+        for label in labels if round_index % 2 == 0 else reversed(labels):
+            samples[label].extend(timers[label]())
+    return {label: tuple(values) for label, values in samples.items()}
+
+
+def _round_timer(vm: relax.VirtualMachine, dev, entry: str, measurement: Measurement) -> Callable[[], list[float]]:
+    """One turn of a library: `compare.repeat` samples in seconds (TVM's time_evaluator on
+    the board: a warm-up call, then per sample as many calls as fill `compare.min_repeat_ms`)."""
+    timer = vm.time_evaluator(
+        "invoke_stateful",
+        dev,
+        number=1,
+        repeat=measurement.compare.repeat,
+        min_repeat_ms=measurement.compare.min_repeat_ms,
+        cooldown_interval_ms=measurement.cooldown_ms,
+    )
+    return lambda: list(timer(entry).results)
+
+
+def firmware_fingerprint(fleet: Fleet, board: Board) -> str:
+    """The board's firmware fingerprint (its class profile's command, over SSH)."""
     with BoardSession(board) as ssh:
-        return ssh.run(profile.firmware_command, check=False).stdout.strip()
+        return read_firmware(ssh, fleet)
 
 
 @contextmanager

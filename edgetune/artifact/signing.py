@@ -7,13 +7,13 @@ Signature file (`manifest.sig`), canonical JSON:
 `{"algorithm": "ed25519", "key_id": <first 16 hex of sha256(raw public key)>, "signature": <base64>}`.
 The signature covers the exact bytes of `manifest.json`. `key_id` only serves to tell "signed by
 another key" from "modified after signing" in error messages; trust comes from the signature.
+The store's `index.sig` is the same format, over the bytes of `index.json`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +22,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from edgetune.artifact.codec import canonical_bytes, from_json, sha256_hex
-from edgetune.artifact.files import write_atomic
+from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact.durable import write_atomic
 from edgetune.errors import ArtifactError
 
 ALGORITHM = "ed25519"
 KEYS_INIT_HINT = "run `edgetune keys init`"
+MAX_SIGNATURE_BYTES = 64 << 10  # a signature file is about 150 bytes
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,10 @@ class Signature:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> "Signature":
+        raw = load_json(data, where)
         try:
-            sig = from_json(cls, json.loads(data.decode("utf-8")))
-        except (UnicodeDecodeError, json.JSONDecodeError, ArtifactError) as err:
+            sig = from_json(cls, raw)
+        except ArtifactError as err:
             raise ArtifactError(f"{where}: not a signature file ({err})") from None
         if sig.algorithm != ALGORITHM:
             raise ArtifactError(f"{where}: algorithm {sig.algorithm!r} is not {ALGORITHM}")
@@ -66,6 +68,11 @@ def init_keys(private_path: Path, public_path: Path, artifacts_dir: Path, force:
     """Make a new key pair. Refuses a private key under `artifacts_dir` (it would be shipped),
     and an existing private key unless `force` (a new key cannot verify old artifacts)."""
     private_path, public_path = Path(private_path).absolute(), Path(public_path).absolute()
+    if private_path.resolve() == public_path.resolve():
+        raise ArtifactError(
+            f"the signing key and the public key are the same file ({private_path}): writing the public "
+            "key would destroy the private one; give artifacts.public_key its own file"
+        )
     if _is_within(private_path, Path(artifacts_dir).absolute()):
         raise ArtifactError(
             f"the signing key {private_path} is inside the artifacts directory {artifacts_dir}: "
@@ -149,6 +156,19 @@ def signature_problem(public_key: Ed25519PublicKey, data: bytes, sig: Signature)
     except (InvalidSignature, binascii.Error, ValueError):
         return "signature does not match the manifest's bytes (the manifest was modified after signing)"
     return None
+
+
+def signature_file_problems(
+    public_key: Ed25519PublicKey, data: bytes, sig_bytes: bytes, signed_name: str, sig_name: str
+) -> list[str]:
+    """What is wrong with the signature file `sig_name` (bytes `sig_bytes`) as a signature of
+    `signed_name` (bytes `data`) by `public_key`; empty if it is valid."""
+    try:
+        sig = Signature.from_bytes(sig_bytes, sig_name)
+    except ArtifactError as err:
+        return [str(err)]
+    problem = signature_problem(public_key, data, sig)
+    return [f"{signed_name}: {problem}"] if problem else []
 
 
 def _is_within(path: Path, directory: Path) -> bool:

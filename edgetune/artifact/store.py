@@ -1,19 +1,25 @@
-"""The artifact store: `<root>/<model>/<class>/v<N>/`, `v<N>.tar.gz` beside it, `<root>/index.json`.
+"""The artifact store: `<root>/<model>/<class>/v<N>/`, `v<N>.tar.gz` beside it, a signed index.
 
-- Versions only grow, per (model, class). A committed build whose `inputs_sha256` equals the
-  latest version's makes no new version (its staging directory is discarded).
+- Versions only grow, per (model, class), and a number is never used twice: the highest
+  version ever made is kept in `<model>/<class>/.highwater`, so deleting `v3/` and building
+  again makes v4, never a second, different v3. A committed build whose `inputs_sha256` equals
+  the latest version's makes no new version (its staging directory is discarded).
 - A version is staged in `<root>/<model>/<class>/.staging-<pid>-<hex>/`, its manifest written and
-  signed there, then the directory is renamed to `v<N>`: a directory named `v<N>` is always
-  complete. Staging directories of dead processes are removed at the next commit; readers
-  never list them.
+  signed there, every file and directory fsynced, then the directory is renamed to `v<N>`: a
+  directory named `v<N>` is always complete. Staging directories of dead processes are removed
+  at the next commit; readers never list them.
 - Commits of one (model, class) are serialized by an flock on `<model>/<class>/.lock`; the index
-  by one on `<root>/.index.lock`. `index.json` is rebuilt from the version directories and
-  replaced atomically; a tarball missing after a crash is re-packed at the next commit.
+  by one on `<root>/.index.lock`. A tarball missing after a crash, or whose manifest differs
+  from its directory's, is re-packed at the next commit of that (model, class).
+- `index.json` lists every version whose manifest agrees with its place (model, class,
+  version); it is rebuilt from the version directories, signed into `index.sig` with the
+  artifact key, and both are replaced atomically (`verify.verify_index` checks them).
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -25,19 +31,38 @@ from typing import Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgetune.artifact.codec import canonical_bytes, sha256_hex
-from edgetune.artifact.files import file_entries, fsync_dir, pack_tarball, write_atomic
+from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact.durable import fsync_dir, fsync_tree, write_atomic
+from edgetune.artifact.files import file_entries, open_archive, pack_tarball
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from edgetune.artifact.signing import sign
 from edgetune.errors import ArtifactError
 
 INDEX_NAME = "index.json"
+INDEX_SIGNATURE_NAME = "index.sig"
 INDEX_SCHEMA = "edgetune.artifact-index"
 INDEX_SCHEMA_VERSION = 1
+HIGHWATER_NAME = ".highwater"
+MAX_INDEX_BYTES = 64 << 20
 
-_VERSION_DIR = re.compile(r"^v([1-9][0-9]*)$")
+_VERSION_DIR = re.compile(r"^v([1-9][0-9]{0,9})$")
+_VERSION_ENTRY = re.compile(r"^v([1-9][0-9]{0,9})(\.tar\.gz)?$")
 _STAGING_PREFIX = ".staging-"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StorePlace:
+    """Where a version sits in a store: `<model>/<class>/v<version>`."""
+
+    model: str
+    device_class: str
+    version: int
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.device_class}/v{self.version}"
 
 
 @dataclass(frozen=True)
@@ -55,11 +80,56 @@ class StoredVersion:
     def tarball(self) -> Path:
         return tarball_path(self.path)
 
+    def misplacement(self) -> str | None:
+        """None if the manifest is the version its directory says, else what it is."""
+        m = self.manifest
+        if (m.inputs.model, m.inputs.device_class, m.version) == (self.model, self.device_class, self.version):
+            return None
+        return f"its manifest is {m.inputs.model}/{m.inputs.device_class}/v{m.version}"
+
 
 @dataclass(frozen=True)
 class CommitResult:
     stored: StoredVersion
     created: bool  # False: the inputs equal the latest version's, which is returned
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    model: str
+    device_class: str
+    version: int
+    path: str  # of the version directory, relative to the store root
+    tarball: str
+    manifest_sha256: str
+    inputs_sha256: str
+    tuned_median_ms: float | None
+    untuned_median_ms: float | None
+    created: str
+
+
+@dataclass(frozen=True)
+class StoreIndex:
+    """`index.json`: every version of the store (sorted by model, class, version)."""
+
+    schema: str
+    schema_version: int
+    versions: tuple[IndexEntry, ...]
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = INDEX_NAME) -> "StoreIndex":
+        raw = load_json(data, where)
+        if not isinstance(raw, dict) or raw.get("schema") != INDEX_SCHEMA:
+            raise ArtifactError(f"{where}: not an {INDEX_SCHEMA} file")
+        if raw.get("schema_version") != INDEX_SCHEMA_VERSION:
+            raise ArtifactError(
+                f"{where}: schema_version {str(raw.get('schema_version'))[:40]} is not supported "
+                f"(this edgetune reads version {INDEX_SCHEMA_VERSION})"
+            )
+        try:
+            return from_json(cls, raw)
+        except ArtifactError as err:
+            raise ArtifactError(f"{where}: {err}") from None
 
 
 class Staging:
@@ -99,8 +169,8 @@ class ArtifactStore:
         versions = self.versions(model, device_class)
         return self.get(model, device_class, versions[-1]) if versions else None
 
-    def all_versions(self) -> list[StoredVersion]:
-        """Every complete version in the store, sorted by (model, class, version)."""
+    def places(self) -> list[StorePlace]:
+        """Every complete version directory in the store (manifests not read), sorted."""
         if not self.root.is_dir():
             return []
         pairs = sorted(
@@ -110,7 +180,26 @@ class ArtifactStore:
             for c in m.iterdir()
             if c.is_dir() and _SAFE_NAME.match(c.name)
         )
-        return [self.get(m, c, v) for m, c in pairs for v in self.versions(m, c)]
+        return [StorePlace(m, c, v) for m, c in pairs for v in self.versions(m, c)]
+
+    def all_versions(self) -> list[StoredVersion]:
+        """Every complete version in the store, sorted by (model, class, version)."""
+        return [self.get(p.model, p.device_class, p.version) for p in self.places()]
+
+    def highwater(self, model: str, device_class: str) -> int:
+        """The highest version ever made of (model, class) (0: none yet)."""
+        path = self.class_dir(model, device_class) / HIGHWATER_NAME
+        try:
+            text = path.read_bytes()[:64].decode("ascii", "replace").strip()
+        except FileNotFoundError:
+            return 0
+        if not re.fullmatch(r"[0-9]{1,10}", text):
+            raise ArtifactError(
+                f"{path} holds {text!r}, not a version number: it records the highest version ever "
+                f"made of {model} for {device_class}, so that no number is used twice; write that "
+                "number into it (at least the highest v<N> there is)"
+            )
+        return int(text)
 
     # --- writing -------------------------------------------------------------------------
 
@@ -141,40 +230,62 @@ class ArtifactStore:
 
     def commit(self, staging: Staging, manifest: Manifest, key: Ed25519PrivateKey) -> CommitResult:
         """Turn `staging` into the next version: list its files in the manifest, sign it,
-        rename, pack the tarball and rewrite the index. No new version if inputs are unchanged."""
+        rename, pack the tarball and rewrite the signed index. No new version if inputs are
+        unchanged."""
         model, device_class = staging.model, staging.device_class
-        with _locked(self.class_dir(model, device_class) / ".lock"):
-            _remove_dead_staging(self.class_dir(model, device_class))
+        directory = self.class_dir(model, device_class)
+        with _locked(directory / ".lock"):
+            _remove_dead_staging(directory)
             latest = self.latest(model, device_class)
             if latest is not None and latest.manifest.inputs_sha256 == manifest.inputs_sha256:
                 return CommitResult(latest, created=False)
-            version = latest.version + 1 if latest else 1
+            version = max([self.highwater(model, device_class), *self.versions(model, device_class)]) + 1
             final = manifest.with_files(
                 version, file_entries(staging.path, exclude=(MANIFEST_NAME, SIGNATURE_NAME))
             )
             data = final.to_bytes()
             write_atomic(staging.path / MANIFEST_NAME, data)
             write_atomic(staging.path / SIGNATURE_NAME, sign(key, data).to_bytes())
-            target = staging.path.with_name(f"v{version}")
+            fsync_tree(staging.path)
+            write_atomic(directory / HIGHWATER_NAME, f"{version}\n".encode())
+            target = directory / f"v{version}"
             os.rename(staging.path, target)
-            fsync_dir(target.parent)
+            fsync_dir(directory)
             stored = StoredVersion(model, device_class, version, target, final, sha256_hex(data))
             self._ensure_tarballs(model, device_class)
-        self.write_index()
+        self.write_index(key)
         return CommitResult(stored, created=True)
 
-    def write_index(self) -> None:
-        """Rebuild `index.json` from the version directories and replace it atomically."""
+    def write_index(self, key: Ed25519PrivateKey) -> StoreIndex:
+        """Rebuild `index.json` from the version directories, sign it into `index.sig`, and
+        replace both atomically. Versions that cannot be read, or whose manifest is another
+        version than its directory says (copied or renamed by hand), are left out."""
         self.root.mkdir(parents=True, exist_ok=True)
         with _locked(self.root / ".index.lock"):
-            entries = [_index_entry(self.root, v) for v in self.all_versions()]
-            index = {"schema": INDEX_SCHEMA, "schema_version": INDEX_SCHEMA_VERSION, "versions": entries}
-            write_atomic(self.root / INDEX_NAME, canonical_bytes(index))
+            entries = tuple(_index_entry(self.root, v) for v in self._indexable_versions())
+            index = StoreIndex(INDEX_SCHEMA, INDEX_SCHEMA_VERSION, entries)
+            data = canonical_bytes(index)
+            write_atomic(self.root / INDEX_NAME, data)
+            write_atomic(self.root / INDEX_SIGNATURE_NAME, sign(key, data).to_bytes())
+        return index
+
+    def _indexable_versions(self) -> Iterator[StoredVersion]:
+        for place in self.places():
+            try:
+                stored = self.get(place.model, place.device_class, place.version)
+            except (ArtifactError, OSError) as err:
+                log.warning("warning: %s left out of %s: %s", place, INDEX_NAME, err)
+                continue
+            problem = stored.misplacement()
+            if problem:
+                log.warning("warning: %s left out of %s: %s (copied or renamed by hand?)", place, INDEX_NAME, problem)
+                continue
+            yield stored
 
     def _ensure_tarballs(self, model: str, device_class: str) -> None:
         for version in self.versions(model, device_class):
             version_dir = self.class_dir(model, device_class) / f"v{version}"
-            if not tarball_path(version_dir).exists():
+            if not _tarball_is_current(version_dir):
                 write_atomic(tarball_path(version_dir), pack_tarball(version_dir))
 
 
@@ -183,20 +294,50 @@ def tarball_path(version_dir: Path) -> Path:
     return version_dir.with_name(f"{version_dir.name}.tar.gz")
 
 
-def _index_entry(root: Path, stored: StoredVersion) -> dict:
+def store_place(path: Path) -> StorePlace | None:
+    """Where `path` sits if it is a version of an artifacts store, `<root>/<model>/<class>/v<N>`
+    or `v<N>.tar.gz` with `<root>/index.json` beside the models; None anywhere else (a
+    download directory, a board's install tree)."""
+    path = Path(os.path.abspath(path))
+    match = _VERSION_ENTRY.match(path.name)
+    if match is None or len(path.parents) < 3:
+        return None
+    class_dir, model_dir = path.parent, path.parent.parent
+    if not (_SAFE_NAME.match(class_dir.name) and _SAFE_NAME.match(model_dir.name)):
+        return None
+    if not (model_dir.parent / INDEX_NAME).is_file():
+        return None
+    return StorePlace(model_dir.name, class_dir.name, int(match.group(1)))
+
+
+def _tarball_is_current(version_dir: Path) -> bool:
+    """The tarball beside `version_dir` exists and starts with that directory's manifest.json
+    and manifest.sig (a tarball left from a deleted, reused or modified version does not)."""
+    tarball = tarball_path(version_dir)
+    if not tarball.is_file():
+        return False
+    try:
+        with open_archive(tarball) as archive:
+            head = (archive.manifest_bytes, archive.signature_bytes)
+    except ArtifactError:
+        return False
+    return head == ((version_dir / MANIFEST_NAME).read_bytes(), (version_dir / SIGNATURE_NAME).read_bytes())
+
+
+def _index_entry(root: Path, stored: StoredVersion) -> IndexEntry:
     m = stored.manifest
-    return {
-        "model": stored.model,
-        "device_class": stored.device_class,
-        "version": stored.version,
-        "path": stored.path.relative_to(root).as_posix(),
-        "tarball": stored.tarball.relative_to(root).as_posix(),
-        "manifest_sha256": stored.manifest_sha256,
-        "inputs_sha256": m.inputs_sha256,
-        "tuned_median_ms": m.tuned_median_ms(),
-        "untuned_median_ms": m.untuned_median_ms(),
-        "created": m.created,
-    }
+    return IndexEntry(
+        model=stored.model,
+        device_class=stored.device_class,
+        version=stored.version,
+        path=stored.path.relative_to(root).as_posix(),
+        tarball=stored.tarball.relative_to(root).as_posix(),
+        manifest_sha256=stored.manifest_sha256,
+        inputs_sha256=m.inputs_sha256,
+        tuned_median_ms=m.tuned_median_ms(),
+        untuned_median_ms=m.untuned_median_ms(),
+        created=m.created,
+    )
 
 
 @contextmanager

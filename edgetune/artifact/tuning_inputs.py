@@ -1,8 +1,9 @@
 """What an artifact takes from tuning: a snapshot of the class database and the tuning report.
 
-The build works on a snapshot (the two JSON files of the class database, torn tail repaired),
-never on the live database, so the artifact is built from exactly the records it ships and
-whose digest it states, even if tuning appends to the class database meanwhile.
+The build works on a snapshot (the two JSON files of the class database, copied records first
+and repaired: `tune.database.snapshot`), never on the live database, so the artifact is built
+from exactly the records it ships and whose digest it states, even if tuning appends to the
+class database meanwhile.
 """
 
 from __future__ import annotations
@@ -30,12 +31,8 @@ def snapshot_database(fleet: Fleet, device_class: str, dest: Path) -> Path:
             f"class {device_class} has no tuning database ({live.directory} has no records): "
             f"run `edgetune tune -f {fleet.path}` first"
         )
-    snapshot = tune_db.ClassDatabasePaths(dest)
     dest.mkdir(parents=True)
-    for source, target in ((live.workload, snapshot.workload), (live.tuning_record, snapshot.tuning_record)):
-        shutil.copyfile(source, target)
-        tune_db.repair_torn_tail(target)
-    return dest
+    return tune_db.snapshot(live, dest).directory
 
 
 def open_database(snapshot_dir: Path) -> ms.database.JSONDatabase:

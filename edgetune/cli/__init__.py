@@ -19,6 +19,8 @@ from edgetune.cli import (
     keys_cmd,
     plan_cmd,
     pull_cmd,
+    regress_cmd,
+    rollout_cmd,
     serve_cmd,
     sim_cmd,
     tune_cmd,
@@ -29,7 +31,7 @@ from edgetune.cli import (
 # In the order of the flow: inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
     check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
-    serve_cmd, pull_cmd,
+    serve_cmd, pull_cmd, rollout_cmd, regress_cmd,
 )  # fmt: skip
 
 

@@ -3,14 +3,15 @@
 A board runs, per model, the version pinned for it in the inventory, else the one pinned for its
 device class, else the newest version of (model, its class). A board may also ask for one
 version explicitly (rollback, staged rollouts): it gets it only if it exists for its own class.
-`OfferError.status` is the HTTP status the server answers with.
+`OfferError.status` is the HTTP status the server answers with. The answer is the agent's own
+wire record (`agent.client.Offer`), so both ends of the wire share one definition.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from edgetune.agent.client import Offer
 from edgetune.artifact.store import ArtifactStore, StoredVersion
 from edgetune.errors import DeployError
 from edgetune.inventory.schema import Board, Fleet
@@ -24,37 +25,6 @@ class OfferError(DeployError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Offer:
-    """The version a board should run, and where the server serves its files."""
-
-    board: str
-    device_class: str
-    model: str
-    version: int
-    pinned: bool
-    manifest_sha256: str
-    tarball_size: int
-
-    @property
-    def base_url(self) -> str:
-        return f"/v1/artifacts/{self.model}/{self.device_class}/v{self.version}"
-
-    def to_json(self) -> dict:
-        return {
-            "board": self.board,
-            "device_class": self.device_class,
-            "model": self.model,
-            "version": self.version,
-            "pinned": self.pinned,
-            "manifest_url": f"{self.base_url}/manifest.json",
-            "signature_url": f"{self.base_url}/manifest.sig",
-            "tarball_url": f"{self.base_url}.tar.gz",
-            "manifest_sha256": self.manifest_sha256,
-            "tarball_size": self.tarball_size,
-        }
 
 
 def check_name(kind: str, value: str) -> str:
@@ -102,4 +72,16 @@ def _offer_of(board: Board, stored: StoredVersion, pinned: bool) -> Offer:
     size = stored.tarball.stat().st_size if stored.tarball.is_file() else 0
     if size == 0:
         raise OfferError(404, f"{stored.tarball.name} of {stored.model} for {stored.device_class} is missing: run `edgetune build`")
-    return Offer(board.name, board.device_class, stored.model, stored.version, pinned, stored.manifest_sha256, size)
+    base = f"/v1/artifacts/{stored.model}/{board.device_class}/v{stored.version}"
+    return Offer(
+        board=board.name,
+        device_class=board.device_class,
+        model=stored.model,
+        version=stored.version,
+        pinned=pinned,
+        manifest_url=f"{base}/manifest.json",
+        signature_url=f"{base}/manifest.sig",
+        tarball_url=f"{base}.tar.gz",
+        manifest_sha256=stored.manifest_sha256,
+        tarball_size=size,
+    )

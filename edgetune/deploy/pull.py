@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Sequence
 
 from edgetune.artifact.files import unpack_tarball
+from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact.signing import load_public_key
-from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact.verify import verify_artifact
+from edgetune.artifact.store import ArtifactStore, StoredVersion
+from edgetune.artifact.verify import Expected, verify_artifact
 from edgetune.deploy.offer import find_board, offer
-from edgetune.errors import DeployError
 from edgetune.inventory.schema import Fleet
 
 
@@ -40,23 +40,20 @@ def pull(fleet: Fleet, board_name: str, models: Sequence[str] = (), out_dir: Pat
     for model in names:
         chosen = offer(fleet, store, board, model)
         stored = store.get(model, board.device_class, chosen.version)
-        manifest = verify_artifact(stored.tarball, public_key)
-        claimed = (manifest.inputs.model, manifest.inputs.device_class, manifest.version)
-        if claimed != (model, board.device_class, chosen.version):
-            raise DeployError(
-                f"{stored.tarball} claims to be {claimed[0]} for {claimed[1]} v{claimed[2]}, but the store lists it as "
-                f"{model} for {board.device_class} v{chosen.version}: do not ship it; rebuild with `edgetune build`"
-            )
-        pulled.append(_write(stored.tarball, out_dir / board.name / model, chosen.version, board.name, model))
+        verify_artifact(stored.tarball, public_key, Expected.for_path(stored.tarball, model, board.device_class, chosen.version))
+        pulled.append(_write(stored, out_dir / board.name / model, board.name))
     return pulled
 
 
-def _write(tarball: Path, directory: Path, version: int, board: str, model: str) -> Pulled:
+def _write(stored: StoredVersion, directory: Path, board: str) -> Pulled:
+    """The tarball, and beside it the same files unpacked (with the signed manifest)."""
     directory.mkdir(parents=True, exist_ok=True)
-    target_tarball = directory / f"v{version}.tar.gz"
-    target_dir = directory / f"v{version}"
-    shutil.copyfile(tarball, target_tarball)
+    target_tarball = directory / stored.tarball.name
+    target_dir = directory / stored.path.name
+    shutil.copyfile(stored.tarball, target_tarball)
     if target_dir.exists():
         shutil.rmtree(target_dir)
     unpack_tarball(target_tarball, target_dir)
-    return Pulled(board, model, version, target_tarball, target_dir)
+    for name in (MANIFEST_NAME, SIGNATURE_NAME):
+        shutil.copyfile(stored.path / name, target_dir / name)
+    return Pulled(board, stored.model, stored.version, target_tarball, target_dir)

@@ -2,7 +2,7 @@
 
 URL scheme (every request but /v1/health carries `Authorization: Bearer <board token>`):
 - `GET /v1/health`: `{"ok": true}`.
-- `GET /v1/boards/<board>/models/<model>`: the version the board should run (`offer.Offer`
+- `GET /v1/boards/<board>/models/<model>`: the version the board should run (`agent.client.Offer`
   as JSON: version, pinned, manifest/signature/tarball URLs, manifest sha256, tarball size).
 - `GET /v1/boards/<board>/models/<model>/versions/<N>`: the same for one version.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from edgetune.artifact.codec import to_json
 from edgetune.artifact.files import sha256_file
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact.store import ArtifactStore
@@ -77,7 +78,7 @@ def create_app(fleet: Fleet) -> Starlette:
         if board.name != caller.name:
             raise OfferError(403, f"this token is for board {caller.name}, not {board.name}")
         version = request.path_params.get("version")
-        return JSONResponse(offer(fleet, store, board, request.path_params["model"], version).to_json())
+        return JSONResponse(to_json(offer(fleet, store, board, request.path_params["model"], version)))
 
     def stored_version(request: Request):
         caller = authenticate(request)

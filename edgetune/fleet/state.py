@@ -115,3 +115,12 @@ def write_state(path: Path, state: dict[str, Any]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+    _fsync_directory(path.parent)  # the rename itself survives a power loss only then
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

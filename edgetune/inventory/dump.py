@@ -25,7 +25,7 @@ def profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
             "repeat": m.repeat,
             "min_repeat_ms": m.min_repeat_ms,
             "cooldown_ms": m.cooldown_ms,
-            "enable_cpu_cache_flush": m.enable_cpu_cache_flush,
+            "compare": {"rounds": m.compare.rounds, "repeat": m.compare.repeat, "min_repeat_ms": m.compare.min_repeat_ms},
         },
         "firmware_command": profile.firmware_command,
         "hardware": dict(profile.hardware),
@@ -60,6 +60,7 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
     }
     if fleet.sim is not None:
         data["sim"] = {"bridge": fleet.sim.bridge, "host_address": fleet.sim.host_address}
+    data["regress"] = {"threshold": fleet.regress.threshold, "confidence": fleet.regress.confidence}
     if fleet.deploy is not None:
         d = fleet.deploy
         data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases}

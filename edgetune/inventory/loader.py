@@ -24,9 +24,11 @@ from edgetune.inventory.schema import (
     SCHEMA_VERSION,
     ArtifactSettings,
     Board,
+    CompareSettings,
     DeviceClass,
     DeploySettings,
     DeviceProfile,
+    RegressSettings,
     Fleet,
     Measurement,
     Model,
@@ -42,13 +44,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 _SECRET_KEYS = ("password", "passphrase", "secret")
 
-FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts", "deploy")
+FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts", "deploy", "regress")
 BOARD_KEYS = ("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated", "pin", "token_env")
 DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
 MAX_KEEP_RELEASES = 100
 SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
-MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "enable_cpu_cache_flush")
+MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "compare", "enable_cpu_cache_flush")
+COMPARE_KEYS = ("rounds", "repeat", "min_repeat_ms")
 
 
 def load_fleet(path: str | Path) -> Fleet:
@@ -77,6 +80,7 @@ def load_fleet(path: str | Path) -> Fleet:
         artifacts=_artifacts(root.child("artifacts"), base),
         sim=sim,
         deploy=_deploy(root.child("deploy", None), base, workdir),
+        regress=_regress(root.child("regress", {})),
     )
     _check_keys(root, fleet)
     _check_pins(root, fleet)
@@ -404,6 +408,18 @@ def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
     )
 
 
+def _regress(node: Node) -> RegressSettings:
+    node.mapping(("threshold", "confidence"))
+    defaults = RegressSettings()
+    threshold = node.get("threshold", float, defaults.threshold)
+    if not 1.0 <= threshold <= 100.0:
+        raise node.child("threshold").error(f"is the time ratio that counts as slower, between 1.0 and 100 (e.g. 1.25), got {threshold}")
+    confidence = node.get("confidence", float, defaults.confidence)
+    if not 0.5 <= confidence <= 0.999:
+        raise node.child("confidence").error(f"must be between 0.5 and 0.999 (e.g. 0.95), got {confidence}")
+    return RegressSettings(threshold=threshold, confidence=confidence)
+
+
 def _pin(node: Node) -> FrozenMap:
     """{model: version} (checked against the declared models once all are loaded)."""
     if not isinstance(node.value, dict):
@@ -458,12 +474,28 @@ def _target(node: Node) -> FrozenMap:
 def _measurement(node: Node) -> Measurement:
     node.mapping(MEASUREMENT_KEYS)
     defaults = Measurement()
+    if node.get("enable_cpu_cache_flush", bool, False):
+        # TVM 0.27's flush (f_preproc cache_flush_cpu_non_first_arg) skips the first argument,
+        # which for the VM's invoke_stateful is the function name: it never flushed anything.
+        raise node.child("enable_cpu_cache_flush").error(
+            "is no longer supported: TVM's flush touches only call arguments, once per repeat, so it "
+            "flushed nothing for a whole model and one call in `number` when tuning; remove the line"
+        )
     return Measurement(
         number=node.positive("number", int, defaults.number),
         repeat=node.positive("repeat", int, defaults.repeat),
         min_repeat_ms=node.non_negative("min_repeat_ms", int, defaults.min_repeat_ms),
         cooldown_ms=node.non_negative("cooldown_ms", int, defaults.cooldown_ms),
-        enable_cpu_cache_flush=node.get("enable_cpu_cache_flush", bool, defaults.enable_cpu_cache_flush),
+        compare=_compare_settings(node.child("compare", {}), defaults.compare),
+    )
+
+
+def _compare_settings(node: Node, defaults: CompareSettings) -> CompareSettings:
+    node.mapping(COMPARE_KEYS)
+    return CompareSettings(
+        rounds=node.positive("rounds", int, defaults.rounds),
+        repeat=node.positive("repeat", int, defaults.repeat),
+        min_repeat_ms=node.positive("min_repeat_ms", int, defaults.min_repeat_ms),
     )
 
 

@@ -32,14 +32,29 @@ HOST_KEY_POLICIES = ("strict",)
 
 
 @dataclass(frozen=True)
+class CompareSettings:
+    """How whole builds being compared (tuned vs untuned at build, deployed vs fresh at
+    regress) are timed on a board: `rounds` rounds, the builds taking turns within each
+    (A B, B A, A B ...), `repeat` samples per build per round, each sample the mean time of
+    as many calls as fill `min_repeat_ms` (several CFS periods of 100 ms, so that a board's
+    CPU quota is averaged over, not sampled)."""
+
+    rounds: int = 4
+    repeat: int = 3
+    min_repeat_ms: int = 300
+
+
+@dataclass(frozen=True)
 class Measurement:
-    """How one candidate or artifact is timed on a board (TVM's EvaluatorConfig and more)."""
+    """How a board is timed. `number`, `repeat`, `min_repeat_ms`: each tuning candidate
+    (MetaSchedule's evaluator); `cooldown_ms`: pause after every repeat, tuning and
+    comparisons alike; `compare`: whole builds compared with each other."""
 
     number: int = 3
     repeat: int = 5
     min_repeat_ms: int = 20
     cooldown_ms: int = 0
-    enable_cpu_cache_flush: bool = False
+    compare: CompareSettings = CompareSettings()
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,15 @@ class DeploySettings:
 
 
 @dataclass(frozen=True)
+class RegressSettings:
+    """How `edgetune regress` judges a board's latency against its artifact's baseline: slower
+    when the whole confidence interval of the time ratio lies above `threshold`."""
+
+    threshold: float = 1.25
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
 class SimSettings:
     """The host side of a simulated fleet: one bridge, boards on its subnet."""
 
@@ -183,6 +207,7 @@ class Fleet:
     artifacts: ArtifactSettings
     sim: SimSettings | None
     deploy: DeploySettings | None = None
+    regress: RegressSettings = RegressSettings()
 
     def device_class(self, name: str) -> DeviceClass:
         return next(c for c in self.device_classes if c.name == name)

@@ -17,7 +17,7 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.tune.database import ClassDatabasePaths, open_database
+from edgetune.tune.database import ClassDatabasePaths, open_database, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,7 @@ def snapshot_donor(donor: ClassDatabasePaths, into: Path) -> ms.database.JSONDat
     """A read-only copy of the donor's database (its tuner may be appending right now)."""
     if not donor.tuning_record.exists():
         return None
-    copy = ClassDatabasePaths(into)
-    into.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(donor.workload, copy.workload)
-    shutil.copyfile(donor.tuning_record, copy.tuning_record)
-    return open_database(copy)
+    return open_database(snapshot(donor, into))
 
 
 def seed_from_donor(

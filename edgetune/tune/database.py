@@ -9,17 +9,28 @@ Layout under `<fleet.workdir>/databases/<class>/`:
 - `logs/`: MetaSchedule's per-task logs.
 
 TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
-last line torn; `repair_torn_tail` drops it before TVM reads the file (TVM would refuse it).
-Nothing else is ever removed: the database only grows.
+last line torn. `repair_lines` drops it before TVM reads the file (TVM would refuse it), and
+drops blank lines: TVM 0.27 segfaults (exit 139) loading a record file with an empty or
+whitespace-only line. Nothing else is ever removed: the database only grows.
+
+One process at a time tunes or repairs a class database: it holds `exclusive(paths)`, an
+flock on `<class dir>/.lock` (which holds its PID), so a repair never cuts a line that another
+process is still writing. Readers do not lock: reports read complete lines only, and builds and
+borrowing classes work on a `snapshot`, copied records first: records refer to workloads by
+line number, and a workload line is always written before any record that refers to it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -54,6 +65,10 @@ class ClassDatabasePaths:
     def logs(self) -> Path:
         return self.directory / "logs"
 
+    @property
+    def lock(self) -> Path:
+        return self.directory / ".lock"
+
 
 @dataclass(frozen=True)
 class TrialRecord:
@@ -63,33 +78,75 @@ class TrialRecord:
     latency_s: float | None  # mean of the measured repeats; None for a failed trial
 
 
-def repair_torn_tail(path: Path) -> int:
-    """Drop a last line that a crash left incomplete; return the number of bytes dropped.
-
-    A complete last line that only lacks its newline gets one (TVM would join the next
-    record onto it)."""
+def repair_lines(path: Path) -> int:
+    """Make a database file loadable by TVM: drop blank lines and a last line that a crash left
+    incomplete (a complete last line that only lacks its newline gets one: TVM would join the
+    next record onto it). Returns the number of bytes dropped. The file is replaced atomically;
+    on a live class database, call it under `exclusive`."""
     if not path.exists():
         return 0
     data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return 0
-    start = data.rfind(b"\n") + 1
-    if _parses(data[start:]):
-        with path.open("ab") as file:
-            file.write(b"\n")
-        return 0
-    with path.open("r+b") as file:
-        file.truncate(start)
-        file.flush()
-        os.fsync(file.fileno())
-    return len(data) - start
+    *lines, tail = data.split(b"\n")
+    kept = [line for line in lines if line.strip()]
+    tail_complete = bool(tail.strip()) and _parses(tail)
+    repaired = b"".join(line + b"\n" for line in kept + ([tail] if tail_complete else []))
+    if repaired != data:
+        _replace(path, repaired)
+    blank = sum(len(line) + 1 for line in lines if not line.strip())
+    return blank + (0 if tail_complete else len(tail))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.repair-{os.getpid()}")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def exclusive(paths: ClassDatabasePaths) -> Iterator[None]:
+    """Hold the class database for this process alone (tuning, repairing); a TuneError at once
+    if another process holds it."""
+    paths.directory.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read(16).strip() or "unknown"
+            raise TuneError(
+                f"the tuning database {paths.directory} is in use by another edgetune process "
+                f"(pid {holder}) that tunes or repairs it: wait for it to finish, or stop it, then re-run"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def locked_database(paths: ClassDatabasePaths) -> Iterator[ms.database.JSONDatabase]:
+    """The live class database, repaired and open, held by this process alone (`exclusive`)."""
+    with exclusive(paths):
+        yield open_database(paths)
 
 
 def open_database(paths: ClassDatabasePaths) -> ms.database.JSONDatabase:
-    """The class database, created if missing, repaired if a crash tore its last line."""
+    """The class database, created if missing, repaired (`repair_lines`) before TVM reads it.
+    A live class database is opened with `locked_database`; this is for private copies."""
     paths.directory.mkdir(parents=True, exist_ok=True)
     for path in (paths.workload, paths.tuning_record):
-        repair_torn_tail(path)
+        repair_lines(path)
     try:
         return ms.database.JSONDatabase(
             path_workload=str(paths.workload),
@@ -101,6 +158,18 @@ def open_database(paths: ClassDatabasePaths) -> ms.database.JSONDatabase:
             f"tuning database {paths.directory} cannot be loaded ({err}); move it aside and "
             f"re-run `edgetune tune` to start that class over"
         ) from err
+
+
+def snapshot(live: ClassDatabasePaths, into: Path) -> ClassDatabasePaths:
+    """A repaired private copy of a class database that may be growing: the record file is
+    copied before the workload file, so no copied record refers past the copied workloads."""
+    copy = ClassDatabasePaths(into)
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(live.tuning_record, copy.tuning_record)
+    shutil.copyfile(live.workload, copy.workload)
+    for path in (copy.tuning_record, copy.workload):
+        repair_lines(path)
+    return copy
 
 
 def read_trials(paths: ClassDatabasePaths) -> list[TrialRecord]:

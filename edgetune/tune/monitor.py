@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,7 +128,11 @@ class RunMonitor(PyMeasureCallback):
 
 
 def save_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:
-    """Save atomically, so that a SIGKILL mid-save leaves the previous model."""
+    """Save atomically, so that a SIGKILL mid-save leaves the previous model. TVM names the
+    booster file `model.bin`, so xgboost warns on every save that it picks its default format
+    (UBJSON), which is the format TVM's `load` reads back: that warning is noise, not news."""
     tmp = path.with_name(path.name + ".tmp")
-    cost_model.save(str(tmp))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*Saving model in the UBJSON format as default", category=UserWarning)
+        cost_model.save(str(tmp))
     os.replace(tmp, path)

@@ -45,6 +45,7 @@ class RunInfo:
     trials_this_run: int
     tuning_time_s: float
     stopped: str | None  # why the run stopped early (time limit, no boards), or None
+    firmware: dict[str, str]  # board -> firmware fingerprint the run's measurements were taken under
 
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
@@ -140,6 +141,7 @@ def write_model_report(
         "trials_to_within_10pct": trials_to_within(curve),
         "borrowed_from": run.borrowed_from or previous.get("borrowed_from"),  # kept by later runs
         "stopped": run.stopped,
+        "firmware": {**previous.get("firmware", {}), **run.firmware},  # per board, as of its last run
     }
     _write_atomic(summary_path, json.dumps(summary, indent=2, sort_keys=True))
     _write_atomic(directory / "table.txt", format_table(rows))

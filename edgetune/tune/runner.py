@@ -65,7 +65,6 @@ def make_runner(endpoint: ClassEndpoint, measurement) -> ms.runner.RPCRunner:
             number=measurement.number,
             repeat=measurement.repeat,
             min_repeat_ms=measurement.min_repeat_ms,
-            enable_cpu_cache_flush=measurement.enable_cpu_cache_flush,
         ),
         cooldown_sec=measurement.cooldown_ms / 1000.0,
         max_workers=endpoint.boards,

@@ -25,11 +25,14 @@ from typing import Mapping
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import EdgetuneError, TuneError
+from edgetune.fleet.board import read_firmware
+from edgetune.fleet.parallel import for_each_board
+from edgetune.fleet.ssh import BoardSession
 from edgetune.inventory.schema import Fleet, Model
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
-from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, trials_per_workload
+from edgetune.tune.database import ClassDatabasePaths, locked_database, read_trials, trials_per_workload
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
 from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
@@ -150,10 +153,12 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                 f"{endpoint.tracker_host}:{endpoint.tracker_port} under key {device_class!r}; "
                 f"start the boards (`edgetune fleet up`) and re-run `edgetune tune --class {device_class}`"
             )
-        with tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-") as scratch:
+        with (
+            tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-") as scratch,
+            locked_database(paths) as database,  # one process tunes or repairs a class at a time
+        ):
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
             runner = BoardGuardRunner(endpoint, make_runner(endpoint, profile.measurement))
-            database = open_database(paths)
             donor = plan.borrow_from if options.borrow else None
             if donor:
                 borrowed = _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch)
@@ -245,12 +250,23 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
         trials_this_run=trials_run,
         tuning_time_s=elapsed,
         stopped=stopped,
+        firmware=_firmware(fleet, device_class) if trials_run else {},
     )
     directory = Path(fleet.workdir) / "reports" / device_class
     return tuple(
         str(write_model_report(directory / model, model, tasks.tasks, trials, run))
         for model in plan.models
     )
+
+
+def _firmware(fleet: Fleet, device_class: str) -> dict[str, str]:
+    """The firmware fingerprint of each reachable board of the class (the others are left out)."""
+
+    def read(board):
+        with BoardSession(board) as session:
+            return read_firmware(session, fleet)
+
+    return dict(for_each_board(fleet.boards_of(device_class), read).succeeded)
 
 
 def _log_to_stderr() -> None:
@@ -264,7 +280,12 @@ def _log_to_stderr() -> None:
         root.propagate = False  # TVM configures the root logger too: print once
     # MetaSchedule sets its console handler to its logger's level and logs everything to the
     # class's logs/ directory regardless: keep its per-batch tables off the console.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    meta_schedule = logging.getLogger("tvm.s_tir.meta_schedule")
+    meta_schedule.setLevel(logging.WARNING)
+    # Its logging set-up lists this logger's handlers by name and crashes on one without a name
+    # (pytest's capture handlers, for one): it owns this logger, so it keeps only its own.
+    for handler in [h for h in meta_schedule.handlers if h.get_name() is None]:
+        meta_schedule.removeHandler(handler)
 
 
 def _stages(fleet: Fleet, names: list[str], borrow: bool) -> list[list[str]]:

@@ -53,8 +53,8 @@ def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-0
             BoardResult(
                 board="gw-a1",
                 firmware="Linux 6.1 x86_64",
-                tuned=Timing(median_ms=0.25, spread_ms=0.01, samples=3),
-                untuned=Timing(median_ms=2.5, spread_ms=0.1, samples=3),
+                tuned=Timing.from_samples_ms([0.26, 0.25, 0.24]),
+                untuned=Timing.from_samples_ms([2.5, 2.6, 2.4]),
                 max_abs_error=1e-7,
             ),
         ),

@@ -1,16 +1,19 @@
 """Integration: build, verify and reuse artifacts from a small tuned database on the simulated
-fleet (`sim_fleet`, tests/conftest.py), and run an artifact's library on a board."""
+fleet (`sim_fleet`, tests/conftest.py), run an artifact's library on a board, and refuse a
+tuned build that is no faster than the untuned one."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from edgetune.artifact import builder
-from edgetune.artifact.builder import build_artifacts
+from edgetune.artifact.builder import board_speedups, build_artifacts
 from edgetune.artifact.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
 from edgetune.artifact.measure import board_sessions, run_library
 from edgetune.artifact.reference import read_npz
@@ -19,6 +22,7 @@ from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact.verify import verify_artifact
 from edgetune.cli import main
 from edgetune.fleet.status import rpc_endpoint
+from edgetune.inventory.dump import fleet_to_dict
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
@@ -60,6 +64,13 @@ def test_build_makes_a_verified_artifact_per_model(built):
     assert {LIBRARY_NAME, REFERENCE_INPUT_NAME, EXPECTED_OUTPUT_NAME, "database/database_tuning_record.json",
             "report/summary.json", "report/curve.png"} <= files  # fmt: skip
     assert manifest.tuning.trials > 0 and manifest.tuning.tuning_time_s > 0
+    compare = fleet.device_class(CLASS).profile.measurement.compare
+    for board in manifest.boards:
+        for timing in (board.tuned, board.untuned):
+            assert timing.samples == len(timing.samples_ms) == compare.rounds * compare.repeat
+            assert timing.min_ms <= timing.median_ms <= timing.max_ms
+    assert all(speedup.low > 1.0 for speedup in board_speedups(manifest.boards).values())
+    assert outcome.least_speedup > 1.0
     index = json.loads((Path(fleet.artifacts.dir) / "index.json").read_bytes())
     assert [(e["model"], e["version"]) for e in index["versions"]] == [("mlp", 1)]
 
@@ -106,3 +117,28 @@ def test_class_without_database_says_run_tune(built):
     fleet, _ = built
     (outcome,) = build_artifacts(fleet, classes=["gw-slow"]).outcomes
     assert outcome.status == "failed" and "run `edgetune tune" in outcome.error
+
+
+def test_tuned_build_no_faster_than_untuned_is_refused(built, tmp_path, capsys):
+    """The class database holds records for another input shape only (mlp tuned at batch 2,
+    built at batch 1), so no kernel of the build finds one and the tuned build is the untuned
+    one: `edgetune build` refuses it, exits 5 and stores nothing."""
+    fleet, _ = built
+    mlp = fleet.models[0]
+    batch2 = replace(mlp, inputs=(replace(mlp.inputs[0], shape=(2, *mlp.inputs[0].shape[1:])),))
+    workdir, artifacts = tmp_path / "work", tmp_path / "artifacts"
+    _tune_small_database(fleet.replace(workdir=workdir, models=(batch2,)), CLASS)
+    inventory = fleet.replace(workdir=workdir, artifacts=replace(fleet.artifacts, dir=artifacts))
+    fleet_yaml = tmp_path / "fleet.yaml"
+    fleet_yaml.write_text(yaml.safe_dump(fleet_to_dict(inventory)))
+
+    assert main(["build", "-f", str(fleet_yaml), "--class", CLASS]) == 5
+    out = capsys.readouterr().out
+    print(out)
+    assert "refused" in out
+    assert "mlp on gw-fast: the tuned build is not faster than the untuned one beyond noise" in out
+    assert "0 of " in out and "kernels have a tuning record" in out and "untuned/tuned" in out
+    assert "nothing was published for this pair: tune the class with a larger budget" in out
+    store = ArtifactStore(artifacts)
+    assert store.versions("mlp", CLASS) == []
+    assert not list(store.class_dir("mlp", CLASS).glob(".staging-*"))

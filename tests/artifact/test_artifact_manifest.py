@@ -32,7 +32,7 @@ def test_inputs_digest_ignores_time_and_latency(make_manifest):
     first = make_manifest(created="2025-01-01T00:00:00Z")
     later = replace(
         make_manifest(created="2026-06-06T12:00:00Z"),
-        boards=(replace(first.boards[0], tuned=Timing(median_ms=9.0, spread_ms=1.0, samples=3)),),
+        boards=(replace(first.boards[0], tuned=Timing.from_samples_ms([9.0, 8.0, 10.0])),),
     )
     assert first.inputs_sha256 == later.inputs_sha256
     assert first.digest() != later.digest()
@@ -52,6 +52,9 @@ def test_inputs_digest_changes_with_any_input(make_manifest, make_inputs):
         (lambda raw: raw.update(extra=1), "unknown key(s) extra"),
         (lambda raw: raw["inputs"].pop("model"), "$.inputs: missing key(s) model"),
         (lambda raw: raw["tuning"].update(trials="many"), "$.tuning.trials: expected an integer"),
+        (lambda raw: raw["boards"][0]["tuned"]["samples_ms"].append("0.3"), "$.boards[0].tuned.samples_ms[3]: expected a number"),
+        (lambda raw: raw["boards"][0]["untuned"].pop("iqr_ms"), "$.boards[0].untuned: missing key(s) iqr_ms"),
+        (lambda raw: raw["boards"][0]["tuned"].update(spread_ms=0.1), "$.boards[0].tuned: unknown key(s) spread_ms"),
         (lambda raw: raw["inputs"].update(model="other"), "inputs_sha256 does not match"),
     ],
 )
@@ -63,9 +66,20 @@ def test_invalid_manifests_are_rejected_precisely(make_manifest, edit, message):
     assert message in str(err.value)
 
 
-def test_timing_from_samples():
-    timing = Timing.from_samples_s([0.003, 0.001, 0.002])
-    assert timing == Timing(median_ms=2.0, spread_ms=2.0, samples=3)
+def test_timing_keeps_every_sample_in_order_with_its_summary():
+    timing = Timing.from_samples_s([0.003, 0.001, 0.002, 0.010])  # IQR: 4.75 - 1.75 (linear interpolation)
+    assert timing == Timing(
+        median_ms=2.5, iqr_ms=3.0, min_ms=1.0, max_ms=10.0, samples=4, samples_ms=(3.0, 1.0, 2.0, 10.0)
+    )
+
+
+def test_raw_samples_round_trip_exactly(make_manifest):
+    samples = [0.1 + i / 7 for i in range(24)]  # floats with long expansions
+    manifest = make_manifest()
+    manifest = replace(manifest, boards=(replace(manifest.boards[0], untuned=Timing.from_samples_ms(samples)),))
+    again = Manifest.from_bytes(manifest.to_bytes())
+    assert again.boards[0].untuned.samples_ms == tuple(samples)
+    assert again == manifest
 
 
 def test_npz_bytes_are_deterministic_and_loadable(tmp_path):

@@ -1,4 +1,5 @@
-"""measure: every board of a class is reached through a real TVM tracker (on loopback)."""
+"""measure: every board of a class is reached through a real TVM tracker (on loopback), and the
+libraries being compared are timed in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 import tvm
 from tvm import relax
 
-from edgetune.artifact.measure import run_on_boards
+from edgetune.artifact.measure import interleave, run_on_boards
 from edgetune.fleet.status import RpcEndpoint
-from edgetune.inventory.schema import Board, Measurement, SshSettings
+from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
 from edgetune.tune.models import entry_function
 from tvm.script import ir as I, relax as R
 
@@ -103,19 +104,57 @@ class TwoOutputs:
         return out
 
 
-def test_every_board_runs_and_times_the_library(loopback_class, tmp_path):
+@I.ir_module
+class Heavier:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32")):
+        with R.dataflow():
+            y = R.matmul(R.broadcast_to(R.reshape(x, (32, 1)), (32, 512)), R.ones((512, 512), "float32"))
+            R.output(y)
+        return y
+
+
+def _library(module, path: Path) -> Path:
+    relax.build(module, target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled").export_library(str(path))
+    return path
+
+
+QUICK = Measurement(compare=CompareSettings(rounds=3, repeat=2, min_repeat_ms=5))
+
+
+def test_every_board_runs_and_times_the_libraries_in_rounds(loopback_class, tmp_path):
     endpoint, boards = loopback_class
-    library = tmp_path / "lib.so"
-    relax.build(TwoOutputs, target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled").export_library(str(library))
+    light, heavy = _library(TwoOutputs, tmp_path / "light.so"), _library(Heavier, tmp_path / "heavy.so")
     x = np.arange(32, dtype="float32").reshape(4, 8)
     extra = Board(name="offline", address="127.0.0.9", device_class=KEY, tracker="t", python="", workdir="", ssh=SshSettings())
-    result = run_on_boards(
-        endpoint, [*boards, extra], {"tuned": library}, entry_function(TwoOutputs), [x], Measurement(number=2, repeat=3, min_repeat_ms=1)
-    )
+    libraries = {"light": light, "heavy": heavy, "light-again": light}
+    result = run_on_boards(endpoint, [*boards, extra], libraries, entry_function(TwoOutputs), [x], QUICK)
     assert sorted(result.succeeded) == ["b0", "b1"]
     assert "offline: not registered with the tracker" in result.failed["offline"]
     for runs in result.succeeded.values():
-        run = runs["tuned"]
-        np.testing.assert_array_equal(run.outputs["output0"], x + x)
-        np.testing.assert_array_equal(run.outputs["output1"], x * x)
-        assert run.timing.samples == 3 and run.timing.median_ms > 0
+        assert list(runs) == ["light", "heavy", "light-again"]
+        np.testing.assert_array_equal(runs["light"].outputs["output0"], x + x)
+        np.testing.assert_array_equal(runs["light-again"].outputs["output1"], x * x)
+        assert runs["heavy"].outputs["output0"].shape == (32, 512)
+        for run in runs.values():
+            timing = run.timing
+            assert timing.samples == len(timing.samples_ms) == 3 * 2
+            assert timing.min_ms <= timing.median_ms <= timing.max_ms and timing.iqr_ms >= 0
+        assert runs["heavy"].timing.median_ms > runs["light"].timing.median_ms
+
+
+def test_rounds_take_turns_and_keep_every_sample():
+    calls = []
+
+    def timer(label):
+        def take():
+            calls.append(label)
+            return [float(len(calls)), float(len(calls)) + 0.5]
+
+        return take
+
+    samples = interleave({"a": timer("a"), "b": timer("b")}, rounds=4)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert samples == {"a": (1.0, 1.5, 4.0, 4.5, 5.0, 5.5, 8.0, 8.5), "b": (2.0, 2.5, 3.0, 3.5, 6.0, 6.5, 7.0, 7.5)}
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        interleave({"a": timer("a")}, rounds=0)

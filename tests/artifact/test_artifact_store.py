@@ -1,16 +1,20 @@
-"""Store: versions grow only when inputs change, crashes leave nothing that looks complete."""
+"""Store: versions grow only when inputs change and are never reused, crashes leave nothing that
+looks complete, tarballs match their directories, the index is signed."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tarfile
 
 import pytest
 
 from edgetune.artifact.files import pack_tarball
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact.store import INDEX_NAME
+from edgetune.artifact.store import HIGHWATER_NAME, INDEX_NAME
+from edgetune.artifact.verify import VerificationError, verify_index
+from edgetune.cli import main
 from edgetune.errors import ArtifactError
 
 
@@ -102,3 +106,73 @@ def test_store_under_a_file_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ArtifactError, match="not writable"):
         ArtifactStore(tmp_path / "file" / "artifacts").check_writable()
+
+
+def _new_inputs(make_manifest, make_inputs, n: int):
+    return make_manifest(make_inputs(database_sha256=f"{n:064x}"))
+
+
+def test_version_numbers_are_never_reused_after_a_delete(store, publish, make_manifest, make_inputs):
+    for n in (1, 2, 3):
+        publish(_new_inputs(make_manifest, make_inputs, n))
+    class_dir = store.class_dir("mlp", "gateway-avx512")
+    shutil.rmtree(class_dir / "v3")
+    (class_dir / "v3.tar.gz").unlink()
+    assert store.versions("mlp", "gateway-avx512") == [1, 2]
+    result = publish(_new_inputs(make_manifest, make_inputs, 4))
+    assert result.stored.version == 4 and store.versions("mlp", "gateway-avx512") == [1, 2, 4]
+    assert (class_dir / HIGHWATER_NAME).read_text() == "4\n"
+    shutil.rmtree(class_dir / "v4")
+    shutil.rmtree(class_dir / "v2")
+    assert publish(_new_inputs(make_manifest, make_inputs, 5)).stored.version == 5
+
+
+def test_a_damaged_highwater_mark_is_a_clear_error(store, publish, make_manifest, make_inputs):
+    publish(make_manifest())
+    (store.class_dir("mlp", "gateway-avx512") / HIGHWATER_NAME).write_text("many")
+    with pytest.raises(ArtifactError, match="holds 'many', not a version number.*write that number into it"):
+        publish(_new_inputs(make_manifest, make_inputs, 2))
+
+
+def test_a_tarball_whose_manifest_differs_from_its_directory_is_repacked(store, publish, make_manifest, make_inputs):
+    first = publish(make_manifest()).stored
+    second = publish(_new_inputs(make_manifest, make_inputs, 2)).stored
+    shutil.copyfile(second.tarball, first.tarball)  # a stale v1.tar.gz (say, from a reused number)
+    publish(_new_inputs(make_manifest, make_inputs, 3))
+    assert first.tarball.read_bytes() == pack_tarball(first.path)
+    assert second.tarball.read_bytes() == pack_tarball(second.path)
+
+
+def test_index_is_signed_and_verified(store, publish, make_manifest, make_inputs, keys, tmp_path, capsys):
+    publish(make_manifest())
+    publish(_new_inputs(make_manifest, make_inputs, 2))
+    index = verify_index(store.root, keys[1])
+    assert [(e.model, e.version) for e in index.versions] == [("mlp", 1), ("mlp", 2)]
+    public = str(tmp_path / "keys" / "signing.pub")
+    assert main(["verify", str(store.root), "--public-key", public]) == 0
+    assert "index.json lists 2 versions" in capsys.readouterr().out
+
+    data = (store.root / INDEX_NAME).read_bytes()
+    (store.root / INDEX_NAME).write_bytes(data.replace(b'"version":2', b'"version":3'))
+    with pytest.raises(VerificationError, match="index.json: signature does not match"):
+        verify_index(store.root, keys[1])
+    (store.root / INDEX_NAME).write_bytes(b'{"versions":' * 5000 + b"[]" + b"}" * 5000)
+    assert main(["verify", str(store.root), "--public-key", public]) == 5
+    err = capsys.readouterr().err
+    assert "index.json: nested too deeply" in err and "Traceback" not in err
+
+
+def test_version_copied_by_hand_is_left_out_of_the_index_and_named(store, publish, make_manifest, make_inputs, keys):
+    v1 = publish(make_manifest()).stored
+    shutil.copytree(v1.path, v1.path.with_name("v2"))  # v1 copied to v2
+    publish(_new_inputs(make_manifest, make_inputs, 3))  # rewrites the index
+    index = json.loads((store.root / INDEX_NAME).read_bytes())
+    assert [e["version"] for e in index["versions"]] == [1, 3]
+    with pytest.raises(VerificationError) as err:
+        verify_index(store.root, keys[1])
+    (problem,) = err.value.problems
+    assert problem.startswith("mlp/gateway-avx512/v2: a version directory index.json does not list")
+    (store.root / "mlp" / "gateway-avx512" / "v3" / MANIFEST_NAME).write_bytes(b"{}")
+    shutil.rmtree(v1.path.with_name("v2"))
+    with pytest.raises(VerificationError, match="v3/manifest.json: not the manifest index.json lists"):
+        verify_index(store.root, keys[1])

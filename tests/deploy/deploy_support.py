@@ -18,3 +18,25 @@ def publish_version(fleet, model: str, device_class: str, payload: bytes):
     with store.stage(model, device_class) as staging:
         (staging.path / "model.so").write_bytes(payload)
         return store.commit(staging, manifest, load_private_key(settings.signing_key)).stored
+
+
+def republish(fleet, model: str, device_class: str, tag: str):
+    """A new signed version of (model, class) holding the latest version's files (a real
+    library) under changed build inputs, as a rebuild after a database change would make."""
+    import shutil
+    from dataclasses import replace
+
+    from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
+    from edgetune.artifact.signing import load_private_key
+    from edgetune.artifact.store import ArtifactStore
+
+    store = ArtifactStore(fleet.artifacts.dir)
+    latest = store.latest(model, device_class)
+    inputs = replace(latest.manifest.inputs, edgetune_version=f"{latest.manifest.inputs.edgetune_version}+{tag}")
+    manifest = replace(latest.manifest, inputs=inputs, inputs_sha256=inputs.digest())
+    with store.stage(model, device_class) as staging:
+        for item in latest.path.iterdir():
+            if item.name in (MANIFEST_NAME, SIGNATURE_NAME):
+                continue
+            (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
+        return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored

@@ -171,6 +171,10 @@ def test_pull_writes_what_the_board_would_get_verified(deploy_fleet, published, 
     assert "fast-2: mlp v1 verified" in capsys.readouterr().out  # fast-2 is pinned to v1
     assert (out / "fast-2/mlp/v1.tar.gz").read_bytes() == versions[0].tarball.read_bytes()
     assert (out / "fast-2/mlp/v1/model.so").read_bytes() == b"fast-v1" * 100
+    from edgetune.artifact.signing import load_public_key
+    from edgetune.artifact.verify import verify_artifact
+
+    assert verify_artifact(out / "fast-2/mlp/v1", load_public_key(deploy_fleet.artifacts.public_key)).version == 1
 
 
 def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys):
@@ -181,3 +185,42 @@ def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys
     assert main(["pull", "fast-1", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path), "--model", "mlp"]) == 5
     assert "truncated or corrupt" in capsys.readouterr().err
     assert main(["pull", "ghost", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path)]) == 6
+
+
+def test_rollout_plan_stages_and_versions(deploy_fleet, published):
+    from edgetune.deploy.rollout import plan_rollout
+
+    plan = plan_rollout(deploy_fleet, "mlp", canary=1, batch=1)
+    assert [[(t.board.name, t.version) for t in stage] for stage in plan.stages] == [
+        [("fast-1", 2)], [("fast-2", 1)], [("slow-1", 1)]]  # fast-2 is pinned to v1
+    only_fast = plan_rollout(deploy_fleet, "mlp", classes=["gw-fast"], version=1, canary=0)
+    assert [[(t.board.name, t.version) for t in stage] for stage in only_fast.stages] == [[("fast-1", 1), ("fast-2", 1)]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "mlp", "--version", "7"], "v7 of mlp does not exist for class gw-fast"),
+    (["--model", "mlp", "--class", "rpi9"], "unknown device class rpi9"),
+    (["--model", "mlp", "--max-failed", "150"], "--max-failed must be a percentage"),
+    (["--model", "mlp", "--timeout-s", "nan"], "--timeout-s must be a positive number"),
+    (["--model", "resnet"], "unknown model 'resnet'"),
+])  # fmt: skip
+def test_rollout_refuses_bad_requests_before_touching_a_board(deploy_fleet, published, capsys, args, message):
+    from edgetune.cli import main
+
+    assert main(["rollout", "-f", str(deploy_fleet.path), "--dry-run", *args]) == 6
+    assert message in capsys.readouterr().err
+
+
+def test_rollout_dry_run_prints_the_plan(deploy_fleet, published, capsys):
+    from edgetune.cli import main
+
+    assert main(["rollout", "-f", str(deploy_fleet.path), "--model", "mlp", "--canary", "1", "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stages"][0] == [{"board": "fast-1", "version": 2}]
+
+
+def test_rollout_needs_a_running_server(deploy_fleet, published, capsys):
+    from edgetune.cli import main
+
+    assert main(["rollout", "-f", str(deploy_fleet.path), "--model", "mlp"]) == 6
+    assert "start it with `edgetune serve" in capsys.readouterr().err

@@ -219,6 +219,9 @@ BAD_FLEETS = [
     ("pin-bad-version", _set("boards[0].pin", {"mlp": 0}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
     ("pin-version-string", _set("boards[0].pin", {"mlp": "v2"}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
     ("pin-not-mapping", _set("boards[0].pin", [1]), "fleet.yaml: boards[0].pin: must be a mapping of model name to artifact version"),
+    ("regress-threshold-below-one", _set("regress", {"threshold": 0.9}), "fleet.yaml: regress.threshold: is the time ratio that counts as slower, between 1.0 and 100"),
+    ("regress-threshold-nan", _set("regress", {"threshold": float("nan")}), "fleet.yaml: regress.threshold: is the time ratio"),
+    ("regress-unknown-key", _set("regress", {"ratio": 2}), "fleet.yaml: regress.ratio: unknown key"),
     ("token-env-name", _set("boards[0].token_env", "A-B"), "fleet.yaml: boards[0].token_env: 'A-B' is not an environment variable name"),
 ]
 

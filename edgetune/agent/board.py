@@ -1,0 +1,68 @@
+"""One agent installation on a board: its root, configuration, pinned key, server and firmware."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from edgetune.agent.client import ArtifactServer
+from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, read_token
+from edgetune.agent.layout import Layout
+from edgetune.agent.state import ModelState, load_state, reconcile, save_state
+
+FIRMWARE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Board:
+    layout: Layout
+    config: AgentConfig
+
+    @classmethod
+    def open(cls, root: Path) -> "Board":
+        return cls(Layout(root), load_config(root))
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    def public_key(self) -> Ed25519PublicKey:
+        return load_pinned_key(self.root, self.config)
+
+    def server(self) -> ArtifactServer:
+        return ArtifactServer(self.config.server, read_token(self.root, self.config))
+
+    @cached_property
+    def firmware(self) -> str:
+        return firmware_fingerprint(self.config.firmware_command)
+
+    def current_state(self) -> dict[str, ModelState]:
+        """The state as it is on disk, completed from the links (nothing written)."""
+        return reconcile(self.layout, load_state(self.layout), lambda: self.firmware)
+
+    def recover(self) -> dict[str, ModelState]:
+        """With the lock held: remove what killed runs left, and save the completed state."""
+        self.layout.remove_leftovers()
+        stored = load_state(self.layout)
+        state = reconcile(self.layout, stored, lambda: self.firmware)
+        if state != stored:
+            save_state(self.layout, state)
+        return state
+
+
+def firmware_fingerprint(command: str, timeout_s: float = FIRMWARE_TIMEOUT_S) -> str:
+    """The output of the firmware command (run by the shell), or `unknown (why)`."""
+    try:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"unknown (`{command}` took more than {timeout_s:g} s)"
+    except OSError as err:
+        return f"unknown (`{command}`: {err.strerror})"
+    output = done.stdout.strip()
+    if done.returncode != 0 or not output:
+        return f"unknown (`{command}` exited {done.returncode}: {done.stderr.strip()[-200:]})"
+    return output

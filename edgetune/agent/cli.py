@@ -1,0 +1,156 @@
+"""`python -m edgetune.agent --root DIR VERB [--json]`: the board agent's command line.
+
+Argument parsing and printing only; each verb calls one library function. Exit status: 0 done,
+1 failed (the reason printed; with --json as `{"error": ...}` or the verb's record), 2 bad
+usage or configuration (nothing was attempted). TVM is imported only by `run` and `check`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edgetune.agent.errors import AgentConfigError
+from edgetune.agent.fetch import fetch
+from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
+from edgetune.agent.status import status
+from edgetune.errors import EdgetuneError
+
+
+def _version(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version number (1, 2, ...)")
+    return int(text)
+
+
+def _rollback_target(text: str) -> int | str:
+    return text if text == "none" else _version(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgetune.agent",
+        description="edgetune's board agent: fetch, install, roll back and run artifacts.",
+    )
+    parser.add_argument("--root", required=True, type=Path, help="the agent's directory (agent.json, releases/, ...)")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON object")
+    model = argparse.ArgumentParser(add_help=False, parents=[common])
+    model.add_argument("--model", required=True, help="the model's name")
+
+    p = verbs.add_parser("fetch", parents=[model], help="download and verify the artifact the server offers")
+    p.add_argument("--version", type=_version, help="this version instead of the one offered")
+    p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
+    p.set_defaults(func=_drive_fetch)
+
+    p = verbs.add_parser("install", parents=[model], help="fetch, check and switch to the offered artifact")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--version", type=_version, help="this version instead of the one offered")
+    source.add_argument("--from", dest="tarball", type=Path, help="install this local .tar.gz (no server)")
+    p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
+    p.set_defaults(func=_drive_install)
+
+    p = verbs.add_parser("rollback", parents=[model], help="switch back to a kept release, checking it again")
+    p.add_argument("--to", type=_rollback_target, metavar="N|none",
+                   help="the kept version (default: the newest below the current one); none: deactivate")
+    p.set_defaults(func=_drive_rollback)
+
+    p = verbs.add_parser("status", parents=[common], help="what runs, since when, with which firmware")
+    p.set_defaults(func=_drive_status)
+
+    p = verbs.add_parser("run", parents=[model], help="run the current release here; check and time it")
+    p.add_argument("--input", type=Path, help="an .npz with the model's inputs (default: its reference input)")
+    p.add_argument("--number", type=int, default=10, help="calls per timing sample (default 10)")
+    p.add_argument("--repeat", type=int, default=3, help="timing samples (default 3; 0: do not time)")
+    p.add_argument("--min-repeat-ms", type=int, default=0, help="minimum duration of a sample (default 0)")
+    p.add_argument("--cooldown-ms", type=int, default=0, help="pause between samples (default 0)")
+    p.add_argument("--cache-flush", action="store_true", help="flush CPU caches before each call")
+    p.set_defaults(func=_drive_run)
+
+    p = verbs.add_parser("check", parents=[common], help="reference check of a release directory (install's child)")
+    p.add_argument("--dir", required=True, type=Path, help="a release or staging directory")
+    p.set_defaults(func=_drive_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (EdgetuneError, OSError) as err:  # OSError: e.g. a full or read-only disk
+        _print(args, {"error": str(err)}, [f"error: {err}"], stream=sys.stdout if args.json else sys.stderr)
+        return 2 if isinstance(err, AgentConfigError) else 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _print(args: argparse.Namespace, payload: dict, lines: list[str], stream=None) -> None:
+    text = json.dumps(payload, sort_keys=True) if args.json else "\n".join(lines)
+    print(text, file=stream or sys.stdout, flush=True)
+
+
+def _drive_fetch(args: argparse.Namespace) -> int:
+    fetched = fetch(args.root, args.model, args.version, args.allow_downgrade)
+    how = "downloaded"
+    if fetched.reused or fetched.resumed_from:
+        how = "reused" if fetched.reused else f"resumed at byte {fetched.resumed_from}"
+    _print(args, fetched.to_json(), [f"{fetched.model} v{fetched.version}: {how}, verified: {fetched.tarball}"])
+    return 0
+
+
+def _drive_install(args: argparse.Namespace) -> int:
+    if args.tarball is not None:
+        record = install_tarball(args.root, args.model, args.tarball, args.allow_downgrade)
+    else:
+        record = install(args.root, args.model, args.version, args.allow_downgrade)
+    return _print_change(args, record)
+
+
+def _drive_rollback(args: argparse.Namespace) -> int:
+    if args.to == "none":
+        return _print_change(args, rollback(args.root, args.model, deactivate=True))
+    return _print_change(args, rollback(args.root, args.model, to=args.to))
+
+
+def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
+    to, was = (f"v{v}" if v else "none" for v in (record.to_version, record.from_version))
+    if record.ok:
+        line = f"{record.model}: {record.result.replace('_', ' ')} {to} (was {was})"
+    else:
+        target = f" {to}" if record.to_version else ""
+        line = f"{record.model}:{target} failed, {was} stays current: {record.error}"
+    _print(args, record.to_json(), [line])
+    return 0 if record.ok else 1
+
+
+def _drive_status(args: argparse.Namespace) -> int:
+    board = status(args.root)
+    _print(args, board.to_json(), board.lines())
+    return 0
+
+
+def _drive_run(args: argparse.Namespace) -> int:
+    from edgetune.agent.run import run_current  # imports TVM
+    from edgetune.agent.runtime import TimingSettings
+
+    if min(args.number, args.repeat, args.min_repeat_ms, args.cooldown_ms) < 0 or args.number < 1:
+        raise AgentConfigError("--number must be at least 1; --repeat, --min-repeat-ms and --cooldown-ms at least 0")
+    timing = TimingSettings(args.number, args.repeat, args.min_repeat_ms, args.cooldown_ms, args.cache_flush)
+    report = run_current(args.root, args.model, args.input, timing)
+    _print(args, report.to_json(), report.lines())
+    return 0 if report.outputs_match is not False else 1
+
+
+def _drive_check(args: argparse.Namespace) -> int:
+    from edgetune.agent.runtime import reference_check  # imports TVM
+
+    try:
+        result = reference_check(args.dir).to_json()
+    except Exception as err:  # noqa: BLE001 - whatever the library raises, this process reports it
+        result = {"ok": False, "max_abs_error": None, "detail": f"the library cannot run: {type(err).__name__}: {err}"}
+    _print(args, result, [f"reference check: {'ok' if result['ok'] else result['detail']}"])
+    return 0 if result["ok"] else 1

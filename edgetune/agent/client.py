@@ -1,0 +1,192 @@
+"""The agent's HTTP client of the artifact server (`edgetune serve`), on `urllib` only.
+
+Every request carries `Authorization: Bearer <token>`. Redirects are refused (the token must
+not follow them elsewhere), and the server's URLs must be absolute paths on the configured
+server. The tarball download resumes a partial file with `Range` + `If-Range` (the ETag kept
+beside it): a server whose file changed answers 200 with the whole file, which replaces it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, fields
+from pathlib import Path
+from urllib.parse import quote
+
+from edgetune.agent.errors import AgentError
+from edgetune.artifact.codec import from_json
+from edgetune.artifact.files import fsync_dir, write_atomic
+from edgetune.errors import ArtifactError
+
+TIMEOUT_S = 30.0
+MAX_SMALL_FILE = 16 << 20  # manifest, signature and offers are far smaller
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The server's answer to "which version should this board run?"."""
+
+    board: str
+    device_class: str
+    model: str
+    version: int
+    pinned: bool
+    manifest_url: str
+    signature_url: str
+    tarball_url: str
+    manifest_sha256: str
+    tarball_size: int
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """How a tarball download went: bytes already there before it (resumed) and received."""
+
+    resumed_from: int
+    received: int
+
+
+class HttpStatusError(AgentError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises HTTPError for the 3xx
+
+
+class ArtifactServer:
+    def __init__(self, base_url: str, token: str, timeout_s: float = TIMEOUT_S):
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._timeout = timeout_s
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    def offer(self, board: str, model: str, version: int | None = None) -> Offer:
+        path = f"/v1/boards/{quote(board, safe='')}/models/{quote(model, safe='')}"
+        if version is not None:
+            path += f"/versions/{version}"
+        raw = self._json(path)
+        known = {f.name for f in fields(Offer)}
+        try:  # fields a newer server adds are ignored; the known ones are checked
+            return from_json(Offer, {k: v for k, v in raw.items() if k in known})
+        except ArtifactError as err:
+            raise AgentError(f"{self.base_url}{path}: not an offer ({err})") from None
+
+    def get_bytes(self, path: str) -> bytes:
+        try:
+            with self._open(path) as response:
+                data = response.read(MAX_SMALL_FILE + 1)
+        except (OSError, http.client.HTTPException) as err:
+            raise AgentError(f"{self._url(path)}: the answer was cut short ({err!r}); retry") from None
+        if len(data) > MAX_SMALL_FILE:
+            raise AgentError(f"{self._url(path)}: larger than {MAX_SMALL_FILE} bytes; refused")
+        return data
+
+    def download(self, path: str, partial: Path, etag_file: Path, size: int) -> Downloaded:
+        """Download `path` into `partial` until it holds `size` bytes, resuming what is there."""
+        offset = partial.stat().st_size if partial.exists() and etag_file.exists() else 0
+        if offset >= size:
+            return Downloaded(resumed_from=offset, received=0)
+        headers = {"Range": f"bytes={offset}-", "If-Range": etag_file.read_text()} if offset else {}
+        try:
+            response = self._open(path, headers)
+        except HttpStatusError as err:
+            if not (offset and err.status == 416):
+                raise
+            partial.unlink()  # the partial file is not a prefix of the server's: start over
+            etag_file.unlink(missing_ok=True)
+            return self.download(path, partial, etag_file, size)
+        with response:
+            if response.status == 206:
+                _check_content_range(response.headers.get("Content-Range", ""), offset, size, self._url(path))
+            else:
+                offset = 0
+            etag = response.headers.get("ETag")
+            if etag:
+                write_atomic(etag_file, etag.encode("ascii", "replace"))
+            else:
+                etag_file.unlink(missing_ok=True)
+            received = _copy_body(response, partial, offset, size, self._url(path))
+        return Downloaded(resumed_from=offset, received=received)
+
+    def _json(self, path: str) -> dict:
+        data = self.get_bytes(path)
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise AgentError(f"{self._url(path)}: not JSON ({err})") from None
+        if not isinstance(raw, dict):
+            raise AgentError(f"{self._url(path)}: expected a JSON object")
+        return raw
+
+    def _url(self, path: str) -> str:
+        if not path.startswith("/") or path.startswith("//"):
+            raise AgentError(f"the server named {path!r}, not a path on {self.base_url}; refused")
+        return self.base_url + path
+
+    def _open(self, path: str, headers: dict[str, str] | None = None):
+        url = self._url(path)
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._token}", **(headers or {})})
+        try:
+            return self._opener.open(request, timeout=self._timeout)
+        except urllib.error.HTTPError as err:
+            message = f"{url}: HTTP {err.code}: {_error_text(err)}{_HINTS.get(err.code, '')}"
+            raise HttpStatusError(message, err.code) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            reason = getattr(err, "reason", err)
+            raise AgentError(
+                f"cannot reach the artifact server {self.base_url} ({reason}); retry when it is up"
+            ) from None
+
+
+_HINTS = {
+    401: " (the server does not accept this board's token: have the operator re-run the rollout)",
+    403: " (this board may not have it: is agent.json's board/device_class right?)",
+}
+
+
+def _error_text(err: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(err.read(4096).decode("utf-8"))
+        return str(body["error"]) if isinstance(body, dict) and "error" in body else str(body)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return err.reason or "error"
+
+
+def _check_content_range(value: str, offset: int, size: int, url: str) -> None:
+    if value != f"bytes {offset}-{size - 1}/{size}":
+        raise AgentError(f"{url}: asked for bytes {offset}- of {size}, the server sent range {value!r}; refused")
+
+
+def _copy_body(response, partial: Path, offset: int, size: int, url: str) -> int:
+    """Append the response body to `partial` (truncated to `offset`); at most `size` bytes in all."""
+    received = 0
+    with open(partial, "r+b" if offset else "wb") as out:
+        out.truncate(offset)
+        out.seek(offset)
+        try:
+            while chunk := response.read(_CHUNK):
+                received += len(chunk)
+                if offset + received > size:
+                    raise AgentError(f"{url}: the server sent more than the {size} bytes it announced; refused")
+                out.write(chunk)
+        except (OSError, http.client.HTTPException) as err:
+            raise AgentError(f"{url}: download interrupted at {offset + received} of {size} bytes ({err!r}); "
+                             "run again to resume it") from None
+        finally:
+            out.flush()
+            os.fsync(out.fileno())
+    fsync_dir(partial.parent)
+    if offset + received != size:
+        raise AgentError(f"{url}: download stopped at {offset + received} of {size} bytes; run again to resume it")
+    return received

@@ -1,0 +1,144 @@
+"""The agent's configuration, `<root>/agent.json`, written by the operator's rollout.
+
+Schema `edgetune.agent-config` version 1, canonical JSON:
+`{"schema", "schema_version", "board", "device_class", "server", "token_file", "public_key",
+"keep_releases", "firmware_command", "threads"}`. `token_file` and `public_key` are relative
+to the agent's root unless absolute. The rollout calls `write_config` (or `config_bytes`) on
+the host; the agent calls `load_config` and refuses a bad file naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from edgetune.agent.errors import AgentConfigError
+from edgetune.artifact.codec import canonical_bytes, from_json, to_json
+from edgetune.artifact.files import write_atomic
+from edgetune.errors import ArtifactError
+
+CONFIG_NAME = "agent.json"
+CONFIG_SCHEMA = "edgetune.agent-config"
+CONFIG_SCHEMA_VERSION = 1
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MIN_TOKEN_CHARS = 32
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    board: str  # this board's name in the inventory
+    device_class: str  # the only class whose artifacts it accepts
+    server: str  # base URL of `edgetune serve`, e.g. http://10.231.7.1:8470
+    token_file: str  # the board's bearer token (mode 0600)
+    public_key: str  # the fleet's ed25519 public key (PEM): the only key trusted
+    keep_releases: int  # releases kept on the board, at least 2 (the current and previous ones always)
+    firmware_command: str  # shell command printing the firmware fingerprint
+    threads: int  # TVM_NUM_THREADS for checks and runs
+
+    def problems(self) -> list[str]:
+        """`field: what is wrong` for each invalid value (types are checked on load)."""
+        problems = []
+        for name in ("board", "device_class"):
+            if not SAFE_NAME.match(getattr(self, name)):
+                problems.append(f"{name}: {getattr(self, name)!r} is not a valid name")
+        url = urlsplit(self.server)
+        if url.scheme not in ("http", "https") or not url.netloc or url.query or url.fragment:
+            problems.append(f"server: {self.server!r} is not an http(s)://HOST:PORT URL")
+        for name in ("token_file", "public_key", "firmware_command"):
+            if not getattr(self, name).strip():
+                problems.append(f"{name}: must not be empty")
+        if self.keep_releases < 2:
+            problems.append(
+                f"keep_releases: must be at least 2 (the current and the previous release), not {self.keep_releases}"
+            )
+        if self.threads < 1:
+            problems.append(f"threads: must be at least 1, not {self.threads}")
+        return problems
+
+    def path_of(self, root: Path, value: str) -> Path:
+        """`token_file` or `public_key` resolved against the agent's root."""
+        return Path(root) / value
+
+
+def config_bytes(config: AgentConfig) -> bytes:
+    """The canonical bytes of agent.json for `config` (invalid values are refused)."""
+    problems = config.problems()
+    if problems:
+        raise AgentConfigError(f"invalid agent configuration: {'; '.join(problems)}")
+    return canonical_bytes({"schema": CONFIG_SCHEMA, "schema_version": CONFIG_SCHEMA_VERSION, **to_json(config)})
+
+
+def write_config(root: Path, config: AgentConfig) -> Path:
+    """Write `<root>/agent.json` atomically; returns its path."""
+    data = config_bytes(config)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    path = Path(root) / CONFIG_NAME
+    write_atomic(path, data)
+    return path
+
+
+def load_config(root: Path) -> AgentConfig:
+    """The validated configuration of the agent rooted at `root`."""
+    path = Path(root) / CONFIG_NAME
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise AgentConfigError(
+            f"{path}: missing; the operator's `edgetune rollout` writes it (wrong --root?)"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AgentConfigError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(raw, dict) or raw.get("schema") != CONFIG_SCHEMA:
+        raise AgentConfigError(f"{path}: schema: not an {CONFIG_SCHEMA} file")
+    if raw.get("schema_version") != CONFIG_SCHEMA_VERSION:
+        raise AgentConfigError(
+            f"{path}: schema_version: {raw.get('schema_version')!r} is not supported "
+            f"(this agent reads version {CONFIG_SCHEMA_VERSION}); update the agent"
+        )
+    fields = {k: v for k, v in raw.items() if k not in ("schema", "schema_version")}
+    try:
+        config = from_json(AgentConfig, fields)
+    except ArtifactError as err:
+        raise AgentConfigError(f"{path}: {str(err).removeprefix('$.').removeprefix('$: ')}") from None
+    problems = config.problems()
+    if problems:
+        raise AgentConfigError(f"{path}: {'; '.join(problems)}")
+    return config
+
+
+def read_token(root: Path, config: AgentConfig) -> str:
+    """The board's bearer token; refused if others may read it or it is too short to be secret."""
+    path = config.path_of(root, config.token_file)
+    try:
+        mode = path.stat().st_mode
+        token = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise AgentConfigError(f"cannot read the board token {path} ({CONFIG_NAME} token_file): {err}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise AgentConfigError(f"the board token {path} is readable by others: chmod 600 {path}")
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        raise AgentConfigError(
+            f"the board token {path} is not a token (at least {MIN_TOKEN_CHARS} characters, no spaces)"
+        )
+    return token
+
+
+def load_pinned_key(root: Path, config: AgentConfig) -> Ed25519PublicKey:
+    """The fleet's public key pinned on the board: the only key whose signatures are accepted."""
+    path = config.path_of(root, config.public_key)
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError) as err:
+        raise AgentConfigError(
+            f"the pinned fleet key {path} ({CONFIG_NAME} public_key) cannot be used: {err}"
+        ) from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise AgentConfigError(f"the pinned fleet key {path} ({CONFIG_NAME} public_key) is not an ed25519 public key")
+    return key

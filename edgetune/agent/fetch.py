@@ -1,0 +1,152 @@
+"""`fetch`: download the artifact the server offers this board, and accept it only if it is for
+this board.
+
+Order (nothing large is downloaded before the small checks pass):
+1. the offer: which version (the newest, the pinned one, or the one asked), for this board;
+2. a version below the board's high-water mark is refused (a replayed older, validly signed
+   artifact must not downgrade a board), unless the operator allows the downgrade;
+3. manifest.json + manifest.sig: signed by the pinned fleet key, for this board's class, the
+   model asked and the version offered;
+4. the tarball, into `downloads/<model>-v<N>.tar.gz.part` (resuming a partial one), renamed
+   when complete, then verified (every file against the manifest inside, signed by the pinned
+   key) and that manifest must be byte-identical to the signed one fetched in 3.
+A complete download already there is reused if it verifies, and discarded if not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from edgetune.agent.board import Board
+from edgetune.agent.client import ArtifactServer, Offer
+from edgetune.agent.config import AgentConfig
+from edgetune.agent.errors import AgentError
+from edgetune.agent.layout import Layout, check_model_name
+from edgetune.agent.state import ModelState
+from edgetune.artifact.codec import sha256_hex
+from edgetune.artifact.files import fsync_dir
+from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from edgetune.artifact.signing import Signature, signature_problem
+from edgetune.artifact.verify import verify_artifact
+from edgetune.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A verified download, ready to install."""
+
+    model: str
+    version: int
+    tarball: Path
+    manifest: Manifest
+    reused: bool  # an earlier complete download was reused
+    resumed_from: int  # bytes of a partial download that were kept (0: none)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "version": self.version, "tarball": str(self.tarball),
+                "reused": self.reused, "resumed_from": self.resumed_from}
+
+
+def fetch(root: Path, model: str, version: int | None = None, allow_downgrade: bool = False) -> Fetched:
+    """The `fetch` verb: download and verify what the server offers (or `version`)."""
+    board = Board.open(root)
+    with board.layout.locked():
+        state = board.recover()
+        server = board.server()
+        offer = checked_offer(board, server, model, version)
+        return fetch_offer(board, server, offer, state.get(model), allow_downgrade)
+
+
+def fetch_offer(
+    board: Board, server: ArtifactServer, offer: Offer, state: ModelState | None, allow_downgrade: bool
+) -> Fetched:
+    """Steps 2-4 of the module docstring for a `checked_offer` (the caller holds the lock)."""
+    refuse_downgrade(state, offer.version, allow_downgrade)
+    key = board.public_key()
+    manifest_bytes = server.get_bytes(offer.manifest_url)
+    if sha256_hex(manifest_bytes) != offer.manifest_sha256:
+        raise AgentError(f"{offer.manifest_url}: its sha256 is not the one the offer announced; refused")
+    manifest = signed_manifest(key, manifest_bytes, server.get_bytes(offer.signature_url))
+    accept_manifest(board.config, manifest, offer.model, offer.version)
+    tarball = board.layout.tarball(offer.model, offer.version)
+    if tarball.exists():
+        try:
+            verify_download(key, tarball, manifest_bytes)
+            return Fetched(offer.model, offer.version, tarball, manifest, reused=True, resumed_from=0)
+        except ArtifactError:
+            tarball.unlink()  # damaged, or of another signed manifest: download it again
+    resumed_from = _download(board.layout, server, offer)
+    try:
+        verify_download(key, tarball, manifest_bytes)
+    except ArtifactError:
+        tarball.unlink()  # never resume from a file that failed verification
+        raise
+    return Fetched(offer.model, offer.version, tarball, manifest, reused=False, resumed_from=resumed_from)
+
+
+def _download(layout: Layout, server: ArtifactServer, offer: Offer) -> int:
+    """Download (or resume) the offered tarball to its `.part`, then rename it complete;
+    returns the bytes that were already there."""
+    layout.downloads.mkdir(parents=True, exist_ok=True)
+    partial, etag = layout.partial(offer.model, offer.version), layout.partial_etag(offer.model, offer.version)
+    progress = server.download(offer.tarball_url, partial, etag, offer.tarball_size)
+    tarball = layout.tarball(offer.model, offer.version)
+    os.replace(partial, tarball)
+    fsync_dir(tarball.parent)
+    etag.unlink(missing_ok=True)
+    return progress.resumed_from
+
+
+def checked_offer(board: Board, server: ArtifactServer, model: str, version: int | None) -> Offer:
+    """Step 1: the server's offer, which must be for this board, its class, the model asked
+    and the version asked (if one was)."""
+    config = board.config
+    offer = server.offer(config.board, check_model_name(model), version)
+    if (offer.board, offer.device_class) != (config.board, config.device_class):
+        raise AgentError(f"the server offered an artifact for board {offer.board} of class {offer.device_class}, "
+                         f"but this is {config.board} of class {config.device_class}; refused")
+    if offer.model != model or (version is not None and offer.version != version):
+        raise AgentError(f"the server offered v{offer.version} of {offer.model} when asked for "
+                         f"{f'v{version} of ' if version else ''}{model}; refused")
+    return offer
+
+
+def refuse_downgrade(state: ModelState | None, version: int, allow_downgrade: bool) -> None:
+    if state is not None and version < state.highest_installed and not allow_downgrade:
+        raise AgentError(
+            f"v{version} is older than v{state.highest_installed}, the newest version installed here: refused "
+            "(a replayed old artifact must not downgrade the board); to go back, use `rollback` "
+            "or install with --allow-downgrade"
+        )
+
+
+def signed_manifest(key: Ed25519PublicKey, manifest_bytes: bytes, signature_bytes: bytes) -> Manifest:
+    """The manifest, if `signature_bytes` is the pinned key's signature of exactly these bytes."""
+    problem = signature_problem(key, manifest_bytes, Signature.from_bytes(signature_bytes, SIGNATURE_NAME))
+    if problem:
+        raise AgentError(f"{MANIFEST_NAME}: {problem}; refused")
+    return Manifest.from_bytes(manifest_bytes)
+
+
+def accept_manifest(config: AgentConfig, manifest: Manifest, model: str, version: int | None) -> None:
+    """The manifest must be for this board's class, the model asked and the version expected."""
+    inputs = manifest.inputs
+    if inputs.device_class != config.device_class:
+        raise AgentError(f"the artifact is for class {inputs.device_class}, this board is of class "
+                         f"{config.device_class}; refused")
+    if inputs.model != model:
+        raise AgentError(f"the artifact is of model {inputs.model}, not {model}; refused")
+    if version is not None and manifest.version != version:
+        raise AgentError(f"the artifact is v{manifest.version}, the server offered v{version}; refused")
+
+
+def verify_download(key: Ed25519PublicKey, tarball: Path, manifest_bytes: bytes) -> Manifest:
+    """The tarball intact and signed by `key`, and its manifest the signed one fetched."""
+    inner = verify_artifact(tarball, key)
+    if inner.to_bytes() != manifest_bytes:
+        raise ArtifactError(f"{tarball.name}: its manifest is not the signed manifest the server announced; refused")
+    return inner

@@ -1,0 +1,265 @@
+"""`install` and `rollback`: install -> check -> commit, never leaving the board broken.
+
+install: fetch (or reuse a verified download; `install_tarball` takes a local one instead),
+check its manifest (read first, nothing unpacked yet) against the pinned key, this board's
+class and the model asked, refuse a version below the high-water mark, then
+1. unpack into `releases/<model>/.staging-v<N>-<rand>/` and verify that directory (every file
+   against the signed manifest);
+2. run the reference check (load `model.so`, run `reference_input.npz`, compare with
+   `expected_output.npz` within the manifest's tolerance) in a child process, so that a
+   library that crashes its process fails the install instead of killing the agent;
+3. only then rename the staging directory to `v<N>`, switch `current`, write state.json, and
+   prune to the last `keep_releases` releases (never the current nor the previous one).
+Any failure removes the staging directory and leaves `current` and the state as they were.
+
+rollback: switch `current` to a kept release (default: the newest below the current one) after
+verifying it and re-running its reference check; `deactivate` removes the link. The high-water
+mark stays where it is: rollback is the only way down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import edgetune
+from edgetune.agent.board import Board
+from edgetune.agent.errors import AgentConfigError, AgentError
+from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
+from edgetune.agent.layout import check_model_name
+from edgetune.agent.state import ModelState, activated, save_state
+from edgetune.artifact.files import unpack_tarball, write_atomic
+from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.artifact.verify import verify_artifact
+from edgetune.errors import EdgetuneError
+
+CHECK_TIMEOUT_S = 600.0
+MAX_HEAD_BYTES = 16 << 20  # manifest.json and manifest.sig are far smaller
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    """What one install or rollback did on this board (the rollout reads it as JSON)."""
+
+    board: str
+    model: str
+    from_version: int | None
+    to_version: int | None
+    result: str  # installed | rolled_back | deactivated | unchanged | failed
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result != "failed"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _Change:
+    """One install or rollback under way: the board, the model's state, the version aimed at."""
+
+    def __init__(self, board: Board, model: str, state: dict[str, ModelState]):
+        self.board, self.model, self.state = board, model, state
+        self.from_version = state[model].version if model in state else None
+        self.to_version: int | None = None
+
+    def record(self, result: str, error: str | None = None) -> ChangeRecord:
+        return ChangeRecord(self.board.config.board, self.model, self.from_version, self.to_version, result, error)
+
+    def activate(self, version: int | None) -> None:
+        """Switch `current` (atomic), then record it in state.json (atomic). If the state cannot
+        be written (a full disk), switch back: a failed change leaves the board as it was."""
+        layout = self.board.layout
+        state = {**self.state, self.model: activated(self.state.get(self.model), version, self.board.firmware)}
+        layout.switch_current(self.model, version)
+        try:
+            save_state(layout, state)
+        except BaseException:
+            layout.switch_current(self.model, self.from_version)
+            raise
+        self.state = state
+
+
+def install(root: Path, model: str, version: int | None = None, allow_downgrade: bool = False) -> ChangeRecord:
+    """The `install` verb: what the server offers (or `version`), fetched and installed."""
+
+    def from_server(change: _Change) -> ChangeRecord:
+        server = change.board.server()
+        offer = checked_offer(change.board, server, model, version)
+        change.to_version = offer.version
+        if offer.version == change.from_version:
+            return change.record("unchanged")
+        fetched = fetch_offer(change.board, server, offer, change.state.get(model), allow_downgrade)
+        return _install_verified(change, fetched.tarball, offer.version, allow_downgrade)
+
+    return _run_change(root, model, from_server)
+
+
+def install_tarball(root: Path, model: str, tarball: Path, allow_downgrade: bool = False) -> ChangeRecord:
+    """`install --from FILE`: install a tarball already on the board (e.g. from `edgetune pull`)."""
+    return _run_change(root, model, lambda change: _install_verified(change, Path(tarball), None, allow_downgrade))
+
+
+def rollback(root: Path, model: str, to: int | None = None, deactivate: bool = False) -> ChangeRecord:
+    """The `rollback` verb: switch to kept release `to` (default: the newest below the current
+    one) after checking it again; `deactivate`: remove the `current` link."""
+
+    def switch(change: _Change) -> ChangeRecord:
+        if deactivate:
+            if change.from_version is None:
+                return change.record("unchanged")
+            change.activate(None)
+            return change.record("deactivated")
+        kept = change.board.layout.kept_versions(model)
+        target = to if to is not None else _newest_below(kept, change.from_version)
+        if target is None:
+            raise AgentError(f"no kept release of {model} below v{change.from_version} to roll back to "
+                             f"(kept: {_versions(kept)})")
+        change.to_version = target
+        if target == change.from_version:
+            return change.record("unchanged")
+        if target not in kept:
+            raise AgentError(f"v{target} of {model} is not kept on this board (kept: {_versions(kept)}); "
+                             f"install it with `install --version {target} --allow-downgrade`")
+        release = change.board.layout.release(model, target)
+        accept_manifest(change.board.config, verify_artifact(release, change.board.public_key()), model, target)
+        check_in_child(change.board, release)
+        change.activate(target)
+        return change.record("rolled_back")
+
+    return _run_change(root, model, switch)
+
+
+def _run_change(root: Path, model: str, action) -> ChangeRecord:
+    """Run `action` with the lock held, after recovering from killed runs; failures as data."""
+    board = Board.open(root)
+    check_model_name(model)
+    with board.layout.locked():
+        change = _Change(board, model, board.recover())
+        try:
+            return action(change)
+        except AgentConfigError:
+            raise
+        except (EdgetuneError, OSError) as err:
+            return change.record("failed", str(err))
+
+
+def _install_verified(
+    change: _Change, tarball: Path, expected_version: int | None, allow_downgrade: bool
+) -> ChangeRecord:
+    board, model = change.board, change.model
+    key = board.public_key()
+    manifest_bytes, signature_bytes = tarball_head(tarball)
+    manifest = signed_manifest(key, manifest_bytes, signature_bytes)
+    accept_manifest(board.config, manifest, model, expected_version)
+    version = change.to_version = manifest.version
+    if version == change.from_version:
+        return change.record("unchanged")
+    refuse_downgrade(change.state.get(model), version, allow_downgrade)
+    staging = board.layout.new_staging(model, version)
+    try:
+        unpack_tarball(tarball, staging)
+        write_atomic(staging / MANIFEST_NAME, manifest_bytes)
+        write_atomic(staging / SIGNATURE_NAME, signature_bytes)
+        verify_artifact(staging, key)
+        check_in_child(board, staging)
+        board.layout.place_release(model, version, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    change.activate(version)
+    try:
+        if tarball.parent == board.layout.downloads:
+            board.layout.remove_download(model, version)
+        prune(board, model, change.state[model])
+    except OSError:
+        pass  # installed all the same; the next install prunes again
+    return change.record("installed")
+
+
+def tarball_head(tarball: Path) -> tuple[bytes, bytes]:
+    """The bytes of `manifest.json` and `manifest.sig` in an artifact tarball, read without
+    extracting anything (they are checked before anything else is)."""
+    if not tarball.is_file():
+        raise AgentError(f"{tarball}: no such file")
+    found: dict[str, bytes] = {}
+    try:
+        with tarfile.open(tarball, mode="r|gz") as tar:
+            for member in tar:
+                if member.name in (MANIFEST_NAME, SIGNATURE_NAME) and member.isfile() and member.size <= MAX_HEAD_BYTES:
+                    found[member.name] = tar.extractfile(member).read()
+                if len(found) == 2:
+                    break
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise AgentError(f"{tarball.name}: truncated or corrupt archive ({err}); download it again") from None
+    missing = [name for name in (MANIFEST_NAME, SIGNATURE_NAME) if name not in found]
+    if missing:
+        raise AgentError(f"{tarball.name}: no {' or '.join(missing)} in it: not a signed edgetune artifact; refused")
+    return found[MANIFEST_NAME], found[SIGNATURE_NAME]
+
+
+def prune(board: Board, model: str, state: ModelState) -> list[int]:
+    """Remove releases beyond the newest `keep_releases` (the current and previous ones always
+    stay); returns the versions removed."""
+    kept = board.layout.kept_versions(model)
+    protected = {v for v in (state.version, state.previous) if v in kept}
+    others = sorted((v for v in kept if v not in protected), reverse=True)
+    removed = others[max(0, board.config.keep_releases - len(protected)) :]
+    for version in removed:
+        board.layout.remove_release(model, version)
+        board.layout.remove_download(model, version)
+    return removed
+
+
+def check_in_child(board: Board, directory: Path) -> None:
+    """Run the reference check of `directory` in a child process (`python -m edgetune.agent
+    check`); AgentError saying why if it fails, crashes or hangs."""
+    command = [sys.executable, "-m", "edgetune.agent", "--root", str(board.root), "check", "--json",
+               "--dir", str(directory)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, env=_child_env(board))
+    except subprocess.TimeoutExpired:
+        raise AgentError(f"the reference check did not finish within {CHECK_TIMEOUT_S:g} s; refused") from None
+    if done.returncode < 0:
+        raise AgentError(f"the library crashed the reference check ({signal.Signals(-done.returncode).name}); refused")
+    result = _last_json_line(done.stdout)
+    if done.returncode == 0 and result.get("ok") is True:
+        return
+    reason = result.get("detail") or result.get("error") or done.stderr.strip()[-500:]
+    reason = reason or f"exit status {done.returncode}"
+    raise AgentError(f"the reference check failed: {reason}; refused")
+
+
+def _child_env(board: Board) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TVM_NUM_THREADS", str(board.config.threads))
+    env.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the check needs only TVM's runtime, which loads faster
+    package_parent = str(Path(edgetune.__file__).resolve().parents[1])  # the child imports this same edgetune
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _last_json_line(output: str) -> dict:
+    for line in reversed(output.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
+def _newest_below(kept: list[int], current: int | None) -> int | None:
+    return max((v for v in kept if current is None or v < current), default=None)
+
+
+def _versions(versions: list[int]) -> str:
+    return ", ".join(f"v{v}" for v in versions) or "none"

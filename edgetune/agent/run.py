@@ -1,0 +1,95 @@
+"""`run`: the current release of a model, loaded in this process, run and timed.
+
+Needs TVM (`runtime.py`): the CLI imports this module only for `run`.
+The regression check calls it over SSH and parses `--json`: whether the outputs match the
+expected output (reference input only), the max abs error, and the raw timing samples.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgetune.agent.board import Board
+from edgetune.agent.errors import AgentError
+from edgetune.agent.layout import check_model_name
+from edgetune.agent.runtime import LoadedRelease, TimingSettings
+from edgetune.artifact.reference import read_npz
+from edgetune.artifact.verify import verify_artifact
+
+
+@dataclass(frozen=True)
+class RunReport:
+    board: str
+    model: str
+    version: int
+    input: str  # "reference" or the path of the input given
+    outputs: dict[str, list[int]]  # output name -> shape
+    outputs_match: bool | None  # vs expected_output.npz; None for another input
+    max_abs_error: float | None
+    detail: str  # why they do not match (empty otherwise)
+    threads: str  # TVM_NUM_THREADS
+    number: int
+    repeat: int
+    min_repeat_ms: int
+    samples_s: tuple[float, ...]  # seconds per call, one per repeat
+    median_ms: float | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        match = {True: "outputs match", False: f"OUTPUTS DIFFER ({self.detail})", None: "no expected output"}
+        timing = f"median {self.median_ms:.4f} ms over {self.repeat} repeats" if self.samples_s else "not timed"
+        return [f"{self.model} v{self.version} on {self.board}: {match[self.outputs_match]}, "
+                f"max |error| {self.max_abs_error}; {timing}"]
+
+
+def run_current(
+    root: Path, model: str, input_path: Path | None = None, timing: TimingSettings = TimingSettings()
+) -> RunReport:
+    """Run (and time, unless `timing.repeat` is 0) the current release of `model`; its files
+    are verified against the pinned key first."""
+    board = Board.open(root)
+    version = board.layout.current_version(check_model_name(model))
+    if version is None:
+        raise AgentError(f"no release of {model} is active on {board.config.board}: install one first")
+    directory = board.layout.release(model, version)
+    verify_artifact(directory, board.public_key())
+    given = _read_input(input_path) if input_path else None
+    os.environ.setdefault("TVM_NUM_THREADS", str(board.config.threads))
+    try:
+        release = LoadedRelease(directory)
+        outputs = release.run(given if given is not None else release.reference_input())
+        check = release.check(outputs) if given is None else None
+        samples = release.time(timing) if timing.repeat > 0 else []
+    except (RuntimeError, ValueError) as err:  # TVM's errors are RuntimeErrors
+        raise AgentError(f"{model} v{version} cannot run on this board: {type(err).__name__}: {err}") from None
+    return RunReport(
+        board=board.config.board,
+        model=model,
+        version=version,
+        input=str(input_path) if input_path else "reference",
+        outputs={name: list(array.shape) for name, array in outputs.items()},
+        outputs_match=check.ok if check else None,
+        max_abs_error=check.max_abs_error if check else None,
+        detail=check.detail if check else "",
+        threads=os.environ["TVM_NUM_THREADS"],
+        number=timing.number,
+        repeat=timing.repeat,
+        min_repeat_ms=timing.min_repeat_ms,
+        samples_s=tuple(samples),
+        median_ms=statistics.median(samples) * 1e3 if samples else None,
+    )
+
+
+def _read_input(path: Path) -> dict[str, np.ndarray]:
+    try:
+        return read_npz(path)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise AgentError(f"cannot read the input {path} ({err}): give an .npz of the model's inputs") from None

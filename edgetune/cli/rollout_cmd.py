@@ -1,0 +1,48 @@
+"""`edgetune rollout --model M ...`: install a model's artifact on the boards in stages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tabulate import tabulate
+
+from edgetune.cli.common import add_fleet_argument
+from edgetune.errors import DeployError
+from edgetune.inventory import load_fleet
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("rollout", help="install a model's artifact on the boards: canary, then batches")
+    parser.add_argument("--model", required=True, metavar="MODEL")
+    parser.add_argument("--class", dest="classes", action="append", default=[], metavar="CLASS",
+                        help="only the boards of this class (repeatable; default: all)")
+    parser.add_argument("--version", type=int, help="this version (default: each board's pin, else the newest)")
+    parser.add_argument("--canary", type=int, default=1, help="boards tried first, alone (default 1)")
+    parser.add_argument("--batch", type=int, default=0, help="boards per batch after the canary (default: all)")
+    parser.add_argument("--max-failed", type=float, default=0.0, metavar="PCT",
+                        help="stop and roll back once more than PCT %% of the boards failed (default 0)")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per board (default 300)")
+    parser.add_argument("--dry-run", action="store_true", help="print the stages and versions; touch no board")
+    parser.add_argument("--json", action="store_true", help="one JSON record per board")
+    add_fleet_argument(parser)  # fmt: skip
+    parser.set_defaults(func=drive_rollout)
+
+
+def drive_rollout(args: argparse.Namespace) -> int:
+    from edgetune.deploy.rollout import plan_rollout, rollout
+
+    fleet = load_fleet(args.fleet)
+    plan = plan_rollout(fleet, args.model, args.classes, args.version, args.canary, args.batch, args.max_failed, args.timeout_s)
+    if args.dry_run:
+        print(json.dumps(plan.to_json(), indent=2))
+        return 0
+    result = rollout(fleet, plan, progress=(lambda line: None) if args.json else print)
+    if args.json:
+        print(json.dumps(result.records(), indent=2))
+    else:
+        columns = ["board", "class", "model", "from_version", "to_version", "result", "error"]
+        print(tabulate([[r[c] if r[c] is not None else "" for c in columns] for r in result.records()], headers=columns))
+        if result.stopped:
+            print(f"stopped: {result.stopped}")
+    return 0 if result.ok else DeployError.exit_code

@@ -1,0 +1,76 @@
+"""The board agent driven over SSH: provision it on a board, then run its verbs.
+
+Provisioning writes `<board workdir>/agent/`: `agent.json` (the board's name, class, the server
+URL, releases to keep, its firmware command), `fleet.pub` (the fleet's public key: the only key
+the agent trusts; a different pinned key is never replaced behind the operator's back) and
+`token` (mode 0600). Each verb is `python -m edgetune.agent --root ROOT VERB ... --json` with the
+board's Python; its JSON answer is returned as data, a failure to reach the board raised.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from edgetune.agent.config import AgentConfig, config_bytes
+from edgetune.errors import DeployError
+from edgetune.fleet.board import firmware_command
+from edgetune.fleet.ssh import BoardSession, tail
+from edgetune.inventory.schema import Board, Fleet
+
+AGENT_DIR = "agent"
+PUBLIC_KEY_NAME = "fleet.pub"
+TOKEN_NAME = "token"
+
+
+def agent_root(board: Board) -> str:
+    return f"{board.workdir.rstrip('/')}/{AGENT_DIR}"
+
+
+def agent_config(fleet: Fleet, board: Board) -> AgentConfig:
+    profile = fleet.device_class(board.device_class).profile
+    return AgentConfig(
+        board=board.name,
+        device_class=board.device_class,
+        server=fleet.deploy.url,
+        token_file=TOKEN_NAME,
+        public_key=PUBLIC_KEY_NAME,
+        keep_releases=fleet.deploy.keep_releases,
+        firmware_command=firmware_command(fleet, board),
+        threads=board.threads or profile.runtime_threads,
+    )
+
+
+class RemoteAgent:
+    """The agent of one board, over one SSH session."""
+
+    def __init__(self, session: BoardSession, fleet: Fleet):
+        self.session, self.fleet, self.board = session, fleet, session.board
+        self.root = agent_root(self.board)
+
+    def provision(self, token: str, public_key_pem: bytes) -> None:
+        """Write the agent's config, pinned key and token (idempotent)."""
+        pinned = self.session.run(f"cat {shlex.quote(self.root)}/{PUBLIC_KEY_NAME}", check=False)
+        if pinned.exit_status == 0 and pinned.stdout.strip() != public_key_pem.decode().strip():
+            raise DeployError(
+                f"{self.board.name}: the agent pins another fleet key ({self.root}/{PUBLIC_KEY_NAME}); if the fleet's "
+                "signing key was really replaced, remove that file on the board, then roll out again"
+            )
+        self.session.put_file(f"{self.root}/{PUBLIC_KEY_NAME}", public_key_pem, mode=0o644)
+        self.session.put_file(f"{self.root}/{TOKEN_NAME}", token.encode("ascii"), mode=0o600)
+        self.session.put_file(f"{self.root}/agent.json", config_bytes(agent_config(self.fleet, self.board)), mode=0o644)
+
+    def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
+        """Run one agent verb; its JSON record (which may say the verb failed on the board)."""
+        argv = [self.board.python, "-m", "edgetune.agent", "--root", self.root, verb, *args, "--json"]
+        result = self.session.run(shlex.join(argv), check=False, timeout=timeout_s)
+        for line in reversed(result.stdout.strip().splitlines()):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                return record
+        raise DeployError(
+            f"{self.board.name}: the agent gave no answer to `{verb}` (exit {result.exit_status}):\n{tail(result.stderr)}"
+        )

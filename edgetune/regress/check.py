@@ -1,0 +1,175 @@
+"""`edgetune regress`: is each board still right and still as fast as its artifact's baseline?
+
+For each targeted board (`--board`, `--class`, or all; `--changed-only`: those whose firmware
+fingerprint differs from the baseline's), over SSH through the board agent:
+1. `agent status`: which version of each model runs, and the firmware fingerprint now;
+2. `agent run` of that release on its reference input: outputs against the signed expected
+   output (within the manifest's tolerance), and timing samples taken the way the build took
+   the baseline (`measurement.compare` of the class profile: one call per sample, each sample
+   at least `min_repeat_ms`, rounds x repeat samples);
+3. the verdict, from the manifest of that version in the store (the signed baseline, never
+   what the board says about itself): `wrong_output`; `load_failed` (the release does not
+   verify, load or run); else the time ratio now / baseline (this board's baseline samples,
+   or its class's when the board was not measured at build) with a bootstrap interval:
+   `slower` when it lies above `regress.threshold`, `faster` below its inverse, else `ok`.
+   A board that cannot be reached is `unreachable`; the other boards are still checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact.timing_stats import FASTER, SLOWER, compare, summarize
+from edgetune.deploy.remote import RemoteAgent
+from edgetune.errors import ArtifactError, DeployError
+from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
+from edgetune.fleet.ssh import BoardSession
+from edgetune.inventory.schema import Board, Fleet
+
+OK, WRONG_OUTPUT, LOAD_FAILED, UNREACHABLE, NOT_DEPLOYED = "ok", "wrong_output", "load_failed", "unreachable", "not_deployed"
+REGRESSIONS = (SLOWER, WRONG_OUTPUT, LOAD_FAILED)
+COULD_NOT_CHECK = (UNREACHABLE, NOT_DEPLOYED)
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    board: str
+    device_class: str
+    model: str
+    version: int | None
+    verdict: str  # ok | slower | faster | wrong_output | load_failed | unreachable | not_deployed
+    ratio: float | None  # latency now / baseline
+    interval: tuple[float, float] | None
+    median_ms: float | None
+    baseline_ms: float | None
+    firmware_changed: bool | None  # None: unknown (unreachable)
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record["interval"] = list(self.interval) if self.interval else None
+        return record
+
+
+@dataclass(frozen=True)
+class RegressReport:
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """0 all ok (or faster), 1 a regression or wrong output, 2 something could not be checked."""
+        if any(v.verdict in REGRESSIONS for v in self.verdicts):
+            return 1
+        if any(v.verdict in COULD_NOT_CHECK for v in self.verdicts):
+            return 2
+        return 0
+
+    def slower_classes(self) -> list[str]:
+        return sorted({v.device_class for v in self.verdicts if v.verdict == SLOWER})
+
+
+def select_boards(fleet: Fleet, boards: Sequence[str] = (), classes: Sequence[str] = ()) -> list[Board]:
+    """The boards named, or of the classes named, or all; unknown names are errors."""
+    if boards and classes:
+        raise DeployError("give --board or --class, not both")
+    _check_known("board", boards, [b.name for b in fleet.boards])
+    _check_known("device class", classes, [c.name for c in fleet.device_classes])
+    return [b for b in fleet.boards if (not boards or b.name in boards) and (not classes or b.device_class in classes)]
+
+
+def regress(
+    fleet: Fleet,
+    boards: Sequence[str] = (),
+    classes: Sequence[str] = (),
+    models: Sequence[str] = (),
+    changed_only: bool = False,
+    progress: Progress = log.info,
+) -> RegressReport:
+    """Check every selected board; each board's verdicts, or `unreachable` for all its models."""
+    _check_known("model", models, [m.name for m in fleet.models])
+    store = ArtifactStore(fleet.artifacts.dir)
+    targets = select_boards(fleet, boards, classes)
+    # Simulated boards share this machine's cores: timed one at a time, or they slow each other down.
+    workers = 1 if any(b.simulated for b in targets) else MAX_WORKERS
+    results = for_each_board(targets, lambda board: _check_board(fleet, store, board, models), workers=workers)
+    verdicts: list[Verdict] = []
+    for board in targets:
+        found = results.succeeded.get(board.name)
+        if found is None:
+            found = [_unreachable(board, model, results.failed[board.name]) for model in (models or [m.name for m in fleet.models])]
+        verdicts += [v for v in found if not changed_only or v.firmware_changed is not False]
+    for v in verdicts:
+        progress(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
+    return RegressReport(tuple(verdicts))
+
+
+def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Sequence[str]) -> list[Verdict]:
+    compare_settings = fleet.device_class(board.device_class).profile.measurement.compare
+    with BoardSession(board) as session:
+        agent = RemoteAgent(session, fleet)
+        status = agent.call("status")
+        if "error" in status and "models" not in status:
+            raise DeployError(f"{board.name}: the agent cannot tell what runs: {status['error']}")
+        firmware_now = str(status.get("firmware", ""))
+        installed = {name: entry for name, entry in (status.get("models") or {}).items() if isinstance(entry, dict)}
+        verdicts = []
+        for model in models or [m.name for m in fleet.models]:
+            entry = installed.get(model, {})
+            version = entry.get("version")
+            if not isinstance(version, int):
+                verdicts.append(_verdict(board, model, None, NOT_DEPLOYED, None, detail="no release of it is active: roll one out"))
+                continue
+            try:
+                run = agent.call("run", "--model", model, "--number", "1", "--repeat", str(compare_settings.rounds * compare_settings.repeat),
+                                 "--min-repeat-ms", str(compare_settings.min_repeat_ms))  # fmt: skip
+            except DeployError as err:  # no answer at all: the agent died running it (e.g. SIGSEGV)
+                run = {"error": str(err)}
+            verdicts.append(_judge(fleet, store, board, model, version, firmware_now, entry.get("firmware"), run))
+    return verdicts
+
+
+def _judge(
+    fleet: Fleet, store: ArtifactStore, board: Board, model: str, version: int, firmware_now: str,
+    firmware_at_install: str | None, run: dict,
+) -> Verdict:  # fmt: skip
+    try:
+        manifest = store.get(model, board.device_class, version).manifest
+    except (OSError, ArtifactError) as err:
+        return _verdict(board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})")
+    own = [b for b in manifest.boards if b.board == board.name]
+    baselines = own or list(manifest.boards)
+    firmware_then = own[0].firmware if own else firmware_at_install
+    firmware_changed = firmware_then is not None and firmware_then != firmware_now
+    if "error" in run and "samples_s" not in run:
+        return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail=str(run["error"]))
+    if run.get("outputs_match") is not True:
+        return _verdict(board, model, version, WRONG_OUTPUT, firmware_changed, detail=str(run.get("detail", "")))
+    samples_ms = [float(s) * 1e3 for s in run.get("samples_s") or [] if isinstance(s, (int, float)) and s > 0]
+    if not samples_ms:
+        return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail="the agent returned no timing samples")
+    baseline_ms = [s for b in baselines for s in b.tuned.samples_ms]
+    comparison = compare(baseline_ms, samples_ms, fleet.regress.threshold, fleet.regress.confidence)
+    estimate = comparison.estimate
+    verdict = comparison.verdict if comparison.verdict in (SLOWER, FASTER) else OK
+    return Verdict(board.name, board.device_class, model, version, verdict, estimate.ratio, (estimate.low, estimate.high),
+                   summarize(samples_ms).median, summarize(baseline_ms).median, firmware_changed)  # fmt: skip
+
+
+def _verdict(board: Board, model: str, version: int | None, verdict: str, firmware_changed: bool | None, detail: str = "") -> Verdict:
+    return Verdict(board.name, board.device_class, model, version, verdict, None, None, None, None, firmware_changed, detail)
+
+
+def _unreachable(board: Board, model: str, reason: str) -> Verdict:
+    return _verdict(board, model, None, UNREACHABLE, None, detail=reason)
+
+
+def _check_known(kind: str, asked: Sequence[str], known: list[str]) -> None:
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        raise DeployError(f"unknown {kind} {', '.join(unknown)} (known: {', '.join(known)})")

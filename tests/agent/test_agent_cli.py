@@ -1,0 +1,160 @@
+"""The agent's command line as the rollout and the regression check use it (subprocesses,
+`--json`), its configuration file, recovery of a run killed between its two atomic steps, and
+the proof that it runs with the board's packages only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from agent_support import agent_cli, current
+from edgetune.agent import AgentConfig, load_config, write_config
+from edgetune.agent.cli import main
+from edgetune.agent.errors import AgentConfigError
+from edgetune.artifact.reference import npz_bytes
+
+CONFIG = AgentConfig(board="gw-a1", device_class="gateway-avx512", server="http://10.231.7.1:8470", token_file="token",
+                     public_key="fleet.pub", keep_releases=3, firmware_command="uname -srm", threads=1)
+
+
+def test_config_is_written_canonically_and_read_back(tmp_path):
+    path = write_config(tmp_path / "agent", CONFIG)
+    raw = path.read_bytes()
+    assert json.loads(raw) == {"schema": "edgetune.agent-config", "schema_version": 1, "board": "gw-a1",
+                               "device_class": "gateway-avx512", "server": "http://10.231.7.1:8470",
+                               "token_file": "token", "public_key": "fleet.pub", "keep_releases": 3,
+                               "firmware_command": "uname -srm", "threads": 1}
+    assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    assert load_config(tmp_path / "agent") == CONFIG
+    with pytest.raises(AgentConfigError, match="keep_releases: must be at least 2"):
+        write_config(tmp_path / "agent", AgentConfig(**{**CONFIG.__dict__, "keep_releases": 1}))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda raw: raw.update(keep_releases="3"), "agent.json: keep_releases: expected an integer, got str"),
+        (lambda raw: raw.update(server="10.231.7.1:8470"), "agent.json: server: '10.231.7.1:8470' is not an http(s)"),
+        (lambda raw: raw.pop("board"), "agent.json: missing key(s) board"),
+        (lambda raw: raw.update(colour="blue"), "agent.json: unknown key(s) colour"),
+        (lambda raw: raw.update(schema_version=2), "agent.json: schema_version: 2 is not supported"),
+    ],
+)
+def test_a_bad_config_exits_2_naming_the_file_and_field(tmp_path, capsys, edit, message):
+    path = write_config(tmp_path, CONFIG)
+    raw = json.loads(path.read_bytes())
+    edit(raw)
+    path.write_text(json.dumps(raw))
+    assert main(["--root", str(tmp_path), "status"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_config_and_unsafe_token_exit_2(make_board, tmp_path, capsys):
+    assert main(["--root", str(tmp_path / "nowhere"), "status", "--json"]) == 2
+    assert "agent.json: missing" in json.loads(capsys.readouterr().out)["error"]
+    root = make_board()
+    (root / "token").chmod(0o644)
+    assert main(["--root", str(root), "install", "--model", "mlp"]) == 2
+    assert "readable by others: chmod 600" in capsys.readouterr().err
+    assert main(["--root", str(root), "rollback", "--model", "../etc", "--to", "none"]) == 2
+
+
+def test_install_and_status_json(board_on, fleet):
+    root = board_on(1)
+    status, record = agent_cli(root, "install", "--model", "mlp", "--from", str(fleet.tarball("mlp", "gw-fast", 2)))
+    assert status == 0 and record == {"board": "fast-1", "model": "mlp", "from_version": 1, "to_version": 2,
+                                      "result": "installed", "error": None}
+    status, refused = agent_cli(root, "install", "--model", "mlp", "--from", str(fleet.tarball("mlp", "gw-fast", 1)))
+    assert status == 1 and refused["result"] == "failed" and "older than v2" in refused["error"]
+    status, board = agent_cli(root, "status")
+    firmware = subprocess.run("uname -srm", shell=True, capture_output=True, text=True).stdout.strip()
+    assert status == 0 and (board["board"], board["device_class"], board["firmware"]) == ("fast-1", "gw-fast", firmware)
+    mlp = board["models"]["mlp"]
+    assert (mlp["version"], mlp["previous"], mlp["highest_installed"], mlp["kept"], mlp["firmware"]) == (2, 1, 2, [1, 2], firmware)
+    assert time.time() - _parse_utc(mlp["since"]) < 600
+
+
+def _parse_utc(text: str) -> float:
+    import calendar
+
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_run_json_checks_and_times_the_current_release(board_on, fleet, tmp_path):
+    root = board_on(1)
+    status, report = agent_cli(root, "run", "--model", "mlp", "--number", "2", "--repeat", "4")
+    assert status == 0
+    assert (report["board"], report["model"], report["version"], report["input"]) == ("fast-1", "mlp", 1, "reference")
+    assert report["outputs"] == {"output0": [1, 64]} and report["outputs_match"] is True
+    assert report["max_abs_error"] <= 1e-5 and report["threads"] == "1"
+    assert (report["number"], report["repeat"], len(report["samples_s"])) == (2, 4, 4)
+    assert all(0 < s < 1 for s in report["samples_s"])
+    other = tmp_path / "input.npz"
+    other.write_bytes(npz_bytes({"x": np.ones((1, 64), dtype="float32")}))
+    status, report = agent_cli(root, "run", "--model", "mlp", "--input", str(other), "--repeat", "0")
+    assert status == 0 and report["outputs_match"] is None and report["samples_s"] == []
+
+
+def test_state_is_completed_from_the_link_after_a_kill_between_the_two_steps(board_on):
+    root = board_on(1, 2)
+    link = root / "releases" / "mlp" / "current"
+    os.symlink("v1", link.with_name(".current.tmp-1"))  # what a rollback killed after its link switch leaves
+    os.replace(link.with_name(".current.tmp-1"), link)
+    switched = os.lstat(link).st_mtime
+    status, board = agent_cli(root, "status")
+    mlp = board["models"]["mlp"]
+    assert (mlp["version"], mlp["previous"], mlp["highest_installed"]) == (1, 2, 2)
+    assert abs(_parse_utc(mlp["since"]) - switched) < 2
+    status, record = agent_cli(root, "rollback", "--model", "mlp", "--to", "2")
+    assert (status, record["from_version"], record["to_version"], current(root)) == (0, 1, 2, "v2")
+
+
+FORBIDDEN = ("paramiko", "yaml", "tabulate", "onnx", "onnxruntime", "xgboost", "matplotlib", "starlette", "uvicorn",
+             "psutil", "tornado", "cloudpickle", "edgetune.tune", "edgetune.fleet", "edgetune.inventory",
+             "edgetune.deploy", "edgetune.cli", "edgetune.pipeline", "tvm.relax")
+
+BLOCKER = '''
+import os, sys
+FORBIDDEN = {forbidden!r}
+
+class Forbid:
+    def find_spec(self, name, path=None, target=None):
+        if any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
+            with open(os.environ["AGENT_FORBIDDEN_LOG"], "a") as log:
+                log.write(name + "\\n")
+            raise ImportError(f"{{name}} is not installed on this board")
+        return None
+
+sys.meta_path.insert(0, Forbid())
+'''
+
+
+def test_the_agent_runs_with_the_board_packages_only(board_on, fleet, server, tmp_path):
+    """Every verb (and install's check child) under an import hook that refuses the host's
+    packages, with TVM in runtime-only mode (no tvm.relax at all)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(forbidden=FORBIDDEN))
+    attempts = tmp_path / "forbidden.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+           "AGENT_FORBIDDEN_LOG": str(attempts), "TVM_USE_RUNTIME_LIB": "1"}
+    blocked = subprocess.run([sys.executable, "-c", "import yaml"], env=env, capture_output=True, text=True)
+    assert blocked.returncode == 1 and "yaml is not installed on this board" in blocked.stderr
+    attempts.unlink()
+
+    help_run = subprocess.run([sys.executable, "-m", "edgetune.agent", "--help"], env=env, capture_output=True, text=True)
+    assert help_run.returncode == 0 and "fetch" in help_run.stdout, help_run.stderr
+    root = board_on(1, server=server.url)
+    assert agent_cli(root, "install", "--model", "mlp", "--version", "2", env=env)[1]["result"] == "installed"
+    tarball = fleet.tarball("mlp", "gw-fast", 3)
+    assert agent_cli(root, "install", "--model", "mlp", "--from", str(tarball), env=env)[1]["result"] == "installed"
+    assert agent_cli(root, "status", env=env)[1]["models"]["mlp"]["version"] == 3
+    assert agent_cli(root, "run", "--model", "mlp", "--repeat", "1", env=env)[1]["outputs_match"] is True
+    assert agent_cli(root, "rollback", "--model", "mlp", env=env)[1]["result"] == "rolled_back"
+    assert not attempts.exists(), f"the agent tried to import: {attempts.read_text()}"

@@ -1,0 +1,158 @@
+"""Deploy on the simulated fleet, for real: the artifact server on the fleet's bridge, the board
+agents fetching over HTTP from inside their own network namespaces, rollouts over SSH.
+
+Uses `built_fleet` (tests/conftest.py): real tuned, built and signed mlp artifacts for both
+classes, on boards with directories of their own. The tests run in order, as an operator would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from artifact_server import RunningServer
+from deploy_support import republish
+from edgetune.artifact.store import ArtifactStore
+from edgetune.deploy.remote import RemoteAgent, agent_root
+from edgetune.deploy.rollout import plan_rollout, rollout
+from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.state import load_deployed
+
+MODEL = "mlp"
+
+
+class AccessLog(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[dict] = []
+
+    def emit(self, record):
+        self.lines.append(json.loads(record.getMessage()))
+
+
+@pytest.fixture(scope="module")
+def served(built_fleet):
+    log = AccessLog()
+    logging.getLogger("edgetune.access").addHandler(log)
+    logging.getLogger("edgetune.access").setLevel(logging.INFO)
+    server = RunningServer(built_fleet)
+    try:
+        yield built_fleet, log
+    finally:
+        server.stop()
+        logging.getLogger("edgetune.access").removeHandler(log)
+
+
+def agent(fleet, name: str, verb: str, *args: str) -> dict:
+    with BoardSession(fleet.board(name)) as session:
+        return RemoteAgent(session, fleet).call(verb, *args)
+
+
+def current(fleet, name: str) -> int | None:
+    return agent(fleet, name, "status")["models"].get(MODEL, {}).get("version")
+
+
+def latest(fleet, device_class: str) -> int:
+    return ArtifactStore(fleet.artifacts.dir).latest(MODEL, device_class).version
+
+
+def test_rollout_installs_every_board_over_http_from_its_namespace(served):
+    fleet, log = served
+    plan = plan_rollout(fleet, MODEL, canary=0)  # all four boards at once
+    assert [[t.board.name for t in stage] for stage in plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
+    result = rollout(fleet, plan)
+    assert result.ok, result.records()
+    assert {r["board"]: (r["result"], r["to_version"]) for r in result.records()} == {
+        "fast-1": ("installed", 1), "fast-2": ("installed", 1), "slow-1": ("installed", 1), "slow-2": ("installed", 1)}
+    assert {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
+    assert load_deployed(fleet) == {name: {MODEL: 1} for name in ("fast-1", "fast-2", "slow-1", "slow-2")}
+    tarballs = {line["board"]: line["client"] for line in log.lines if line["path"].endswith(".tar.gz") and line["status"] == 200}
+    assert tarballs == {b.name: b.address for b in fleet.boards}  # each board fetched its own, from its address
+    again = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))
+    assert again.ok and {r["result"] for r in again.records()} == {"unchanged"}
+
+
+def test_tampered_or_wrongly_signed_downloads_leave_the_board_as_it_was(served):
+    fleet, _ = served
+    v2 = republish(fleet, MODEL, "gw-fast", "v2")
+    good_tarball, good_sig = v2.tarball.read_bytes(), (v2.path / "manifest.sig").read_bytes()
+    try:
+        data = bytearray(good_tarball)
+        data[len(data) // 2] ^= 0xFF
+        v2.tarball.write_bytes(bytes(data))
+        record = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "2")
+        assert record["result"] == "failed" and current(fleet, "fast-1") == 1
+        v2.tarball.write_bytes(good_tarball)
+        (v2.path / "manifest.sig").write_bytes(good_sig.replace(good_sig[-20:-10], b"A" * 10))
+        record = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "2")
+        assert record["result"] == "failed" and "signature" in record["error"] and current(fleet, "fast-1") == 1
+    finally:
+        v2.tarball.write_bytes(good_tarball)
+        (v2.path / "manifest.sig").write_bytes(good_sig)
+
+
+def test_a_bad_token_is_refused_by_the_server(served):
+    fleet, _ = served
+    token = Path(agent_root(fleet.board("fast-2"))) / "token"
+    good = token.read_bytes()
+    try:
+        token.write_bytes(b"x" * 43)
+        record = agent(fleet, "fast-2", "install", "--model", MODEL)
+        assert record["result"] == "failed" and "401" in record["error"] and current(fleet, "fast-2") == 1
+    finally:
+        token.write_bytes(good)
+
+
+def test_interrupted_download_resumes_and_older_versions_are_refused(served):
+    fleet, _ = served
+    v2 = ArtifactStore(fleet.artifacts.dir).get(MODEL, "gw-fast", 2)
+    downloads = Path(agent_root(fleet.board("fast-1"))) / "downloads"
+    downloads.mkdir(exist_ok=True)
+    half = v2.tarball.read_bytes()[: v2.tarball.stat().st_size // 2]
+    fetched = agent(fleet, "fast-1", "fetch", "--model", MODEL, "--version", "2")
+    partial = Path(fetched["tarball"]).with_name(Path(fetched["tarball"]).name + ".part")
+    Path(fetched["tarball"]).unlink()
+    partial.write_bytes(half)  # what an interrupted download leaves: half the bytes and their ETag
+    partial.with_name(partial.name + ".etag").write_text(f'"{hashlib.sha256(v2.tarball.read_bytes()).hexdigest()}"')
+    resumed = agent(fleet, "fast-1", "fetch", "--model", MODEL, "--version", "2")
+    assert resumed["resumed_from"] == len(half) and Path(resumed["tarball"]).read_bytes() == v2.tarball.read_bytes()
+    installed = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "2")
+    assert (installed["result"], installed["from_version"], current(fleet, "fast-1")) == ("installed", 1, 2)
+    replay = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "1")
+    assert replay["result"] == "failed" and current(fleet, "fast-1") == 2
+    back = agent(fleet, "fast-1", "rollback", "--model", MODEL)
+    assert back["result"] == "rolled_back" and current(fleet, "fast-1") == 1
+
+
+@pytest.fixture
+def full_disk(served):
+    """slow-1's download directory on a tiny tmpfs, mounted on the board itself (its sshd's
+    mount namespace): a real 'no space left on device' there and nowhere else."""
+    fleet, _ = served
+    downloads = f"{agent_root(fleet.board('slow-1'))}/downloads"
+    with BoardSession(fleet.board("slow-1")) as board:
+        board.run(f"mkdir -p {downloads} && mount -t tmpfs -o size=8k edgetune-test-full {downloads}")
+        try:
+            yield "slow-1"
+        finally:
+            board.run(f"umount {downloads}")
+
+
+def test_rollout_stops_at_the_threshold_and_rolls_back(served, full_disk):
+    fleet, _ = served
+    republish(fleet, MODEL, "gw-slow", "v2")
+    before = {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")}
+    plan = plan_rollout(fleet, MODEL, canary=1, batch=3, max_failed_pct=0)
+    result = rollout(fleet, plan)
+    records = {r["board"]: r for r in result.records()}
+    assert not result.ok and "failed" in result.stopped
+    assert records[full_disk]["result"] == "failed" and "space" in records[full_disk]["error"].lower()
+    assert records["fast-1"]["result"] == "rolled_back" and records["fast-1"]["to_version"] == 2
+    assert {name: current(fleet, name) for name in before} == before  # every board on the release it had
+    assert all(r["result"] in ("rolled_back", "failed", "unchanged") for r in records.values())
+    assert load_deployed(fleet)["fast-1"] == {MODEL: before["fast-1"]}
+

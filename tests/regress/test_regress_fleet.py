@@ -1,0 +1,154 @@
+"""`edgetune regress` on the simulated fleet with artifacts deployed (`built_fleet`, rolled out
+here): firmware updates, slower boards, broken libraries and unreachable boards, for real."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from artifact_server import RunningServer
+from edgetune.deploy.remote import agent_root
+from edgetune.deploy.rollout import plan_rollout, rollout
+from edgetune.fleet import cgroups
+from edgetune.fleet.sim import plan_sim, sim_firmware, sim_firmware_file
+from edgetune.fleet.ssh import BoardSession
+from edgetune.regress.check import regress
+
+MODEL = "mlp"
+BOARDS = ("fast-1", "fast-2", "slow-1", "slow-2")
+
+
+@pytest.fixture(scope="module")
+def deployed(built_fleet):
+    """Every board runs the newest mlp of its class (rolled out through the real server)."""
+    server = RunningServer(built_fleet)
+    try:
+        result = rollout(built_fleet, plan_rollout(built_fleet, MODEL, canary=0))
+        assert result.ok, result.records()
+    finally:
+        server.stop()
+    return built_fleet
+
+
+def verdicts(report) -> dict[str, str]:
+    return {v.board: v.verdict for v in report.verdicts}
+
+
+def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
+    for _ in range(3):
+        report = regress(deployed, models=[MODEL])
+        assert verdicts(report) == dict.fromkeys(BOARDS, "ok"), [v.to_json() for v in report.verdicts]
+        assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
+        assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
+
+
+@pytest.fixture
+def firmware_update(deployed):
+    """sim firmware on one board; undone afterwards (fingerprint and CPU quota)."""
+    changed = []
+
+    def update(board: str, version: str, cpu_quota: float | None = None) -> None:
+        sim_firmware(deployed, board, version, cpu_quota)
+        changed.append(board)
+
+    yield update
+    for sim in plan_sim(deployed):
+        if sim.board.name in changed:
+            sim_firmware_file(deployed, sim.board).unlink(missing_ok=True)
+            cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, cgroups.member_pids(sim.cgroup)[0])
+
+
+def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update):
+    firmware_update("fast-2", "2.1")
+    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
+    by_board = {v.board: v for v in report.verdicts}
+    assert by_board["fast-2"].firmware_changed and by_board["fast-2"].verdict == "ok"
+    assert not by_board["fast-1"].firmware_changed and report.exit_code == 0
+    changed_only = regress(deployed, models=[MODEL], changed_only=True)
+    assert [v.board for v in changed_only.verdicts] == ["fast-2"]
+
+
+def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firmware_update):
+    firmware_update("fast-1", "2.2-slow-governor", cpu_quota=0.5)
+    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
+    by_board = {v.board: v for v in report.verdicts}
+    assert by_board["fast-1"].verdict == "slower" and by_board["fast-1"].firmware_changed
+    # ~2 on an idle host; a baseline measured while the host was busy makes it smaller
+    assert 1.4 < by_board["fast-1"].ratio < 2.6, by_board["fast-1"].to_json()
+    assert by_board["fast-2"].verdict == "ok"
+    assert report.exit_code == 1 and report.slower_classes() == ["gw-fast"]
+
+
+def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
+    release = Path(agent_root(deployed.board("slow-2"))) / "releases" / MODEL / "current"
+    library = release.resolve() / "model.so"
+    saved = library.with_name("model.so.saved")
+    shutil.copyfile(library, saved)
+    try:
+        data = bytearray(library.read_bytes())
+        data[len(data) // 3 : len(data) // 3 + 4096] = bytes(4096)
+        library.write_bytes(bytes(data))
+        report = regress(deployed, classes=["gw-slow"], models=[MODEL])
+        assert verdicts(report) == {"slow-1": "ok", "slow-2": "load_failed"}
+        assert report.exit_code == 1
+    finally:
+        shutil.copyfile(saved, library)
+        saved.unlink()
+
+
+def test_an_unreachable_board_is_reported_while_the_others_are_checked(deployed):
+    sim = next(s for s in plan_sim(deployed) if s.board.name == "slow-1")
+    subprocess.run(["ip", "-n", sim.netns, "link", "set", "eth0", "down"], check=True)
+    try:
+        report = regress(deployed, classes=["gw-slow"], models=[MODEL])
+        assert verdicts(report) == {"slow-1": "unreachable", "slow-2": "ok"}
+        assert report.exit_code == 2
+    finally:
+        subprocess.run(["ip", "-n", sim.netns, "link", "set", "eth0", "up"], check=True)
+    with BoardSession(deployed.board("slow-1")) as session:
+        assert session.run("echo back").stdout == "back\n"
+
+
+@pytest.mark.slow
+def test_twenty_checks_of_an_unchanged_fleet_raise_no_false_regression(deployed):
+    for _ in range(20):
+        report = regress(deployed, models=[MODEL])
+        assert report.exit_code == 0, [v.to_json() for v in report.verdicts]
+
+
+@pytest.mark.slow
+def test_retune_rebuilds_the_slower_class_and_rolls_nothing_out(deployed, firmware_update):
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.regress.retune import retune
+
+    firmware_update("fast-1", "3.0-slow", cpu_quota=0.5)
+    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
+    assert report.slower_classes() == ["gw-fast"]
+    before = ArtifactStore(deployed.artifacts.dir).latest(MODEL, "gw-fast").version
+    (row,) = retune(deployed, report, [MODEL], extra_trials=8)
+    assert (row.device_class, row.status) == ("gw-fast", "built") and row.new_version == before + 1, row
+    assert row.baseline_ms and row.now_ms and row.new_ms
+    status = {v.board: v.version for v in regress(deployed, classes=["gw-fast"], models=[MODEL]).verdicts}
+    assert status == {"fast-1": before, "fast-2": before}  # built, not rolled out
+
+
+def test_tuning_build_and_install_record_each_boards_firmware(deployed):
+    import json
+
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.fleet.board import read_firmware
+
+    with BoardSession(deployed.board("fast-1")) as session:
+        now = read_firmware(session, deployed)
+    summary = json.loads((deployed.workdir / "reports" / "gw-fast" / MODEL / "summary.json").read_text())
+    assert summary["firmware"]["fast-1"] == now
+    manifest = ArtifactStore(deployed.artifacts.dir).get(MODEL, "gw-fast", 1).manifest
+    assert {b.board: b.firmware for b in manifest.boards}["fast-1"] == now
+    with BoardSession(deployed.board("fast-1")) as session:
+        from edgetune.deploy.remote import RemoteAgent
+
+        status = RemoteAgent(session, deployed).call("status")
+    assert status["firmware"] == now and status["models"][MODEL]["firmware"] == now
