@@ -48,9 +48,13 @@ def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-0
             BoardResult(
                 board="gw-a1",
                 firmware="Linux 6.1 x86_64",
-                tuned=Timing.from_samples_ms([0.25, 0.24, 0.26]),
-                untuned=Timing.from_samples_ms([2.5, 2.45, 2.55]),
+                tuned=Timing.from_samples_ms([0.26, 0.25, 0.24]),
+                untuned=Timing.from_samples_ms([2.5, 2.6, 2.4]),
                 max_abs_error=1e-7,
             ),
         ),
     )
+
+
+# Shaped like a private key (the loader checks only the PEM header), never used to log in.
+FAKE_PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot a real key\n-----END OPENSSH PRIVATE KEY-----\n"

@@ -8,8 +8,8 @@ Modules, one role each:
   the caller expects it to be; check the store's signed index;
 - `builder`: build, measure and check every (model, class), then commit (`edgetune build`);
 - `measure`: run libraries on every board of a class through the tracker;
-- `reference`, `tuning_inputs`, `files`, `durable`, `codec`: reference data, what comes from
-  tuning, tree walks and tarballs, fsynced writes, canonical and strict JSON.
+- `reference`, `tuning_inputs`, `files`, `codec`: reference data, what comes from tuning,
+  tree walks and tarballs, canonical and strict JSON (fsynced writes: `edgetune.durable`).
 This package imports only the light modules; `builder` and `measure` need TVM and the fleet.
 """
 

@@ -29,7 +29,7 @@ from typing import BinaryIO, Callable, Iterator, TypeVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 # write_atomic and fsync_dir are imported from here by other packages, too.
-from edgetune.artifact.durable import fsync_dir, write_atomic  # noqa: F401
+from edgetune.durable import fsync_dir, write_atomic  # noqa: F401
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
 from edgetune.artifact.signing import MAX_SIGNATURE_BYTES, signature_file_problems
 from edgetune.errors import ArtifactError

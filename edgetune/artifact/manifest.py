@@ -23,7 +23,7 @@ from edgetune.artifact.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
 SCHEMA = "edgetune.artifact"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the entry function and input order; every timing sample
 
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.sig"

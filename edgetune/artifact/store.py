@@ -32,7 +32,7 @@ from typing import Iterator
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
-from edgetune.artifact.durable import fsync_dir, fsync_tree, write_atomic
+from edgetune.durable import fsync_dir, fsync_tree, write_atomic
 from edgetune.artifact.files import file_entries, open_archive, pack_tarball
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from edgetune.artifact.signing import sign

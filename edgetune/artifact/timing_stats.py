@@ -60,8 +60,9 @@ class RatioEstimate:
         return self.high < value
 
     def describe(self) -> str:
-        """E.g. '1.93x [1.88, 1.99] (95 %)'."""
-        return f"{self.ratio:.3g}x [{self.low:.3g}, {self.high:.3g}] ({self.confidence * 100:g} %)"
+        """E.g. '1.934x [1.881, 1.992] (95 %)' or '22.8x [21.6, 24.0] (95 %)'."""
+        low, high = ratio_text(self.low), ratio_text(self.high)
+        return f"{ratio_text(self.ratio)}x [{low}, {high}] ({self.confidence * 100:g} %)"
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,13 @@ def compare(
     else:
         verdict = SAME
     return Comparison(verdict=verdict, estimate=estimate, threshold=float(threshold))
+
+
+def ratio_text(value: float) -> str:
+    """A ratio for people: three decimals near 1 (where a percent matters), fewer above."""
+    if value < 2:
+        return f"{value:.3f}"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def _checked(samples: Sequence[float], name: str) -> np.ndarray:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
-import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from edgetune.durable import write_atomic
 from edgetune.inventory.schema import Fleet
 
 
@@ -104,23 +103,4 @@ def read_state(path: Path) -> dict[str, Any]:
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(state, out, indent=2, sort_keys=True)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    _fsync_directory(path.parent)  # the rename itself survives a power loss only then
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomic(path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))

@@ -1,8 +1,10 @@
 """Load and validate fleet.yaml and the device profiles it names into `schema` records.
 
 Validation happens once, here; an invalid inventory raises `InventoryError` naming the file,
-the YAML path and what is allowed. Nothing outside the inventory files is touched, except to
-check that the files it names (profiles, ONNX models, SSH keys) exist and are usable.
+the YAML path and what is allowed. Every value's type is checked before it is used, every
+count and duration is capped, and the files and folders the inventory names (profiles, ONNX
+models, SSH keys, known_hosts, work and artifact folders) must be of the right kind. Nothing
+outside the inventory files is changed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from edgetune.inventory.schema import (
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_PRIVATE_KEY_PEM = re.compile(rb"-----BEGIN (OPENSSH |RSA |EC |DSA |ENCRYPTED )?PRIVATE KEY-----")
 _SECRET_KEYS = ("password", "passphrase", "secret")
 
 FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts", "deploy", "regress")
@@ -53,6 +56,34 @@ PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "r
 MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "compare", "enable_cpu_cache_flush")
 COMPARE_KEYS = ("rounds", "repeat", "min_repeat_ms")
 
+# Caps on counts and durations: far above any real fleet, far below what overflows or hangs.
+MAX_TRACKERS = 64
+MAX_CLASSES = 256
+MAX_BOARDS = 10_000
+MAX_MODELS = 256
+MAX_INPUTS = 64
+MAX_RANK = 8
+MAX_ELEMENTS = 2**31 - 1  # per input tensor, and per dimension
+MAX_THREADS = 1024
+MAX_CPU_QUOTA = 64.0  # cores
+MAX_TRIALS = 1_000_000
+MAX_TRIALS_PER_ITER = 10_000
+MAX_WEIGHT = 1e6
+MAX_TIME_LIMIT_S = 30 * 86_400.0
+MAX_CONNECT_TIMEOUT_S = 3_600.0
+MAX_COMMAND_TIMEOUT_S = 86_400.0
+MAX_MEASURE_NUMBER = 10_000
+MAX_MEASURE_REPEAT = 1_000
+MAX_COMPARE_ROUNDS = 100
+MAX_MS = 60_000
+MAX_HARDWARE_VALUES = 256
+MAX_HARDWARE_DEPTH = 8
+MAX_KEY_FILE_BYTES = 64 << 10
+MAX_PATH_CHARS = 4000  # PATH_MAX is 4096 bytes
+_TARGET_STRINGS = ("kind", "mcpu", "mtriple", "mabi", "mfloat-abi", "model")
+_TARGET_COUNTS = {"num-cores": (1, MAX_THREADS), "opt-level": (0, 3)}
+_TARGET_INT_LIMIT = 2**31 - 1
+
 
 def load_fleet(path: str | Path) -> Fleet:
     """Read fleet.yaml and every profile it names; raise InventoryError on the first problem."""
@@ -61,7 +92,7 @@ def load_fleet(path: str | Path) -> Fleet:
     check_version(root, SCHEMA_VERSION)
     root.mapping(FLEET_KEYS)
     base = path.parent
-    workdir = _path(root.child("workdir", ".edgetune"), base)
+    workdir = _directory(root.child("workdir", ".edgetune"), base)
     sim = _sim_settings(root.child("sim", None))
     trackers = _trackers(root.child("trackers"))
     ssh = _ssh(root.child("ssh", {}), base, SshSettings())
@@ -82,7 +113,8 @@ def load_fleet(path: str | Path) -> Fleet:
         deploy=_deploy(root.child("deploy", None), base, workdir),
         regress=_regress(root.child("regress", {})),
     )
-    _check_keys(root, fleet)
+    _check_classes_have_boards(root, fleet)
+    _check_ssh_files(root, fleet)
     _check_pins(root, fleet)
     return fleet
 
@@ -93,19 +125,16 @@ def load_profile(path: Path) -> DeviceProfile:
     root.mapping(PROFILE_KEYS)
     runtime = root.child("runtime").mapping(("threads",))
     compiler = root.get("cross_compiler", str)
-    hardware = root.child("hardware", {})
-    if not isinstance(hardware.value, dict):
-        raise hardware.error("must be a mapping of free-form facts (cores, caches, memory ...)")
     return DeviceProfile(
         name=_name(root, "name"),
         path=path,
         description=root.get("description", str, ""),
         target=_target(root.child("target")),
         cross_compiler=None if compiler == "host" else compiler,
-        runtime_threads=runtime.positive("threads"),
+        runtime_threads=runtime.positive("threads", int, MAX_THREADS),
         measurement=_measurement(root.child("measurement", {})),
         firmware_command=root.get("firmware_command", str),
-        hardware=FrozenMap(dict(hardware.value)),
+        hardware=_hardware(root.child("hardware", {})),
     )
 
 
@@ -128,7 +157,7 @@ def _sim_settings(node: Node) -> SimSettings | None:
 
 
 def _trackers(node: Node) -> tuple[Tracker, ...]:
-    items = list(node.items())
+    items = list(node.items(MAX_TRACKERS))
     if not items:
         raise node.error("at least one tracker is required")
     check_unique(items, "name", "tracker")
@@ -136,7 +165,7 @@ def _trackers(node: Node) -> tuple[Tracker, ...]:
     for item in items:
         item.mapping(("name", "bind_host", "public_address", "port", "port_end"))
         port = _port(item, "port")
-        port_end = _port(item, "port_end", default=port + 9)
+        port_end = _port(item, "port_end", default=min(port + 9, 65535))
         if port_end < port:
             raise item.child("port_end").error(f"must be at least port ({port}), got {port_end}")
         trackers.append(
@@ -167,27 +196,30 @@ def _ssh(node: Node, base: Path, defaults: SshSettings) -> SshSettings:
         user=node.get("user", str, defaults.user),
         port=_port(node, "port", default=defaults.port),
         key=_path(key, base) if key.value is not None else defaults.key,
-        known_hosts=_path(known_hosts, base) if known_hosts.value is not None else defaults.known_hosts,
+        known_hosts=_file(known_hosts, base) if known_hosts.value is not None else defaults.known_hosts,
         host_key_policy=node.choice("host_key_policy", HOST_KEY_POLICIES, defaults.host_key_policy),
         passphrase_env=passphrase_env,
-        connect_timeout_s=node.positive("connect_timeout_s", float, defaults.connect_timeout_s),
-        command_timeout_s=node.positive("command_timeout_s", float, defaults.command_timeout_s),
+        connect_timeout_s=node.positive("connect_timeout_s", float, MAX_CONNECT_TIMEOUT_S, defaults.connect_timeout_s),
+        command_timeout_s=node.positive("command_timeout_s", float, MAX_COMMAND_TIMEOUT_S, defaults.command_timeout_s),
     )
 
 
 def _device_classes(node: Node, base: Path) -> tuple[DeviceClass, ...]:
-    items = list(node.items())
+    items = list(node.items(MAX_CLASSES))
     if not items:
         raise node.error("at least one device class is required")
     check_unique(items, "name", "device class")
     classes = []
     for item in items:
         item.mapping(("name", "profile", "pin"))
+        name = _name(item, "name")
         profile_node = item.child("profile")
         profile_path = _path(profile_node, base)
-        if not profile_path.is_file():
-            raise profile_node.error(f"profile file '{profile_node.value}' does not exist (looked for {profile_path})")
-        classes.append(DeviceClass(name=_name(item, "name"), profile=load_profile(profile_path), pin=_pin(item.child("pin", {}))))
+        found = _stat(profile_node, profile_path)
+        if found is None or not stat.S_ISREG(found.st_mode):
+            what = "does not exist" if found is None else "is not a file"
+            raise profile_node.error(f"profile file '{profile_node.value}' {what} (looked for {profile_path})")
+        classes.append(DeviceClass(name=name, profile=load_profile(profile_path), pin=_pin(item.child("pin", {}))))
     return tuple(classes)
 
 
@@ -199,7 +231,7 @@ def _boards(
     trackers: tuple[Tracker, ...],
     sim: SimSettings | None,
 ) -> tuple[Board, ...]:
-    items = list(node.items())
+    items = list(node.items(MAX_BOARDS))
     if not items:
         raise node.error("at least one board is required")
     check_unique(items, "name", "board")
@@ -221,9 +253,9 @@ def _boards(
             device_class=device_class,
             tracker=_board_tracker(item, tracker_names),
             python=_board_path(item, "python", base, simulated),
-            workdir=_board_path(item, "workdir", base, simulated),
+            workdir=_board_workdir(item, base, simulated),
             ssh=_ssh(item.child("ssh", {}), base, ssh),
-            threads=item.positive("threads", int, None),
+            threads=item.positive("threads", int, MAX_THREADS, None),
             simulated=simulated,
             pin=_pin(item.child("pin", {})),
             token_env=_env_name(item, "token_env"),
@@ -251,10 +283,7 @@ def _simulation(node: Node, sim: SimSettings | None) -> Simulation | None:
     node.mapping(("cpu_quota",))
     if sim is None:
         raise node.error("a simulated board needs the top-level 'sim' section (bridge, host_address)")
-    quota = node.positive("cpu_quota", float, 1.0)
-    if quota > 64:
-        raise node.child("cpu_quota").error(f"is a fraction of one core (e.g. 0.5), got {quota}")
-    return Simulation(cpu_quota=quota)
+    return Simulation(cpu_quota=node.positive("cpu_quota", float, MAX_CPU_QUOTA, 1.0))
 
 
 def _board_address(item: Node, simulated: Simulation | None, sim: SimSettings | None) -> str:
@@ -275,16 +304,24 @@ def _board_address(item: Node, simulated: Simulation | None, sim: SimSettings | 
 def _board_path(item: Node, key: str, base: Path, simulated: Simulation | None) -> str:
     """Paths on the board. Simulated boards share this machine's files, so relative paths are
     resolved against fleet.yaml's folder; real boards need absolute paths."""
-    value = item.get(key, str)
     if simulated is not None:
-        return os.path.normpath(base / value)
+        return str(_path(item.child(key), base))
+    value = item.get(key, str)
     if not value.startswith("/"):
         raise item.child(key).error(f"must be an absolute path on the board, got '{value}'")
     return value
 
 
+def _board_workdir(item: Node, base: Path, simulated: Simulation | None) -> str:
+    """A simulated board's workdir is on this machine, so it must be a folder or makeable."""
+    workdir = _board_path(item, "workdir", base, simulated)
+    if simulated is not None:
+        _check_directory(item.child("workdir"), Path(workdir))
+    return workdir
+
+
 def _models(node: Node, base: Path) -> tuple[Model, ...]:
-    items = list(node.items())
+    items = list(node.items(MAX_MODELS))
     if not items:
         raise node.error("at least one model is required")
     check_unique(items, "name", "model")
@@ -293,43 +330,52 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
         item.mapping(("name", "builtin", "onnx", "inputs", "weight"))
         if item.has("builtin") == item.has("onnx"):
             raise item.error("give exactly one of 'builtin' (a reference model name) or 'onnx' (a file path)")
+        name = _name(item, "name")
         builtin = item.choice("builtin", BUILTIN_MODELS, None)
         onnx_path = _onnx_path(item.child("onnx"), base) if item.has("onnx") else None
         models.append(
             Model(
-                name=_name(item, "name"),
+                name=name,
                 inputs=_inputs(item.child("inputs")),
                 onnx=onnx_path,
                 builtin=builtin,
-                weight=item.positive("weight", float, 1.0),
+                weight=item.positive("weight", float, MAX_WEIGHT, 1.0),
             )
         )
     return tuple(models)
 
 
 def _inputs(node: Node) -> tuple[ModelInput, ...]:
-    items = list(node.items())
+    items = list(node.items(MAX_INPUTS))
     if not items:
         raise node.error("at least one input is required")
     check_unique(items, "name", "input")
     inputs = []
     for item in items:
         item.mapping(("name", "shape", "dtype"))
+        name = item.get("name", str)
         shape = []
-        for dim in item.child("shape").items():
-            if isinstance(dim.value, bool) or not isinstance(dim.value, int) or dim.value <= 0:
-                raise dim.error(f"input dimensions must be positive integers (fixed shapes), got {dim.value!r}")
+        for dim in item.child("shape").items(MAX_RANK):
+            if isinstance(dim.value, bool) or not isinstance(dim.value, int) or not 0 < dim.value <= MAX_ELEMENTS:
+                raise dim.error(f"input dimensions must be positive integers (fixed shapes), got {dim.value!r} (at most {MAX_ELEMENTS})")
             shape.append(dim.value)
         if not shape:
             raise item.child("shape").error("must list at least one dimension")
-        inputs.append(ModelInput(name=item.get("name", str), shape=tuple(shape), dtype=item.choice("dtype", DTYPES, "float32")))
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        if elements > MAX_ELEMENTS:
+            raise item.child("shape").error(f"holds {elements} elements, more than the {MAX_ELEMENTS} a tensor may have")
+        inputs.append(ModelInput(name=name, shape=tuple(shape), dtype=item.choice("dtype", DTYPES, "float32")))
     return tuple(inputs)
 
 
 def _onnx_path(node: Node, base: Path) -> Path:
     path = _path(node, base)
-    if not path.is_file():
-        raise node.error(f"ONNX file '{node.value}' does not exist (looked for {path})")
+    found = _stat(node, path)
+    if found is None or not stat.S_ISREG(found.st_mode):
+        what = "does not exist" if found is None else "is not a file"
+        raise node.error(f"ONNX file '{node.value}' {what} (looked for {path})")
     import onnx
 
     try:
@@ -346,8 +392,8 @@ def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
     class_names = [c.name for c in classes]
     overrides = _class_mapping(node.child("trials_per_class_override", {}), class_names, int)
     for name, trials in overrides.items():
-        if trials < 0:
-            raise node.child("trials_per_class_override").child(name).error(f"must be zero or more, got {trials}")
+        if not 0 <= trials <= MAX_TRIALS:
+            raise node.child("trials_per_class_override").child(name).error(f"must be between 0 and {MAX_TRIALS}, got {trials}")
     borrow = _class_mapping(node.child("borrow", {}), class_names, str)
     for name, lender in borrow.items():
         where = node.child("borrow").child(name)
@@ -355,16 +401,31 @@ def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
             raise where.error(f"'{lender}' is not a declared device class (declared: {', '.join(class_names)})")
         if lender == name:
             raise where.error("a class cannot borrow tuning from itself")
-        if borrow.get(lender) == name:
-            raise where.error(f"'{name}' and '{lender}' borrow from each other; only one direction is allowed")
+    _check_borrow_acyclic(node.child("borrow", {}), borrow)
     return TuningPolicy(
-        trials_per_class=node.non_negative("trials_per_class"),
+        trials_per_class=node.non_negative("trials_per_class", int, MAX_TRIALS),
         trials_per_class_override=FrozenMap(overrides),
-        trials_per_iter=node.positive("trials_per_iter", int, 16),
-        max_trials_per_task=node.positive("max_trials_per_task", int, None),
-        time_limit_s=node.positive("time_limit_s", float, None),
+        trials_per_iter=node.positive("trials_per_iter", int, MAX_TRIALS_PER_ITER, 16),
+        max_trials_per_task=node.positive("max_trials_per_task", int, MAX_TRIALS, None),
+        time_limit_s=node.positive("time_limit_s", float, MAX_TIME_LIMIT_S, None),
         borrow=FrozenMap(borrow),
     )
+
+
+def _check_borrow_acyclic(node: Node, borrow: dict[str, str]) -> None:
+    """Borrowing may chain (c from b, b from a: tuned in that order) but never loop."""
+    for start in borrow:
+        chain = [start]
+        while chain[-1] in borrow:
+            lender = borrow[chain[-1]]
+            if lender == start:
+                if len(chain) == 2:
+                    raise node.child(start).error(f"'{start}' and '{lender}' borrow from each other; only one direction is allowed")
+                loop = " -> ".join([*chain, start])
+                raise node.child(start).error(f"borrowing goes round in a circle ({loop}); one of these classes must tune without borrowing")
+            if lender in chain:
+                break  # a loop that does not pass through `start`: reported from one of its members
+            chain.append(lender)
 
 
 def _class_mapping(node: Node, class_names: list[str], kind: type) -> dict[str, Any]:
@@ -374,13 +435,18 @@ def _class_mapping(node: Node, class_names: list[str], kind: type) -> dict[str, 
 
 def _artifacts(node: Node, base: Path) -> ArtifactSettings:
     node.mapping(("dir", "signing_key", "public_key"))
-    directory = _path(node.child("dir"), base)
-    signing_key = _path(node.child("signing_key"), base)
+    directory = _path(node.child("dir"), base)  # checked by `build`, which says it is not writable (exit 5)
+    signing_key = _file(node.child("signing_key"), base)
+    public_key = _file(node.child("public_key"), base)
     if signing_key.is_relative_to(directory):
         raise node.child("signing_key").error(
             f"the private signing key must live outside the artifacts directory ({directory}), which is published"
         )
-    return ArtifactSettings(dir=directory, signing_key=signing_key, public_key=_path(node.child("public_key"), base))
+    if signing_key == public_key or os.path.realpath(signing_key) == os.path.realpath(public_key):
+        raise node.child("public_key").error(
+            f"is the same file as signing_key ({signing_key}); the public key needs its own file, e.g. {signing_key.with_suffix('.pub')}"
+        )
+    return ArtifactSettings(dir=directory, signing_key=signing_key, public_key=public_key)
 
 
 def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
@@ -389,21 +455,21 @@ def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
     node.mapping(DEPLOY_KEYS)
     bind = node.get("bind", str)
     host, _, port = bind.rpartition(":")
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
         raise node.child("bind").error(f"'{bind}' is not ADDRESS:PORT, e.g. 10.231.7.1:8470")
     _address(Node({"bind": host}, node.file, node.path), "bind")
     url = node.get("url", str)
     if not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(:[0-9]{1,5})?/?", url):
         raise node.child("url").error(f"'{url}' is not a server URL boards can reach, e.g. http://10.231.7.1:8470")
     tokens_dir = node.child("tokens_dir", None)
-    keep = node.positive("keep_releases", int, 3)
-    if keep < 2 or keep > MAX_KEEP_RELEASES:
+    keep = node.positive("keep_releases", int, MAX_KEEP_RELEASES, 3)
+    if keep < 2:
         raise node.child("keep_releases").error(f"must be between 2 (the current and the previous release) and {MAX_KEEP_RELEASES}, got {keep}")
     return DeploySettings(
         bind_host=host,
         port=int(port),
         url=url.rstrip("/"),
-        tokens_dir=_path(tokens_dir, base) if tokens_dir.value is not None else workdir / "deploy" / "tokens",
+        tokens_dir=_directory(tokens_dir, base) if tokens_dir.value is not None else workdir / "deploy" / "tokens",
         keep_releases=keep,
     )
 
@@ -434,6 +500,16 @@ def _pin(node: Node) -> FrozenMap:
     return FrozenMap(pins)
 
 
+def _check_classes_have_boards(root: Node, fleet: Fleet) -> None:
+    """A class without boards can be neither tuned nor measured: a forgotten board or class."""
+    for index, device_class in enumerate(fleet.device_classes):
+        if not fleet.boards_of(device_class.name):
+            raise InventoryError(
+                f"{display_path(root.file)}: device_classes[{index}]: class '{device_class.name}' has no boards, so it "
+                f"can be neither tuned nor measured; add a board with device_class: {device_class.name}, or remove the class"
+            )
+
+
 def _check_pins(root: Node, fleet: Fleet) -> None:
     models = [m.name for m in fleet.models]
     pinned = [(f"device_classes[{i}]", c.pin) for i, c in enumerate(fleet.device_classes)]
@@ -455,20 +531,54 @@ def _env_name(node: Node, key: str, default: str | None = None) -> str | None:
 
 # -- profile sections -------------------------------------------------------------------------
 def _target(node: Node) -> FrozenMap:
+    """The TVM target dict. The options edgetune reads are typed here (an empty `mcpu` would
+    skip the CPU check); TVM itself checks the rest when `check` builds the target."""
     if not isinstance(node.value, dict):
         raise node.error("must be a TVM target as a mapping, e.g. {kind: llvm, mcpu: cortex-a72, num-cores: 4}")
     if "kind" not in node.value:
         raise node.child("kind").error("required field is missing (e.g. llvm)")
     target = {}
     for key, value in node.value.items():
-        if isinstance(value, list):
-            if not all(isinstance(v, str) for v in value):
-                raise node.child(key).error("a list option must hold strings, e.g. ['+neon']")
+        option = node.child(key, None)
+        if key in _TARGET_STRINGS:
+            value = option.scalar(str)
+        elif key in _TARGET_COUNTS:
+            low, high = _TARGET_COUNTS[key]
+            value = node.bounded(key, int, low, high)
+        elif isinstance(value, list):
+            if not all(isinstance(v, str) and v.strip() for v in value):
+                raise option.error("a list option must hold strings (not empty), e.g. ['+neon']")
             value = tuple(value)
-        elif not isinstance(value, (str, int, bool)):
-            raise node.child(key).error(f"must be a string, integer, boolean or list of strings, got {value!r}")
-        target[str(key)] = value
+        elif isinstance(value, str):
+            value = option.scalar(str)
+        elif not isinstance(value, (int, bool)):
+            raise option.error(f"must be a string, integer, boolean or list of strings, got {value!r}")
+        elif abs(value) > _TARGET_INT_LIMIT:
+            raise option.error(f"must be between -{_TARGET_INT_LIMIT} and {_TARGET_INT_LIMIT}, got {value}")
+        target[key] = value
     return FrozenMap(target)
+
+
+def _hardware(node: Node) -> FrozenMap:
+    """Free-form facts (cores, caches, memory ...): plain JSON values, few and shallow, since
+    they are part of the profile's digest in every manifest."""
+    if not isinstance(node.value, dict):
+        raise node.error("must be a mapping of free-form facts (cores, caches, memory ...)")
+    pending, count = [(node, 1)], 0
+    while pending:
+        item, depth = pending.pop()
+        count += 1
+        if count > MAX_HARDWARE_VALUES:
+            raise node.error(f"holds more than {MAX_HARDWARE_VALUES} values; keep it to a few facts about the board")
+        if depth > MAX_HARDWARE_DEPTH:
+            raise item.error(f"is nested more than {MAX_HARDWARE_DEPTH} levels deep")
+        if isinstance(item.value, dict):
+            pending.extend((item.child(key, None), depth + 1) for key in item.value)
+        elif isinstance(item.value, list):
+            pending.extend((element, depth + 1) for element in item.items(MAX_HARDWARE_VALUES))
+        elif item.value is not None and not isinstance(item.value, (str, int, float, bool)):
+            raise item.error(f"must be a string, number, boolean, list or mapping, got {type(item.value).__name__}")
+    return FrozenMap(dict(node.value))
 
 
 def _measurement(node: Node) -> Measurement:
@@ -482,10 +592,10 @@ def _measurement(node: Node) -> Measurement:
             "flushed nothing for a whole model and one call in `number` when tuning; remove the line"
         )
     return Measurement(
-        number=node.positive("number", int, defaults.number),
-        repeat=node.positive("repeat", int, defaults.repeat),
-        min_repeat_ms=node.non_negative("min_repeat_ms", int, defaults.min_repeat_ms),
-        cooldown_ms=node.non_negative("cooldown_ms", int, defaults.cooldown_ms),
+        number=node.positive("number", int, MAX_MEASURE_NUMBER, defaults.number),
+        repeat=node.positive("repeat", int, MAX_MEASURE_REPEAT, defaults.repeat),
+        min_repeat_ms=node.non_negative("min_repeat_ms", int, MAX_MS, defaults.min_repeat_ms),
+        cooldown_ms=node.non_negative("cooldown_ms", int, MAX_MS, defaults.cooldown_ms),
         compare=_compare_settings(node.child("compare", {}), defaults.compare),
     )
 
@@ -493,17 +603,19 @@ def _measurement(node: Node) -> Measurement:
 def _compare_settings(node: Node, defaults: CompareSettings) -> CompareSettings:
     node.mapping(COMPARE_KEYS)
     return CompareSettings(
-        rounds=node.positive("rounds", int, defaults.rounds),
-        repeat=node.positive("repeat", int, defaults.repeat),
-        min_repeat_ms=node.positive("min_repeat_ms", int, defaults.min_repeat_ms),
+        rounds=node.positive("rounds", int, MAX_COMPARE_ROUNDS, defaults.rounds),
+        repeat=node.positive("repeat", int, MAX_MEASURE_REPEAT, defaults.repeat),
+        min_repeat_ms=node.positive("min_repeat_ms", int, MAX_MS, defaults.min_repeat_ms),
     )
 
 
 # -- small fields -----------------------------------------------------------------------------
 def _name(node: Node, key: str) -> str:
     value = node.get(key, str)
-    if not _NAME.match(value):
-        raise node.child(key).error(f"'{value}' is not a valid name (letters, digits, '.', '_' and '-', starting with a letter or digit)")
+    if not _NAME.match(value) or len(value) > 128:
+        raise node.child(key).error(
+            f"'{value[:130]}' is not a valid name (up to 128 letters, digits, '.', '_' and '-', starting with a letter or digit)"
+        )
     return value
 
 
@@ -515,39 +627,118 @@ def _port(node: Node, key: str, default: Any = ...) -> int:
 
 
 def _address(node: Node, key: str) -> str:
+    """An IP address, or a host name. Names whose last label is a number are refused: they
+    are mistyped IPv4 addresses (`999.1.1.1`), which resolvers would not look up as names."""
     value = node.get(key, str)
     try:
         ipaddress.ip_address(value)
+        return value
     except ValueError:
-        if not _HOSTNAME.match(value):
-            raise node.child(key).error(f"'{value}' is not an IP address or host name") from None
+        pass
+    if re.fullmatch(r"[0-9.]+", value):
+        raise node.child(key).error(f"'{value}' is not an IPv4 address (four numbers from 0 to 255, e.g. 10.0.0.7)")
+    if not _HOSTNAME.match(value) or value.rsplit(".", 1)[-1].isdigit():
+        raise node.child(key).error(f"'{value}' is not an IP address or host name")
     return value
 
 
 def _path(node: Node, base: Path) -> Path:
-    return Path(os.path.normpath(base / Path(node.scalar(str)).expanduser()))
+    path = Path(os.path.normpath(base / Path(node.scalar(str)).expanduser()))
+    if len(str(path)) > MAX_PATH_CHARS or any(len(part.encode()) > 255 for part in path.parts):
+        raise node.error("is too long for a path")
+    return path
 
 
-def _check_keys(root: Node, fleet: Fleet) -> None:
-    """A private key must exist and be readable by its owner only. Keys of simulated boards are
-    made by `edgetune sim up`, so they may not exist yet."""
+def _stat(node: Node, path: Path) -> os.stat_result | None:
+    """`path`'s status, or None if it does not exist."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        raise node.error(f"'{path}' cannot be checked ({err.strerror})") from None
+
+
+def _directory(node: Node, base: Path) -> Path:
+    """A folder on this machine edgetune writes into: a folder, or one it can make."""
+    path = _path(node, base)
+    _check_directory(node, path)
+    return path
+
+
+def _check_directory(node: Node, path: Path) -> None:
+    found = _stat(node, path)
+    if found is None:
+        _check_makeable(node, path)
+    elif not stat.S_ISDIR(found.st_mode):
+        kind = "a file" if stat.S_ISREG(found.st_mode) else "a device or other special file"
+        raise node.error(f"'{path}' is {kind}, not a folder; name a folder (it is made if missing)")
+
+
+def _file(node: Node, base: Path) -> Path:
+    """A file on this machine edgetune reads and writes: a regular file, or one it can make."""
+    path = _path(node, base)
+    found = _stat(node, path)
+    if found is None:
+        _check_makeable(node, path)
+    elif not stat.S_ISREG(found.st_mode):
+        kind = "a folder" if stat.S_ISDIR(found.st_mode) else "a device or other special file"
+        raise node.error(f"'{path}' is {kind}, not a file")
+    return path
+
+
+def _check_makeable(node: Node, path: Path) -> None:
+    """The nearest existing ancestor of a missing `path` must be a folder."""
+    for parent in path.parents:
+        found = _stat(node, parent)
+        if found is not None:
+            if not stat.S_ISDIR(found.st_mode):
+                raise node.error(f"'{path}' cannot be made: '{parent}' is not a folder")
+            return
+
+
+def _check_ssh_files(root: Node, fleet: Fleet) -> None:
+    """Every board needs a known_hosts file (host keys are always checked) and a private key
+    that exists, is a private key, and is readable by its owner only. Keys of simulated boards
+    are made by `edgetune sim up`, so they may not exist yet."""
     for index, board in enumerate(fleet.boards):
+        if board.ssh.known_hosts is None:
+            raise _ssh_location(root, index, "known_hosts").error(
+                "required field is missing: the file that records the boards' SSH host keys, e.g. .edgetune/known_hosts"
+            )
+        where = _ssh_location(root, index, "key")
         key = board.ssh.key
-        where = _key_location(root, index)
         if key is None:
             raise where.error("required field is missing: the private key used to log in to the board")
-        if not key.exists():
+        found = _stat(where, key)
+        if found is None:
             if board.simulated is not None:
                 continue
             raise where.error(f"private key file '{key}' does not exist")
-        mode = stat.S_IMODE(key.stat().st_mode)
-        if mode & 0o077:
-            raise where.error(f"private key file '{key}' is readable by group or others (mode {mode:04o}); run: chmod 600 {key}")
+        _check_private_key(where, key, found)
 
 
-def _key_location(root: Node, index: int) -> Node:
-    """The YAML place a board's key comes from: its own ssh override, else the fleet's ssh."""
+def _check_private_key(where: Node, key: Path, found: os.stat_result) -> None:
+    if not stat.S_ISREG(found.st_mode):
+        raise where.error(f"private key file '{key}' is not a file")
+    if found.st_size > MAX_KEY_FILE_BYTES:
+        raise where.error(f"'{key}' is {found.st_size} bytes, too large for a private key")
+    mode = stat.S_IMODE(found.st_mode)
+    if mode & 0o077:
+        raise where.error(f"private key file '{key}' is readable by group or others (mode {mode:04o}); run: chmod 600 {key}")
+    try:
+        head = key.read_bytes()[:MAX_KEY_FILE_BYTES]
+    except OSError as err:
+        raise where.error(f"private key file '{key}' cannot be read ({err.strerror})") from None
+    if head.lstrip().startswith((b"ssh-", b"ecdsa-", b"sk-")) or b"PUBLIC KEY-----" in head:
+        raise where.error(f"'{key}' is a public key; name the private key (usually the same name without .pub)")
+    if not _PRIVATE_KEY_PEM.match(head.lstrip()):
+        raise where.error(f"'{key}' is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' line); make one with ssh-keygen -t ed25519")
+
+
+def _ssh_location(root: Node, index: int, field: str) -> Node:
+    """The YAML place a board's ssh `field` comes from: its own ssh override, else the fleet's."""
     board = root.value["boards"][index]
-    if isinstance(board.get("ssh"), dict) and board["ssh"].get("key") is not None:
-        return Node(board["ssh"]["key"], root.file, f"boards[{index}].ssh.key")
-    return Node((root.value.get("ssh") or {}).get("key"), root.file, "ssh.key")
+    if isinstance(board.get("ssh"), dict) and board["ssh"].get(field) is not None:
+        return Node(board["ssh"][field], root.file, f"boards[{index}].ssh.{field}")
+    return Node((root.value.get("ssh") or {}).get(field), root.file, f"ssh.{field}")

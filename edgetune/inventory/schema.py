@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 1
 
@@ -156,6 +156,16 @@ class TuningPolicy:
 
     def trials_for(self, device_class: str) -> int:
         return self.trials_per_class_override.get(device_class, self.trials_per_class)
+
+    def borrow_stages(self, names: Sequence[str]) -> list[list[str]]:
+        """`names` in the order they can be tuned: each class in a stage after the class it
+        borrows from, when that class is among `names` too (the loader refuses loops)."""
+        stages, pending = [], list(names)
+        while pending:
+            ready = [n for n in pending if self.borrow.get(n) not in pending] or pending
+            stages.append(ready)
+            pending = [n for n in pending if n not in ready]
+        return stages
 
 
 @dataclass(frozen=True)

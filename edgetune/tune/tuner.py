@@ -289,9 +289,5 @@ def _log_to_stderr() -> None:
 
 
 def _stages(fleet: Fleet, names: list[str], borrow: bool) -> list[list[str]]:
-    """Classes that borrow from a class tuned in this run go after it; the rest go first."""
-    if not borrow:
-        return [names]
-    first = [n for n in names if fleet.tuning.borrow.get(n) not in names]
-    later = [n for n in names if n not in first]
-    return [s for s in (first, later) if s]
+    """Each class that borrows from a class tuned in this run goes in a stage after it (chains too)."""
+    return fleet.tuning.borrow_stages(names) if borrow else [names]

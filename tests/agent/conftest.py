@@ -37,7 +37,7 @@ from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import load_model, reference_inputs, reference_outputs
-from tests_samples import sample_inputs
+from tests_samples import FAKE_PRIVATE_KEY, sample_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_INPUT_SHAPE = (1, 64)
@@ -96,7 +96,7 @@ class Fleet:
 
     def __init__(self, directory: Path, compiled: Compiled):
         self.port = free_port()
-        (directory / "id_ed25519").write_text("unused\n")
+        (directory / "id_ed25519").write_text(FAKE_PRIVATE_KEY)
         (directory / "id_ed25519").chmod(0o600)
         self.path = directory / "fleet.yaml"
         self.path.write_text(FLEET_YAML.format(repo=REPO, port=self.port))

@@ -2,63 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from edgetune.artifact.manifest import (
-    BoardResult,
-    BuildInputs,
-    Entry,
-    Manifest,
-    RecordHits,
-    Reference,
-    Timing,
-    Tolerance,
-    TuningStats,
-)
+from edgetune.artifact.manifest import Manifest
 from edgetune.artifact.signing import init_keys, load_private_key, load_public_key
 from edgetune.artifact.store import ArtifactStore
-
-
-def sample_inputs(**changes) -> BuildInputs:
-    inputs = BuildInputs(
-        model="mlp",
-        model_source_sha256="a" * 64,
-        device_class="gateway-avx512",
-        profile_sha256="b" * 64,
-        target={"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1},
-        tvm_version="0.27.0.post1",
-        tvm_ffi_version="0.1.14.post1",
-        database_sha256="c" * 64,
-        reference_input_sha256="d" * 64,
-        tolerance=Tolerance(rtol=1e-4, atol=1e-5),
-        edgetune_version="0.1.0",
-    )
-    return replace(inputs, **changes)
-
-
-def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-01T00:00:00Z") -> Manifest:
-    return Manifest.create(
-        version=0,
-        created=created,
-        inputs=inputs or sample_inputs(),
-        entry=Entry(function="forward", inputs=("x",)),
-        files=(),
-        tuning=TuningStats(trials=64, tuning_time_s=12.5),
-        record_hits=RecordHits(tasks_with_record=2, tasks_without_record=("fused_add",)),
-        reference=Reference(source="tvm-untuned-host", output_sha256="e" * 64),
-        boards=(
-            BoardResult(
-                board="gw-a1",
-                firmware="Linux 6.1 x86_64",
-                tuned=Timing.from_samples_ms([0.26, 0.25, 0.24]),
-                untuned=Timing.from_samples_ms([2.5, 2.6, 2.4]),
-                max_abs_error=1e-7,
-            ),
-        ),
-    )
+from tests_samples import sample_inputs, sample_manifest
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ tuned build that is no faster than the untuned one."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,8 +70,8 @@ def test_build_makes_a_verified_artifact_per_model(built):
         for timing in (board.tuned, board.untuned):
             assert timing.samples == len(timing.samples_ms) == compare.rounds * compare.repeat
             assert timing.min_ms <= timing.median_ms <= timing.max_ms
-    assert all(speedup.low > 1.0 for speedup in board_speedups(manifest.boards).values())
-    assert outcome.least_speedup > 1.0
+    assert all(speedup.low > builder.GATE_MIN_SPEEDUP for speedup in board_speedups(manifest.boards).values())
+    assert outcome.least_speedup > builder.GATE_MIN_SPEEDUP
     index = json.loads((Path(fleet.artifacts.dir) / "index.json").read_bytes())
     assert [(e["model"], e["version"]) for e in index["versions"]] == [("mlp", 1)]
 
@@ -137,7 +138,7 @@ def test_tuned_build_no_faster_than_untuned_is_refused(built, tmp_path, capsys):
     print(out)
     assert "refused" in out
     assert "mlp on gw-fast: the tuned build is not faster than the untuned one beyond noise" in out
-    assert "0 of " in out and "kernels have a tuning record" in out and "untuned/tuned" in out
+    assert re.search(r"0 of \d+ kernels have a tuning record", out) and "over 12 samples each" in out
     assert "nothing was published for this pair: tune the class with a larger budget" in out
     store = ArtifactStore(artifacts)
     assert store.versions("mlp", CLASS) == []

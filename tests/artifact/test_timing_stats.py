@@ -125,7 +125,9 @@ def test_noise_wider_than_the_change_is_not_a_verdict():
 
 
 def test_describe_reads_as_ratio_and_interval():
-    assert RatioEstimate(1.934, 1.881, 1.992, 0.95).describe() == "1.93x [1.88, 1.99] (95 %)"
+    assert RatioEstimate(1.934, 1.881, 1.992, 0.95).describe() == "1.934x [1.881, 1.992] (95 %)"
+    assert RatioEstimate(22.83, 21.61, 24.04, 0.9).describe() == "22.8x [21.6, 24.0] (90 %)"
+    assert RatioEstimate(2.964, 2.885, 3.1, 0.95).describe() == "2.96x [2.88, 3.10] (95 %)"
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests_samples import FAKE_PRIVATE_KEY
+
 from artifact_server import RunningServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ def deploy_fleet(tmp_path):
     from edgetune.inventory import load_fleet
 
     key = tmp_path / "id_ed25519"
-    key.write_text("unused\n")
+    key.write_text(FAKE_PRIVATE_KEY)
     key.chmod(0o600)
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET_YAML.format(repo=REPO, port=free_port()))

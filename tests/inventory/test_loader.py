@@ -8,6 +8,8 @@ from pathlib import Path
 
 import onnx
 import pytest
+
+from tests_samples import FAKE_PRIVATE_KEY
 import yaml
 from onnx import TensorProto, helper
 
@@ -21,7 +23,7 @@ PROFILES = sorted((REPO / "device_profiles").glob("*.yaml"))
 
 def base_fleet(tmp: Path) -> dict:
     key = tmp / "id_ed25519"
-    key.write_text("not parsed by the loader\n")
+    key.write_text(FAKE_PRIVATE_KEY)
     key.chmod(0o600)
     model = helper.make_model(
         helper.make_graph(
@@ -220,7 +222,7 @@ BAD_FLEETS = [
     ("pin-version-string", _set("boards[0].pin", {"mlp": "v2"}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
     ("pin-not-mapping", _set("boards[0].pin", [1]), "fleet.yaml: boards[0].pin: must be a mapping of model name to artifact version"),
     ("regress-threshold-below-one", _set("regress", {"threshold": 0.9}), "fleet.yaml: regress.threshold: is the time ratio that counts as slower, between 1.0 and 100"),
-    ("regress-threshold-nan", _set("regress", {"threshold": float("nan")}), "fleet.yaml: regress.threshold: is the time ratio"),
+    ("regress-threshold-nan", _set("regress", {"threshold": float("nan")}), "fleet.yaml: regress.threshold: must be a finite number"),
     ("regress-unknown-key", _set("regress", {"ratio": 2}), "fleet.yaml: regress.ratio: unknown key"),
     ("token-env-name", _set("boards[0].token_env", "A-B"), "fleet.yaml: boards[0].token_env: 'A-B' is not an environment variable name"),
 ]
@@ -266,6 +268,7 @@ def test_simulated_board_key_may_not_exist_yet(fleet_dir):
     data = base_fleet(fleet_dir)
     data["ssh"]["key"] = "sim/id_ed25519"
     data["boards"] = data["boards"][:1]
+    data["device_classes"] = data["device_classes"][:1]
     data["tuning"]["borrow"] = {}
     fleet = load_fleet(write(fleet_dir, data))
     assert fleet.board("b1").ssh.key == fleet_dir / "sim/id_ed25519"

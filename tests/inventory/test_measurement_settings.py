@@ -31,7 +31,8 @@ def test_shipped_profiles_compare_in_rounds_spanning_cfs_periods(path):
 
 
 def test_compare_settings_are_read_and_default_when_absent(tmp_path):
-    profile = load_profile(_profile_with(tmp_path, {"number": 2, "compare": {"rounds": 6, "repeat": 4, "min_repeat_ms": 500}}))
+    settings = {"number": 2, "compare": {"rounds": 6, "repeat": 4, "min_repeat_ms": 500}}
+    profile = load_profile(_profile_with(tmp_path, settings))
     assert profile.measurement.number == 2
     assert profile.measurement.compare == CompareSettings(rounds=6, repeat=4, min_repeat_ms=500)
     assert load_profile(_profile_with(tmp_path, {})).measurement.compare == CompareSettings()

@@ -15,6 +15,7 @@ from edgetune.tune.database import ClassDatabasePaths, open_database, read_trial
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from fleets import AVX512, make_fleet, mlp
+from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = 32
@@ -51,7 +52,7 @@ def _wait_for_records(paths: ClassDatabasePaths, count: int, timeout_s: float = 
 def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
     loopback.start_board("a1", "classa")  # the loader refuses two boards at one address
     loopback.wait_registered(1)
-    (tmp_path / "id").write_text("")
+    (tmp_path / "id").write_text(FAKE_PRIVATE_KEY)
     (tmp_path / "id").chmod(0o600)
     (tmp_path / "known_hosts").write_text("")
     fleet_yaml = tmp_path / "fleet.yaml"
