@@ -108,6 +108,22 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def load_versioned(cls: type[T], data: bytes, where: str, schema: str, version: int, what: str = "file") -> T:
+    """`data` parsed as `cls`, a record of `schema` at `version`; every error names `where`."""
+    raw = load_json(data, where)
+    if not isinstance(raw, dict) or raw.get("schema") != schema:
+        raise ArtifactError(f"{where}: not an {schema} {what}")
+    if raw.get("schema_version") != version:
+        raise ArtifactError(
+            f"{where}: schema_version {str(raw.get('schema_version'))[:40]} is not supported "
+            f"(this edgetune reads version {version})"
+        )
+    try:
+        return from_json(cls, raw)
+    except ArtifactError as err:
+        raise ArtifactError(f"{where}: {err}") from None
+
+
 def from_json(cls: type[T], data: Any) -> T:
     """Rebuild `cls` (a dataclass) from `data`, strictly; errors name the JSON path ($.a.b[2])."""
     return _convert(cls, data, "$")

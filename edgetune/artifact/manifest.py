@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact.codec import canonical_bytes, load_versioned, sha256_hex
 from edgetune.artifact.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
@@ -192,18 +192,7 @@ class Manifest:
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> "Manifest":
         """Parse and check a manifest: schema, schema version, every field, inputs digest."""
-        raw = load_json(data, where)
-        if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
-            raise ArtifactError(f"{where}: not an {SCHEMA} manifest")
-        if raw.get("schema_version") != SCHEMA_VERSION:
-            raise ArtifactError(
-                f"{where}: schema_version {raw.get('schema_version')!r} is not supported "
-                f"(this edgetune reads version {SCHEMA_VERSION})"
-            )
-        try:
-            manifest = from_json(cls, raw)
-        except ArtifactError as err:
-            raise ArtifactError(f"{where}: {err}") from None
+        manifest = load_versioned(cls, data, where, SCHEMA, SCHEMA_VERSION, what="manifest")
         if manifest.inputs.digest() != manifest.inputs_sha256:
             raise ArtifactError(f"{where}: inputs_sha256 does not match its inputs")
         return manifest

@@ -31,7 +31,7 @@ from typing import Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact.codec import canonical_bytes, load_versioned, sha256_hex
 from edgetune.durable import fsync_dir, fsync_tree, write_atomic
 from edgetune.artifact.files import file_entries, open_archive, pack_tarball
 from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
@@ -118,18 +118,7 @@ class StoreIndex:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = INDEX_NAME) -> "StoreIndex":
-        raw = load_json(data, where)
-        if not isinstance(raw, dict) or raw.get("schema") != INDEX_SCHEMA:
-            raise ArtifactError(f"{where}: not an {INDEX_SCHEMA} file")
-        if raw.get("schema_version") != INDEX_SCHEMA_VERSION:
-            raise ArtifactError(
-                f"{where}: schema_version {str(raw.get('schema_version'))[:40]} is not supported "
-                f"(this edgetune reads version {INDEX_SCHEMA_VERSION})"
-            )
-        try:
-            return from_json(cls, raw)
-        except ArtifactError as err:
-            raise ArtifactError(f"{where}: {err}") from None
+        return load_versioned(cls, data, where, INDEX_SCHEMA, INDEX_SCHEMA_VERSION)
 
 
 class Staging:
