@@ -53,7 +53,9 @@ class Loopback:
             "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
             "--host", "127.0.0.1", "--custom-addr", "127.0.0.1"])
 
-    def wait_registered(self, count: int, timeout_s: float = 30.0) -> None:
+    def wait_registered(self, count: int, timeout_s: float = 120.0) -> None:
+        """Wait for `count` rpc_servers on the tracker; on a loaded 2-core CI machine a cold
+        `import tvm` in two processes at once has taken more than 30 s."""
         from tvm import rpc
 
         deadline = time.monotonic() + timeout_s
@@ -61,7 +63,11 @@ class Loopback:
             if len(rpc.connect_tracker("127.0.0.1", self.port).summary()["server_info"]) >= count:
                 return
             time.sleep(0.3)
-        raise TimeoutError(f"fewer than {count} rpc_servers registered")
+        raise TimeoutError(f"fewer than {count} rpc_servers registered after {timeout_s} s\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}"
+                         for log in sorted(self.directory.glob("*.log")))
 
     def kill_board(self, name: str) -> None:
         _kill_group(self.servers.pop(name))
