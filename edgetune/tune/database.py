@@ -34,6 +34,7 @@ from typing import Iterator
 
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
@@ -91,23 +92,9 @@ def repair_lines(path: Path) -> int:
     tail_complete = bool(tail.strip()) and _parses(tail)
     repaired = b"".join(line + b"\n" for line in kept + ([tail] if tail_complete else []))
     if repaired != data:
-        _replace(path, repaired)
+        write_atomic(path, repaired)
     blank = sum(len(line) + 1 for line in lines if not line.strip())
     return blank + (0 if tail_complete else len(tail))
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.repair-{os.getpid()}")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager

@@ -8,7 +8,6 @@ PyMeasureCallback after the default ones); the task scheduler itself is TVM's.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from edgetune.durable import replaced_atomically
 from edgetune.tune.report import progress_line
 from edgetune.tune.runner import ClassEndpoint
 
@@ -131,8 +131,6 @@ def save_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:
     """Save atomically, so that a SIGKILL mid-save leaves the previous model. TVM names the
     booster file `model.bin`, so xgboost warns on every save that it picks its default format
     (UBJSON), which is the format TVM's `load` reads back: that warning is noise, not news."""
-    tmp = path.with_name(path.name + ".tmp")
-    with warnings.catch_warnings():
+    with replaced_atomically(path) as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*Saving model in the UBJSON format as default", category=UserWarning)
         cost_model.save(str(tmp))
-    os.replace(tmp, path)
