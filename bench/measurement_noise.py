@@ -126,8 +126,8 @@ def measure(fleet, libraries, settings: list[int], args, out: Path) -> list[dict
     interleaved run: "speed-up" (untuned vs tuned) and "null" (tuned vs tuned-again: two loads
     of the same library, true ratio 1). The rows so far are rewritten to `out` after each. The
     class's sessions are opened per (board, model): a session ends 600 s after it opened."""
-    from edgetune.artifact.measure import board_sessions, compare_on_board
-    from edgetune.fleet.status import rpc_endpoint
+    from edgetune.artifact.measure import compare_on_board
+    from edgetune.fleet.tracker import board_sessions, rpc_endpoint
     from edgetune.inventory.schema import CompareSettings, Measurement
 
     rows = []

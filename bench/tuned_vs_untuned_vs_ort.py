@@ -189,7 +189,7 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
     `edgetune build` does); onnxruntime runs in a block of its own (its thread pool and TVM's
     must not share the cores)."""
     from edgetune.artifact.measure import run_on_boards
-    from edgetune.fleet.status import rpc_endpoint
+    from edgetune.fleet.tracker import rpc_endpoint
     from edgetune.inventory.schema import CompareSettings, Measurement
 
     endpoint = rpc_endpoint(fleet, CLASS)

@@ -60,7 +60,7 @@ from edgetune.artifact.signing import load_private_key
 from edgetune.artifact.store import ArtifactStore, Staging
 from edgetune.artifact.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
 from edgetune.errors import ArtifactError, EdgetuneError
-from edgetune.fleet.status import rpc_endpoint
+from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.builder import SharedLibraryExport
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs

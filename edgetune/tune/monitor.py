@@ -19,8 +19,8 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResul
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.durable import replaced_atomically
+from edgetune.fleet.tracker import RpcEndpoint, class_load
 from edgetune.tune.report import progress_line
-from edgetune.tune.runner import ClassEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,17 @@ class BoardGuardRunner(PyRunner):
     """The class's RPCRunner, behind a check that the tracker still has a board of the class:
     without one, a batch fails at once instead of waiting out every session timeout."""
 
-    def __init__(self, endpoint: ClassEndpoint, runner: ms.runner.RPCRunner) -> None:
+    def __init__(self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner) -> None:
         super().__init__()
         self.endpoint = endpoint
+        self.boards = boards
         self.runner = runner
         self.boards_lost = False
 
     def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
-        registered, _busy = self.endpoint.boards_online()
-        if registered == 0:
+        if class_load(self.endpoint).registered == 0:
             self.boards_lost = True
-            message = (f"no board of class {self.endpoint.device_class} is registered with the "
-                       f"tracker {self.endpoint.tracker_host}:{self.endpoint.tracker_port}")
+            message = f"no board of class {self.endpoint.key} is registered with the tracker {self.endpoint.address}"
             return [FailedFuture(message) for _ in runner_inputs]
         return self.runner.run(runner_inputs)
 
@@ -114,10 +113,10 @@ class RunMonitor(PyMeasureCallback):
             self._stop(task_scheduler, NO_BOARDS)
         elif self.time_limit_s and time.monotonic() - self.state.started > self.time_limit_s:
             self._stop(task_scheduler, f"time limit of {self.time_limit_s:g} s reached")
-        registered, busy = self.runner.endpoint.boards_online()
+        busy = class_load(self.runner.endpoint).busy
         log.info(progress_line(
             self.state.device_class, self.state.trials, self.state.budget, len(self.state.best),
-            len(set(self.state.task_hashes)), self.state.estimates(), busy, self.runner.endpoint.boards,
+            len(set(self.state.task_hashes)), self.state.estimates(), busy, self.runner.boards,
         ))
 
     def _stop(self, task_scheduler, reason: str) -> None:

@@ -28,6 +28,7 @@ from edgetune.errors import EdgetuneError, TuneError
 from edgetune.fleet.board import read_firmware
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import Fleet, Model
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.builder import make_builder
@@ -36,7 +37,7 @@ from edgetune.tune.database import ClassDatabasePaths, locked_database, read_tri
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
 from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
-from edgetune.tune.runner import ClassEndpoint, make_runner
+from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.target import build_target
 from edgetune.tune.tasks import ClassTasks, KernelTask, class_tasks
 
@@ -146,11 +147,11 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     spent = borrowed = 0
     stopped = None
     if plan.remaining > 0:
-        endpoint = ClassEndpoint.of(fleet, device_class)
-        if endpoint.wait_for_boards() == 0:
+        endpoint = rpc_endpoint(fleet, device_class)
+        if wait_for_boards(endpoint) == 0:
             raise TuneError(
                 f"class {device_class}: no board is registered with the tracker "
-                f"{endpoint.tracker_host}:{endpoint.tracker_port} under key {device_class!r}; "
+                f"{endpoint.address} under key {device_class!r}; "
                 f"start the boards (`edgetune fleet up`) and re-run `edgetune tune --class {device_class}`"
             )
         with (
@@ -158,7 +159,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             locked_database(paths) as database,  # one process tunes or repairs a class at a time
         ):
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
-            runner = BoardGuardRunner(endpoint, make_runner(endpoint, profile.measurement))
+            boards = len(fleet.boards_of(device_class))
+            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement))
             donor = plan.borrow_from if options.borrow else None
             if donor:
                 borrowed = _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch)

@@ -16,13 +16,13 @@ import yaml
 from edgetune.artifact import builder
 from edgetune.artifact.builder import board_speedups, build_artifacts
 from edgetune.artifact.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
-from edgetune.artifact.measure import board_sessions, run_library
+from edgetune.artifact.measure import run_library
 from edgetune.artifact.reference import read_npz
 from edgetune.artifact.signing import init_keys, load_public_key
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact.verify import verify_artifact
 from edgetune.cli import main
-from edgetune.fleet.status import rpc_endpoint
+from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 from edgetune.inventory.dump import fleet_to_dict
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class

@@ -28,7 +28,7 @@ from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, _RefuseUnknownHost, fingerprint, record_host_key
 from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
-from edgetune.fleet.tracker import TrackerSummary
+from edgetune.fleet.tracker import ClassLoad, TrackerSummary
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Board, SshSettings
 
@@ -180,6 +180,8 @@ def test_tracker_summary_parsing():
     assert summary.servers == {"fast": ("10.0.0.2", "10.0.0.3")}
     assert summary.registered("fast", "10.0.0.3") and not summary.registered("slow", "10.0.0.3")
     assert summary.queues["fast"].free == 1
+    assert summary.load("fast") == ClassLoad(registered=2, free=1, busy=1, pending=0)
+    assert summary.load("slow") == ClassLoad(registered=0, free=0, busy=0, pending=0)
 
 
 def test_one_failing_board_does_not_stop_the_others(tmp_path):
