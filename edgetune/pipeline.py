@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edgetune.artifact.builder import BuildReport, build_artifacts
+from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact.signing import init_keys
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 from edgetune.inventory import Fleet

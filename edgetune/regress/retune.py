@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from edgetune.artifact.builder import build_artifacts
+from edgetune.artifact.release import build_artifacts
 from edgetune.inventory.schema import Fleet
 from edgetune.regress.check import SLOWER, RegressReport
 from edgetune.tune.tuner import TuneOptions, class_task_list, recorded_trials, tune_class

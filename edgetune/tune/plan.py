@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from tabulate import tabulate
 
-from edgetune.inventory.plan import split_budget
+from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
 from edgetune.tune.tasks import KernelTask
 

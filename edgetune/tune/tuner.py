@@ -31,7 +31,7 @@ from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import Fleet, Model
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
-from edgetune.tune.builder import make_builder
+from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
 from edgetune.tune.database import ClassDatabasePaths, locked_database, read_trials, trials_per_workload
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
