@@ -36,6 +36,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
+from edgetune.inventory.schema import Fleet
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 
@@ -173,6 +174,11 @@ def read_trials(paths: ClassDatabasePaths) -> list[TrialRecord]:
 def trials_per_workload(paths: ClassDatabasePaths) -> Counter[str]:
     """How many trials (failed ones included) each workload hash already has."""
     return Counter(trial.workload_hash for trial in read_trials(paths))
+
+
+def recorded_trials(fleet: Fleet, device_class: str) -> Counter[str]:
+    """Trials per workload hash in the class's database."""
+    return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
 
 
 def _json_lines(path: Path) -> list:

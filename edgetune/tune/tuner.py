@@ -20,7 +20,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -29,7 +28,7 @@ from edgetune.fleet.board import read_firmware
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import rpc_endpoint
-from edgetune.inventory.schema import Fleet, Model
+from edgetune.inventory.schema import Fleet
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
@@ -39,7 +38,7 @@ from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, s
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.target import build_target
-from edgetune.tune.tasks import ClassTasks, KernelTask, class_tasks
+from edgetune.tune.tasks import ClassTasks, class_tasks
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +95,6 @@ class TuneResult:
     def to_dict(self) -> dict:
         return {"ok": self.ok, "trials_run": self.trials_run,
                 "classes": [{**asdict(c), "ok": c.ok} for c in self.classes]}
-
-
-def class_task_list(fleet: Fleet, device_class: str, models: tuple[Model, ...]) -> tuple[KernelTask, ...]:
-    target = build_target(fleet.device_class(device_class).profile)
-    return class_tasks(models, target).tasks
-
-
-def recorded_trials(fleet: Fleet, device_class: str) -> Mapping[str, int]:
-    return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
 
 
 def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult:
