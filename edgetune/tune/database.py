@@ -37,6 +37,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 
@@ -49,7 +50,7 @@ class ClassDatabasePaths:
 
     @classmethod
     def of(cls, workdir: Path, device_class: str) -> "ClassDatabasePaths":
-        return cls(Path(workdir) / "databases" / device_class)
+        return cls(Workdir(workdir).database(device_class))
 
     @property
     def workload(self) -> Path:

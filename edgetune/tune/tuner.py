@@ -29,6 +29,7 @@ from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
@@ -244,7 +245,7 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
         stopped=stopped,
         firmware=_firmware(fleet, device_class) if trials_run else {},
     )
-    directory = Path(fleet.workdir) / "reports" / device_class
+    directory = Workdir(fleet.workdir).reports(device_class)
     return tuple(
         str(write_model_report(directory / model, model, tasks.tasks, trials, run))
         for model in plan.models
