@@ -43,16 +43,16 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
     fsync_dir(path.parent)
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync(directory, os.O_DIRECTORY)
+
+
+def _fsync_file(path: Path) -> None:
+    _fsync(path, os.O_NOFOLLOW)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
