@@ -1,6 +1,6 @@
 """Integration: build, verify and reuse artifacts from a small tuned database on the simulated
-fleet (`sim_fleet`, tests/conftest.py), run an artifact's library on a board, and refuse a
-tuned build that is no faster than the untuned one."""
+fleet (`sim_fleet`, tests/conftest.py), run an artifact's library on a board, refuse a
+tuned build that is no faster than the untuned one, and take an ONNX model the whole way."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
 import yaml
 
@@ -24,8 +25,10 @@ from edgetune.artifact.verify import verify_artifact
 from edgetune.cli import main
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 from edgetune.inventory.dump import fleet_to_dict
+from edgetune.inventory.schema import ArtifactSettings
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+from onnx_models import conv_model
 
 CLASS = "gw-fast"
 
@@ -143,3 +146,28 @@ def test_tuned_build_no_faster_than_untuned_is_refused(built, tmp_path, capsys):
     store = ArtifactStore(artifacts)
     assert store.versions("mlp", CLASS) == []
     assert not list(store.class_dir("mlp", CLASS).glob(".staging-*"))
+
+
+def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet, tmp_path):
+    """A model given as an .onnx file (not a built-in) goes the whole way: tuned on the class's
+    boards, built, measured, signed and stored; the artifact verifies against the public key,
+    its expected output is onnxruntime's answer to its reference input, and every board's run
+    of the library matched it."""
+    model = conv_model(tmp_path / "conv.onnx")
+    artifacts = ArtifactSettings(tmp_path / "artifacts", tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub")
+    fleet = sim_fleet.replace(workdir=tmp_path / "work", models=(model,), artifacts=artifacts)
+    init_keys(artifacts.signing_key, artifacts.public_key, artifacts.dir)
+    _tune_small_database(fleet, CLASS)
+
+    report = build_artifacts(fleet, classes=[CLASS])
+
+    (outcome,) = report.outcomes
+    assert report.ok and outcome.status == "built" and outcome.version == 1, report.failures()
+    stored = ArtifactStore(artifacts.dir).latest(model.name, CLASS)
+    assert verify_artifact(stored.tarball, load_public_key(artifacts.public_key)) == stored.manifest
+    reference_input = read_npz(stored.path / REFERENCE_INPUT_NAME)
+    session = onnxruntime.InferenceSession(str(model.onnx), providers=["CPUExecutionProvider"])
+    (answer,) = session.run(None, {"image": reference_input["image"]})
+    np.testing.assert_allclose(read_npz(stored.path / EXPECTED_OUTPUT_NAME)["output0"], answer, rtol=1e-5, atol=1e-6)
+    assert sorted(b.board for b in stored.manifest.boards) == ["fast-1", "fast-2"]
+    assert all(b.max_abs_error < 1e-4 for b in stored.manifest.boards)

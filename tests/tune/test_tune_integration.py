@@ -21,7 +21,8 @@ from edgetune.tune.prepare import apply_database_and_build, build_untuned, count
 from edgetune.tune.target import build_target
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
-from conftest import Loopback, conv_model
+from conftest import Loopback
+from onnx_models import conv_model
 from fleets import AVX512, V2, make_fleet
 
 TRIALS_PER_CLASS = 48
