@@ -79,7 +79,7 @@ class RunState:
     trials_per_iter: int
     early_stop: EarlyStop | None
     time_limit_s: float | None
-    started: float = field(default_factory=time.monotonic)  # when the class's run started
+    started: float = field(default_factory=time.monotonic)  # when the run began to measure (time_limit_s)
     best: dict[str, float] = field(default_factory=dict)  # workload hash -> best latency this run
     stopped: str | None = None
 

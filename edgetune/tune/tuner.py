@@ -172,7 +172,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             donor = plan.borrow_from if options.borrow else None
             seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
             borrowed = sum(seeded.values())
-            state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths), started)
+            state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths), measuring)
             spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
             if spent + borrowed:
                 append_run(paths, spent + borrowed, time.monotonic() - measuring, endpoint.boards)
