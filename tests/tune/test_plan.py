@@ -104,3 +104,19 @@ def test_finished_plan_spends_nothing_and_is_json(tmp_path):
     plan = plan_class(fleet(tmp_path, 16), "a", (mlp(),), tasks, recorded({"h-a": 8, "h-b": 8}))
     assert plan.remaining == 0 and plan.done == 16 and not plan.warnings
     assert json.loads(json.dumps(plan.__dict__, default=str))["budget"] == 16
+
+
+def test_dry_run_plan_imports_the_models_and_times_the_run_from_the_class_log(tmp_path):
+    """What `edgetune tune --dry-run` prints: the real tasks of the mlp, the time at the rate in runs.jsonl."""
+    from edgetune.tune.database import ClassDatabasePaths, append_run
+    from edgetune.tune.plan import plan_tuning
+
+    policy = replace(fleet(tmp_path, 0).tuning, trials_per_class=None, trials_per_task=16, max_trials_per_task=None)
+    per_task = fleet(tmp_path, 0).replace(tuning=policy)
+    paths = ClassDatabasePaths.of(tmp_path, "a")
+    paths.directory.mkdir(parents=True)
+    append_run(paths, 40, 30.0, 2)
+    append_run(paths, 24, 18.0, 2)
+    plan = plan_tuning(per_task).classes[0]
+    assert len(plan.tasks) == 2 and plan.remaining == 32
+    assert "time: about 24 s (0.75 s per trial measured over 64 trials in 2 runs, 2 boards)" in plan.format()
