@@ -48,7 +48,7 @@ class ClassPlan:
     target: Mapping[str, object]
     boards: tuple[str, ...]
     models: tuple[str, ...]
-    model_budgets: tuple[tuple[str, int], ...]
+    model_budgets: tuple[tuple[str, int | None], ...]  # None: the budget is per task
     budget_rule: str  # how the budget was set, in words
     budget: int  # trials for the selected models, done ones included
     done: int
