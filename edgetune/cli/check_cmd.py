@@ -32,7 +32,7 @@ def check(fleet: Fleet) -> str:
             c.target.get("mcpu", ""),
             len(c.boards),
             ", ".join(c.boards),
-            c.trials,
+            c.trials if c.trials is not None else f"{c.trials_per_task} per task",
             c.borrows_from or "",
         ]
         for c in plan.classes

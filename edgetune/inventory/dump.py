@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgetune.inventory.schema import SCHEMA_VERSION, Board, DeviceProfile, Fleet, SshSettings
+from edgetune.inventory.schema import SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, Fleet, SshSettings
 
 
 def profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
@@ -45,11 +45,13 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
         "boards": [_board(b) for b in fleet.boards],
         "models": [_model(m) for m in fleet.models],
         "tuning": {
+            "trials_per_task": fleet.tuning.trials_per_task,
             "trials_per_class": fleet.tuning.trials_per_class,
             "trials_per_class_override": dict(fleet.tuning.trials_per_class_override),
             "trials_per_iter": fleet.tuning.trials_per_iter,
             "max_trials_per_task": fleet.tuning.max_trials_per_task,
             "time_limit_s": fleet.tuning.time_limit_s,
+            "early_stop": _early_stop(fleet.tuning.early_stop),
             "borrow": dict(fleet.tuning.borrow),
         },
         "artifacts": {
@@ -65,6 +67,10 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
         d = fleet.deploy
         data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases}
     return data
+
+
+def _early_stop(early_stop: EarlyStop | None) -> dict[str, Any] | bool:
+    return False if early_stop is None else {"window": early_stop.window, "min_gain": early_stop.min_gain}
 
 
 def _ssh(ssh: SshSettings) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What `tune-fleet` will do, computed from the inventory alone: pure data, printable, testable.
 
 Per device class: its boards and tracker, and the trial budget of each model (the class's
-budget split by model weight). The tuner refines this per task once models are imported.
+budget split by model weight), or the trials each task gets where the budget is per task (the
+class total then depends on the task count: `edgetune tune --dry-run` imports the models).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from edgetune.inventory.schema import Fleet
 class ModelBudget:
     model: str
     weight: float
-    trials: int
+    trials: int | None  # None: the budget is per task
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,11 @@ class FleetClassPlan:
     boards: tuple[str, ...]
     budgets: tuple[ModelBudget, ...]
     borrows_from: str | None
+    trials_per_task: int | None = None  # set where the budget is per task
 
     @property
-    def trials(self) -> int:
-        return sum(b.trials for b in self.budgets)
+    def trials(self) -> int | None:
+        return None if self.trials_per_task else sum(b.trials or 0 for b in self.budgets)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ def plan_fleet(fleet: Fleet) -> FleetPlan:
     classes = []
     for device_class in fleet.device_classes:
         boards = fleet.boards_of(device_class.name)
-        budget = split_budget(fleet.tuning.trials_for(device_class.name), weights)
+        rule, trials = fleet.tuning.task_budget_rule(device_class.name)
+        budget = split_budget(trials, weights) if rule == "per_class" else {}
         classes.append(
             FleetClassPlan(
                 device_class=device_class.name,
@@ -69,8 +72,9 @@ def plan_fleet(fleet: Fleet) -> FleetPlan:
                 target=device_class.profile.target_json(),
                 tracker=boards[0].tracker if boards else "",
                 boards=tuple(b.name for b in boards),
-                budgets=tuple(ModelBudget(m.name, m.weight, budget[m.name]) for m in fleet.models),
+                budgets=tuple(ModelBudget(m.name, m.weight, budget.get(m.name)) for m in fleet.models),
                 borrows_from=fleet.tuning.borrow.get(device_class.name),
+                trials_per_task=trials if rule == "per_task" else None,
             )
         )
     return FleetPlan(fleet=fleet.name, classes=tuple(classes))

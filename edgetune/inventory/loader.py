@@ -30,6 +30,7 @@ from edgetune.inventory.schema import (
     DeviceClass,
     DeploySettings,
     DeviceProfile,
+    EarlyStop,
     RegressSettings,
     Fleet,
     Measurement,
@@ -56,6 +57,7 @@ SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
 MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "compare", "enable_cpu_cache_flush")
 COMPARE_KEYS = ("rounds", "repeat", "min_repeat_ms")
+TUNING_KEYS = ("trials_per_task", "trials_per_class", "trials_per_class_override", "trials_per_iter", "max_trials_per_task", "early_stop", "time_limit_s", "borrow")
 
 # Caps on counts and durations: far above any real fleet, far below what overflows or hangs.
 MAX_TRACKERS = 64
@@ -71,6 +73,7 @@ MAX_TRIALS = 1_000_000
 MAX_TRIALS_PER_ITER = 10_000
 MAX_WEIGHT = 1e6
 MAX_TIME_LIMIT_S = 30 * 86_400.0
+MAX_EARLY_STOP_GAIN = 0.99  # a task improving by less than this over the window stops
 MAX_CONNECT_TIMEOUT_S = 3_600.0
 MAX_COMMAND_TIMEOUT_S = 86_400.0
 MAX_MEASURE_NUMBER = 10_000
@@ -389,7 +392,7 @@ def _onnx_path(node: Node, base: Path) -> Path:
 
 
 def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
-    node.mapping(("trials_per_class", "trials_per_class_override", "trials_per_iter", "max_trials_per_task", "time_limit_s", "borrow"))
+    node.mapping(TUNING_KEYS)
     class_names = [c.name for c in classes]
     overrides = _class_mapping(node.child("trials_per_class_override", {}), class_names, int)
     for name, trials in overrides.items():
@@ -403,13 +406,50 @@ def _tuning(node: Node, classes: tuple[DeviceClass, ...]) -> TuningPolicy:
         if lender == name:
             raise where.error("a class cannot borrow tuning from itself")
     _check_borrow_acyclic(node.child("borrow", {}), borrow)
+    per_iter = node.positive("trials_per_iter", int, MAX_TRIALS_PER_ITER, 16)
     return TuningPolicy(
-        trials_per_class=node.non_negative("trials_per_class", int, MAX_TRIALS),
+        trials_per_class=node.non_negative("trials_per_class", int, MAX_TRIALS, None),
         trials_per_class_override=FrozenMap(overrides),
-        trials_per_iter=node.positive("trials_per_iter", int, MAX_TRIALS_PER_ITER, 16),
+        trials_per_iter=per_iter,
         max_trials_per_task=node.positive("max_trials_per_task", int, MAX_TRIALS, None),
         time_limit_s=node.positive("time_limit_s", float, MAX_TIME_LIMIT_S, None),
         borrow=FrozenMap(borrow),
+        trials_per_task=_trials_per_task(node, per_iter),
+        early_stop=_early_stop(node.child("early_stop", {})),
+    )
+
+
+def _trials_per_task(node: Node, per_iter: int) -> int | None:
+    """Whole rounds, not below the task cap, and not together with trials_per_class (one
+    budget rule per fleet; a class's override still sets that class's total)."""
+    trials = node.positive("trials_per_task", int, MAX_TRIALS, None)
+    if trials is None:
+        return None
+    where = node.child("trials_per_task")
+    if node.has("trials_per_class"):
+        raise where.error("give either trials_per_task (trials each task gets) or trials_per_class "
+                          "(trials a class deals over its tasks), not both")
+    if trials % per_iter:
+        lower, upper = max(trials // per_iter, 1) * per_iter, (trials // per_iter + 1) * per_iter
+        raise where.error(f"must be a whole number of rounds of tuning.trials_per_iter ({per_iter}): "
+                          f"MetaSchedule measures a task a round at a time; use {lower} or {upper}, got {trials}")
+    cap = node.get("max_trials_per_task", int, None)
+    if cap is not None and cap < trials:
+        raise node.child("max_trials_per_task").error(
+            f"must be at least tuning.trials_per_task ({trials}): it caps a task, trials moved to it "
+            f"included; got {cap}")
+    return trials
+
+
+def _early_stop(node: Node) -> EarlyStop | None:
+    """`early_stop: {window, min_gain}`, or `early_stop: false` to tune every task to its budget."""
+    if node.value is False:
+        return None
+    node.mapping(("window", "min_gain"))
+    default = EarlyStop()
+    return EarlyStop(
+        window=node.positive("window", int, MAX_TRIALS, default.window),
+        min_gain=node.bounded("min_gain", float, 0.0, MAX_EARLY_STOP_GAIN, default.min_gain),
     )
 
 

@@ -29,6 +29,7 @@ class FrozenMap(dict):
 BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 HOST_KEY_POLICIES = ("strict",)
+DEFAULT_ROUNDS_PER_TASK = 4  # trials per task when neither trials_per_task nor trials_per_class is set
 
 
 @dataclass(frozen=True)
@@ -146,16 +147,43 @@ class Model:
 
 
 @dataclass(frozen=True)
+class EarlyStop:
+    """A task stops at its knee: when its best latency improved by less than `min_gain` (a
+    fraction of it) over its last `window` measured trials; its unspent trials go to tasks
+    that still gain."""
+
+    window: int = 32
+    min_gain: float = 0.02
+
+
+@dataclass(frozen=True)
 class TuningPolicy:
-    trials_per_class: int
+    """How many trials each task of a class gets (see `task_budget_rule`), in rounds of
+    `trials_per_iter`; `max_trials_per_task` caps a task, trials moved to it by early stops
+    included; `time_limit_s` ends a class's run cleanly; `early_stop` None: never."""
+
+    trials_per_class: int | None
     trials_per_class_override: Mapping[str, int]
     trials_per_iter: int
     max_trials_per_task: int | None
     time_limit_s: float | None
     borrow: Mapping[str, str]  # class -> class it may borrow tuning from
+    trials_per_task: int | None = None
+    early_stop: EarlyStop | None = EarlyStop()
 
-    def trials_for(self, device_class: str) -> int:
+    def trials_for(self, device_class: str) -> int | None:
+        """The class-wide trials of a class, None when its budget is per task."""
         return self.trials_per_class_override.get(device_class, self.trials_per_class)
+
+    def task_budget_rule(self, device_class: str) -> tuple[str, int]:
+        """("per_task", trials each task gets) or ("per_class", class-wide trials dealt over
+        the tasks a round at a time, at least a round per task). A class's override is
+        class-wide; otherwise `trials_per_task`, else `trials_per_class`, else
+        DEFAULT_ROUNDS_PER_TASK rounds per task."""
+        class_wide = self.trials_for(device_class)
+        if class_wide is not None and (self.trials_per_task is None or device_class in self.trials_per_class_override):
+            return "per_class", class_wide
+        return "per_task", self.trials_per_task or DEFAULT_ROUNDS_PER_TASK * self.trials_per_iter
 
     def borrow_stages(self, names: Sequence[str]) -> list[list[str]]:
         """`names` in the order they can be tuned: each class in a stage after the class it

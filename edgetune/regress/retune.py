@@ -56,9 +56,10 @@ def _with_more_budget(fleet: Fleet, device_class: str, extra_trials: int | None)
     """The fleet with the class's budget raised to what its database holds plus `extra`
     (default: the class's own budget again), and room per task for the extra trials."""
     policy = fleet.tuning
-    extra = extra_trials or policy.trials_for(device_class)
     spent = sum(recorded_trials(fleet, device_class).values())
     tasks = max(1, len(class_task_list(fleet, device_class, select_models(fleet, None))))
+    rule, trials = policy.task_budget_rule(device_class)
+    extra = extra_trials or (trials * tasks if rule == "per_task" else trials)
     cap = policy.max_trials_per_task
     overrides = {**policy.trials_per_class_override, device_class: spent + extra}
     tuning = replace(policy, trials_per_class_override=overrides,

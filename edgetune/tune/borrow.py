@@ -3,9 +3,10 @@
 For every task that has no trial yet in the borrowing class, the donor class's best traces
 for the same kernel are replayed on the task, built for the borrower's target and re-measured
 on the borrower's own boards; the results are committed to the borrower's database like any
-other trial (they count against its budget). MetaSchedule's evolutionary search then starts
-from them: it seeds its population with the best records of the database
-(`init_measured_ratio`), so good donor schedules become the parents of the first round.
+other trial (they count against their tasks' shares and the class budget), and they train the
+class's cost model. MetaSchedule's evolutionary search then starts from them: it seeds its
+population with the best records of the database (`init_measured_ratio`), so good donor
+schedules become the parents of the first round, ranked by a cost model that has seen them.
 """
 
 from __future__ import annotations
@@ -34,33 +35,37 @@ def snapshot_donor(donor: ClassDatabasePaths, into: Path) -> ms.database.JSONDat
 def seed_from_donor(
     donor: ms.database.JSONDatabase,
     database: ms.database.Database,
-    tasks: list[ms.ExtractedTask],
+    tasks: dict[str, ms.TuneContext],
     target: tvm.target.Target,
     builder: ms.builder.Builder,
     runner: ms.runner.Runner,
     per_task: int,
-) -> int:
-    """Re-measure up to `per_task` of the donor's best schedules of each task on the
-    borrower's boards and commit them to `database`; return the number of trials spent."""
-    spent = 0
-    for task in tasks:
-        mod = task.dispatched[0]
+    cost_model: ms.cost_model.CostModel,
+) -> dict[str, int]:
+    """Re-measure up to `per_task` of the donor's best schedules of each task (workload hash ->
+    tuning context) on the borrower's boards, commit them to `database` and train `cost_model`
+    on them; return the trials spent per workload hash."""
+    spent = {}
+    for workload_hash, context in tasks.items():
+        mod = context.mod
         if not donor.has_workload(mod):
             continue
         schedules = [_replay(mod, r.trace) for r in donor.get_top_k(donor.commit_workload(mod), per_task)]
-        if schedules:
-            workload = database.commit_workload(mod)
-            for sch, run_secs in zip(schedules, _measure(schedules, target, builder, runner)):
-                database.commit_tuning_record(
-                    ms.database.TuningRecord(
-                        trace=sch.trace,
-                        workload=workload,
-                        run_secs=run_secs,
-                        target=target,
-                        args_info=ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
-                    )
+        if not schedules:
+            continue
+        workload = database.commit_workload(mod)
+        candidates = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+                      for sch in schedules]
+        run_secs = _measure(schedules, target, builder, runner)
+        for candidate, secs in zip(candidates, run_secs):
+            database.commit_tuning_record(
+                ms.database.TuningRecord(
+                    trace=candidate.sch.trace, workload=workload, run_secs=secs, target=target,
+                    args_info=candidate.args_info,
                 )
-            spent += len(schedules)
+            )
+        cost_model.update(context, candidates, [ms.runner.RunnerResult(secs, None) for secs in run_secs])
+        spent[workload_hash] = len(schedules)
     return spent
 
 

@@ -6,6 +6,8 @@ Layout under `<fleet.workdir>/databases/<class>/`:
   run_secs, target, args_info]]`; a failed trial (build error, timeout, dead board) is
   recorded too, with run_secs `[1e10]`, so it counts against the budget like any other;
 - `cost_model.tar`: the class's XGBoost cost model, saved after every batch;
+- `runs.jsonl`: one line per run that measured trials (trials, seconds, boards), from which
+  the plan tells how long the next run takes;
 - `logs/`: MetaSchedule's per-task logs.
 
 TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
@@ -38,6 +40,7 @@ from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
+from edgetune.tune.budget import Throughput
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 
@@ -63,6 +66,10 @@ class ClassDatabasePaths:
     @property
     def cost_model(self) -> Path:
         return self.directory / "cost_model.tar"
+
+    @property
+    def runs(self) -> Path:
+        return self.directory / "runs.jsonl"
 
     @property
     def logs(self) -> Path:
@@ -180,6 +187,22 @@ def trials_per_workload(paths: ClassDatabasePaths) -> Counter[str]:
 def recorded_trials(fleet: Fleet, device_class: str) -> Counter[str]:
     """Trials per workload hash in the class's database."""
     return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
+
+
+def append_run(paths: ClassDatabasePaths, trials: int, seconds: float, boards: int) -> None:
+    """Log a run that measured trials (one write per line: a crash leaves at worst a torn
+    last line, which `throughput` skips)."""
+    line = json.dumps({"trials": trials, "seconds": round(seconds, 3), "boards": boards}) + "\n"
+    with open(paths.runs, "a") as log:
+        log.write(line)
+
+
+def throughput(paths: ClassDatabasePaths) -> Throughput | None:
+    """The trial rate of the class's logged runs; None before any run measured a trial."""
+    runs = [r for r in _json_lines(paths.runs) if r.get("trials", 0) > 0 and r.get("seconds", 0) > 0]
+    if not runs:
+        return None
+    return Throughput(sum(r["trials"] for r in runs), sum(r["seconds"] for r in runs), len(runs), runs[-1]["boards"])
 
 
 def _json_lines(path: Path) -> list:

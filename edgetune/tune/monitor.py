@@ -1,8 +1,8 @@
 """What watches a running class: a runner guard that notices when no board of the class is left,
-and a measure callback that prints progress, saves the cost model and stops the run on time.
+and a measure callback that keeps each task's account, prints progress and saves the cost model.
 
 Both plug into MetaSchedule's own extension points (a PyRunner around the RPCRunner, a
-PyMeasureCallback after the default ones); the task scheduler itself is TVM's.
+PyMeasureCallback after the default ones); `scheduler.BudgetScheduler` acts on what they note.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.durable import replaced_atomically
 from edgetune.fleet.tracker import RpcEndpoint, class_load
+from edgetune.inventory.schema import EarlyStop
+from edgetune.tune.budget import TaskLedger
 from edgetune.tune.report import progress_line
 
 log = logging.getLogger(__name__)
@@ -64,23 +66,37 @@ class BoardGuardRunner(PyRunner):
 
 @dataclass
 class RunState:
-    """Counters of one class's run, shared by the monitor and the tuner."""
+    """One class's run, shared by the monitor (which records) and the scheduler (which decides)."""
 
     device_class: str
     budget: int
     trials: int  # trials in the database for the selected tasks, this run included
     task_calls: dict[str, dict[str, int]]  # model -> workload hash -> calls
-    task_hashes: list[str]  # task id in the scheduler -> workload hash
-    best: dict[str, float] = field(default_factory=dict)  # workload hash -> best latency
-    started: float = field(default_factory=time.monotonic)
+    ledgers: list[TaskLedger]  # per task id in the scheduler
+    names: list[str]  # per task id
+    run_budget: int  # trials this run may measure
+    trials_per_iter: int
+    early_stop: EarlyStop | None
+    time_limit_s: float | None
+    started: float = field(default_factory=time.monotonic)  # when the run began to measure (time_limit_s)
+    best: dict[str, float] = field(default_factory=dict)  # workload hash -> best latency this run
     stopped: str | None = None
 
-    def record(self, workload: str, results: list[RunnerResult]) -> None:
+    @property
+    def spent(self) -> int:
+        return sum(ledger.spent for ledger in self.ledgers)
+
+    def out_of_time(self) -> bool:
+        return self.time_limit_s is not None and time.monotonic() - self.started > self.time_limit_s
+
+    def record(self, task_id: int, results: list[RunnerResult]) -> None:
+        latencies = [_latency(result) for result in results]
+        ledger = self.ledgers[task_id]
+        ledger.record(latencies)
         self.trials += len(results)
-        for result in results:
-            if result.error_msg is None and result.run_secs:
-                latency = sum(float(s) for s in result.run_secs) / len(result.run_secs)
-                self.best[workload] = min(latency, self.best.get(workload, float("inf")))
+        valid = [x for x in latencies if x is not None]
+        if valid:
+            self.best[ledger.workload_hash] = min(min(valid), self.best.get(ledger.workload_hash, float("inf")))
 
     def estimates(self) -> dict[str, float | None]:
         return {
@@ -90,40 +106,37 @@ class RunState:
         }
 
 
+def _latency(result: RunnerResult) -> float | None:
+    if result.error_msg is not None or not result.run_secs:
+        return None
+    return sum(float(s) for s in result.run_secs) / len(result.run_secs)
+
+
 @derived_object
 class RunMonitor(PyMeasureCallback):
-    """After every batch: count it, save the cost model, print progress, stop on time limit
-    or when the class has lost all its boards."""
+    """After every batch: count it on its task, save the cost model, print progress, and note
+    when the class has lost all its boards (the scheduler then ends the run)."""
 
     def __init__(
         self, state: RunState, runner: BoardGuardRunner, cost_model: ms.cost_model.XGBModel,
-        cost_model_path: Path, time_limit_s: float | None,
+        cost_model_path: Path,
     ) -> None:
         super().__init__()
         self.state = state
         self.runner = runner
         self.cost_model = cost_model
         self.cost_model_path = cost_model_path
-        self.time_limit_s = time_limit_s
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        self.state.record(self.state.task_hashes[task_id], list(runner_results))
+        self.state.record(task_id, list(runner_results))
         save_cost_model(self.cost_model, self.cost_model_path)
-        if self.runner.boards_lost:
-            self._stop(task_scheduler, NO_BOARDS)
-        elif self.time_limit_s and time.monotonic() - self.state.started > self.time_limit_s:
-            self._stop(task_scheduler, f"time limit of {self.time_limit_s:g} s reached")
+        if self.runner.boards_lost and self.state.stopped is None:
+            self.state.stopped = NO_BOARDS
         busy = class_load(self.runner.endpoint).busy
         log.info(progress_line(
             self.state.device_class, self.state.trials, self.state.budget, len(self.state.best),
-            len(set(self.state.task_hashes)), self.state.estimates(), busy, self.runner.boards,
+            len(self.state.ledgers), self.state.estimates(), busy, self.runner.boards,
         ))
-
-    def _stop(self, task_scheduler, reason: str) -> None:
-        self.state.stopped = reason
-        for task_id, task in enumerate(task_scheduler.tasks_):
-            if not task.is_terminated:
-                task_scheduler.terminate_task(task_id)
 
 
 def save_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:

@@ -1,25 +1,31 @@
-"""The tuning plan: which boards, models, tasks and trial budgets each device class gets.
+"""The tuning plan: which boards, models, tasks and trial budgets each device class gets, and
+how long the run will take.
 
 Pure data computed before anything is measured (`edgetune tune --dry-run` prints it).
-Budgets: a class's `trials_per_class` is split over the fleet's models by weight; the selected
-models' shares make the class budget. Trials already in the class database count against it
-(resume). The remaining trials go round by round (`trials_per_iter` each), never-measured
-tasks first and then by weighted cost, largest first, so every task gets one round before any
-gets a second. MetaSchedule's gradient task scheduler spends them in that order; the per-task
-`planned` figures are the plan's forecast of it.
+Budgets (`TuningPolicy.task_budget_rule`): per task, every task gets `trials_per_task`; per
+class, the class's `trials_per_class` is split over the fleet's models by weight, the selected
+models' shares make the class budget, raised where needed to one round per task. Trials
+already in the class database count (resume). The trials go round by round (`trials_per_iter`
+each), never-measured tasks first and then by weighted cost, largest first, so every task gets
+one round before any gets a second; a task whose recorded trials already show its knee gets
+none, and its share is left to the tasks that still gain. `scheduler.BudgetScheduler` spends
+them that way; the per-task `planned` figures are the plan's forecast of it. The time is the
+trials to run at the rate the class's earlier runs measured.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from tabulate import tabulate
 
 from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
-from edgetune.tune.database import recorded_trials
+from edgetune.tune.budget import Throughput, estimate, reached_knee, spread_rounds
+from edgetune.tune.database import ClassDatabasePaths, TrialRecord, read_trials, throughput
 from edgetune.tune.tasks import KernelTask, class_task_list
 
 
@@ -32,6 +38,7 @@ class TaskPlan:
     models: tuple[str, ...]
     done: int  # trials already in the class database
     planned: int  # trials this run is expected to spend on it
+    at_knee: bool = False  # its recorded trials show it stopped improving: it gets none
 
 
 @dataclass(frozen=True)
@@ -41,19 +48,26 @@ class ClassPlan:
     target: Mapping[str, object]
     boards: tuple[str, ...]
     models: tuple[str, ...]
-    model_budgets: tuple[tuple[str, int], ...]
+    model_budgets: tuple[tuple[str, int | None], ...]  # None: the budget is per task
+    budget_rule: str  # how the budget was set, in words
     budget: int  # trials for the selected models, done ones included
     done: int
-    remaining: int
+    remaining: int  # trials this run may measure: the planned ones and the freed ones
+    freed: int  # shares of tasks at their knee, for the tasks that still gain
     trials_per_iter: int
-    max_trials_per_task: int
+    max_trials_per_task: int | None  # a task's cap, trials moved to it included
     borrow_from: str | None
     tasks: tuple[TaskPlan, ...]  # in tuning order
+    throughput: Throughput | None  # measured by earlier runs of the class
+    estimate: str  # how long the run will take
     warnings: tuple[str, ...]
 
     @property
     def uncovered(self) -> tuple[TaskPlan, ...]:
         return tuple(t for t in self.tasks if t.done + t.planned == 0)
+
+    def format(self) -> str:
+        return _format_class(self)
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,7 @@ class TuningPlan:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     def format(self) -> str:
-        return "\n\n".join(_format_class(c) for c in self.classes)
+        return "\n\n".join(c.format() for c in self.classes)
 
 
 def model_budgets(policy: TuningPolicy, device_class: str, models: tuple[Model, ...]) -> dict[str, int]:
@@ -83,23 +97,20 @@ def order_tasks(tasks: tuple[KernelTask, ...], done: Mapping[str, int]) -> tuple
     )
 
 
-def spread_rounds(done: list[int], remaining: int, per_iter: int, cap: int) -> list[int]:
-    """Trials per task (in the given order): one round each before any second, up to `cap`
-    trials per task in total, until `remaining` is spent."""
-    planned = [0] * len(done)
-    while remaining > 0:
-        progressed = False
-        for i, already in enumerate(done):
-            room = cap - already - planned[i]
-            if room <= 0 or remaining <= 0:
-                continue
-            take = min(per_iter, room, remaining)
-            planned[i] += take
-            remaining -= take
-            progressed = True
-        if not progressed:
-            break
-    return planned
+def class_budget(policy: TuningPolicy, device_class: str, models: tuple[Model, ...],
+                 all_models: tuple[Model, ...], tasks: int) -> tuple[int, int, str]:
+    """(budget, trials a task's share may reach, the rule in words) for `tasks` tasks."""
+    rule, trials = policy.task_budget_rule(device_class)
+    if rule == "per_task":
+        return trials * tasks, trials, f"{trials} trials per task x {tasks} tasks"
+    shares = model_budgets(policy, device_class, all_models)
+    class_wide = sum(shares[m.name] for m in models)
+    one_round = tasks * policy.trials_per_iter
+    cap = policy.max_trials_per_task or max(class_wide, one_round)
+    if 0 < class_wide < one_round:
+        return one_round, cap, (f"{class_wide} trials per class, raised to {one_round} so that each of "
+                                f"{tasks} tasks gets a round of {policy.trials_per_iter}")
+    return class_wide, cap, f"{class_wide} trials per class over {tasks} tasks"
 
 
 def plan_class(
@@ -107,39 +118,57 @@ def plan_class(
     device_class: str,
     models: tuple[Model, ...],
     tasks: tuple[KernelTask, ...],
-    done: Mapping[str, int],
+    trials: Sequence[TrialRecord],
+    measured: Throughput | None = None,
 ) -> ClassPlan:
-    """The plan of one class from its deduplicated tasks and the trials already recorded."""
+    """The plan of one class from its deduplicated tasks, the trials already recorded (in
+    measured order) and the trial rate of its earlier runs."""
     policy = fleet.tuning
     profile = fleet.device_class(device_class).profile
-    cap = policy.max_trials_per_task or policy.trials_for(device_class)
-    shares = model_budgets(policy, device_class, fleet.models)
-    budget = sum(shares[m.name] for m in models)
+    done = Counter(t.workload_hash for t in trials)
+    budget, cap, rule = class_budget(policy, device_class, models, fleet.models, len(tasks))
     ordered = order_tasks(tasks, done)
     already = [done.get(t.workload_hash, 0) for t in ordered]  # every trial spent counts, even past the cap
-    remaining = max(budget - sum(already), 0)
+    per_task = policy.task_budget_rule(device_class)[0] == "per_task"
+    remaining = sum(max(cap - d, 0) for d in already) if per_task else max(budget - sum(already), 0)
     planned = spread_rounds(already, remaining, policy.trials_per_iter, cap)
+    knee = [reached_knee([r.latency_s for r in trials if r.workload_hash == t.workload_hash], policy.early_stop)
+            for t in ordered]
+    freed = sum(p for p, k in zip(planned, knee) if k)
     task_plans = tuple(
-        TaskPlan(t.name, t.workload_hash, t.flops, t.weight, tuple(m for m, _ in t.uses), d, p)
-        for t, d, p in zip(ordered, already, planned)
+        TaskPlan(t.name, t.workload_hash, t.flops, t.weight, tuple(m for m, _ in t.uses), d, 0 if k else p, k)
+        for t, d, p, k in zip(ordered, already, planned, knee)
     )
+    to_run = sum(t.planned for t in task_plans) + freed
     plan = ClassPlan(
         device_class=device_class,
         profile=str(profile.path),
         target=profile.target_json(),
         boards=tuple(b.name for b in fleet.boards_of(device_class)),
         models=tuple(m.name for m in models),
-        model_budgets=tuple((m.name, shares[m.name]) for m in models),
+        model_budgets=tuple((m.name, shares) for m, shares in _model_shares(policy, device_class, models, fleet.models)),
+        budget_rule=rule,
         budget=budget,
         done=sum(already),
-        remaining=sum(planned),
+        remaining=to_run,
+        freed=freed,
         trials_per_iter=policy.trials_per_iter,
-        max_trials_per_task=cap,
+        max_trials_per_task=policy.max_trials_per_task,
         borrow_from=policy.borrow.get(device_class),
         tasks=task_plans,
+        throughput=measured,
+        estimate=estimate(to_run, measured),
         warnings=(),
     )
     return _with_warnings(plan)
+
+
+def _model_shares(policy, device_class, models, all_models) -> list[tuple[Model, int | None]]:
+    """Each selected model's class-wide trials (None where the budget is per task)."""
+    if policy.task_budget_rule(device_class)[0] == "per_task":
+        return [(m, None) for m in models]
+    shares = model_budgets(policy, device_class, all_models)
+    return [(m, shares[m.name]) for m in models]
 
 
 def plan_tuning(
@@ -147,11 +176,10 @@ def plan_tuning(
     classes: tuple[str, ...] | None = None,
     models: tuple[str, ...] | None = None,
     tasks_of: Callable[[Fleet, str, tuple[Model, ...]], tuple[KernelTask, ...]] | None = None,
-    done_of: Callable[[Fleet, str], Mapping[str, int]] | None = None,
 ) -> TuningPlan:
-    """The plan for the selected classes and models (default: all). `tasks_of` and `done_of`
-    default to extracting the tasks with TVM and counting the class database's records;
-    nothing is measured and no machine is touched."""
+    """The plan for the selected classes and models (default: all). `tasks_of` defaults to
+    extracting the tasks with TVM; the class databases give the trials done and the rate of
+    earlier runs; nothing is measured and no machine is touched."""
     selected_models = select_models(fleet, models)
     return TuningPlan(
         tuple(
@@ -160,7 +188,8 @@ def plan_tuning(
                 name,
                 selected_models,
                 (tasks_of or class_task_list)(fleet, name, selected_models),
-                (done_of or recorded_trials)(fleet, name),
+                read_trials(ClassDatabasePaths.of(fleet.workdir, name)),
+                throughput(ClassDatabasePaths.of(fleet.workdir, name)),
             )
             for name in select_classes(fleet, classes)
         )
@@ -190,14 +219,10 @@ def select_models(fleet: Fleet, names: tuple[str, ...] | None) -> tuple[Model, .
 def _with_warnings(plan: ClassPlan) -> ClassPlan:
     warnings = []
     if plan.uncovered:
-        needed = plan.done + len(plan.uncovered) * plan.trials_per_iter + sum(
-            t.planned for t in plan.tasks
-        )
         warnings.append(
-            f"{plan.device_class}: the budget of {plan.budget} trials cannot cover every task: "
-            f"{len(plan.uncovered)} of {len(plan.tasks)} get no trial and stay untuned "
-            f"(naive loops); raise tuning.trials_per_class in the fleet file so that this class "
-            f"gets at least {needed} trials for these models"
+            f"{plan.device_class}: {len(plan.uncovered)} of {len(plan.tasks)} tasks get no trial and "
+            f"stay untuned (naive loops): the budget ({plan.budget_rule}) or tuning.max_trials_per_task "
+            f"({plan.max_trials_per_task}) is too small for a round of {plan.trials_per_iter} each"
         )
     if not plan.boards:
         warnings.append(f"{plan.device_class}: no boards in the inventory; nothing can be measured")
@@ -206,15 +231,18 @@ def _with_warnings(plan: ClassPlan) -> ClassPlan:
 
 def _format_class(plan: ClassPlan) -> str:
     rows = [
-        (t.name, f"{t.flops / 1e6:.2f}", f"{t.weight:g}", ",".join(t.models), t.done, t.planned)
+        (t.name, f"{t.flops / 1e6:.2f}", f"{t.weight:g}", ",".join(t.models), t.done,
+         f"{t.planned} (at its knee)" if t.at_knee else t.planned)
         for t in plan.tasks
     ]
+    cap = f", at most {plan.max_trials_per_task} per task" if plan.max_trials_per_task else ""
     header = (
         f"class {plan.device_class} ({plan.profile}): boards {', '.join(plan.boards) or '-'}\n"
-        f"  models {', '.join(f'{m} ({b} trials)' for m, b in plan.model_budgets)}; "
-        f"budget {plan.budget}, done {plan.done}, to run {plan.remaining} "
-        f"({plan.trials_per_iter} per round, at most {plan.max_trials_per_task} per task)"
+        f"  models {', '.join(plan.models)}; budget {plan.budget} ({plan.budget_rule}), done {plan.done}, "
+        f"to run {plan.remaining} ({plan.trials_per_iter} per round{cap})"
         + (f"; seeded from {plan.borrow_from}" if plan.borrow_from else "")
+        + (f"\n  {plan.freed} trials of tasks at their knee go to the tasks that still gain" if plan.freed else "")
+        + f"\n  time: {plan.estimate}"
     )
     table = tabulate(rows, headers=("task", "MFLOP", "weight", "models", "done", "planned"))
     return "\n".join([header, table, *(f"warning: {w}" for w in plan.warnings)])

@@ -2,10 +2,12 @@
 
 Per class (in its own process, so classes tune concurrently and a crash stays in its class):
 extract the tasks, plan the budget (resume: trials already in the database count), seed the
-search from a donor class where the inventory allows borrowing, then run MetaSchedule's
-gradient task scheduler with the evolutionary search, the XGBoost cost model (reloaded from
-and saved to the class database directory), the fast builder and the class's RPCRunner.
-Finally the reports are written from the database.
+search from a donor class where the inventory allows borrowing (the borrowed trials count
+against their tasks' shares and train the cost model), then run MetaSchedule's tuning loop
+under edgetune's budget scheduler (`scheduler.py`) with the evolutionary search, the XGBoost
+cost model (reloaded from and saved to the class database directory), the fast builder and the
+class's RPCRunner. Finally the reports are written from the database, and the run's trial rate
+is logged for the next plan's time estimate.
 
 A class that borrows from a class tuned in the same run starts when its donor has finished
 (the donor's best schedules must exist to be borrowed); all other classes run at once.
@@ -33,11 +35,15 @@ from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
-from edgetune.tune.database import ClassDatabasePaths, locked_database, read_trials, trials_per_workload
+from edgetune.tune.budget import TaskLedger
+from edgetune.tune.database import (
+    ClassDatabasePaths, append_run, locked_database, read_trials, throughput, trials_per_workload,
+)
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
-from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
+from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
+from edgetune.tune.scheduler import BudgetScheduler
 from edgetune.tune.target import build_target
 from edgetune.tune.tasks import ClassTasks, class_tasks
 
@@ -134,7 +140,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     models = select_models(fleet, options.models)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     tasks = class_tasks(models, target)
-    plan = plan_class(fleet, device_class, models, tasks.tasks, trials_per_workload(paths))
+    plan = plan_class(fleet, device_class, models, tasks.tasks, read_trials(paths), throughput(paths))
     spent = borrowed = 0
     stopped = None
     if plan.remaining > 0:
@@ -149,15 +155,20 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-") as scratch,
             locked_database(paths) as database,  # one process tunes or repairs a class at a time
         ):
+            measuring = time.monotonic()
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
             boards = len(fleet.boards_of(device_class))
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement))
+            selected = _searched_tasks(plan)
+            contexts = _tune_contexts(selected, tasks, paths, options.search)
+            cost_model = _cost_model(paths, options.search)
             donor = plan.borrow_from if options.borrow else None
-            if donor:
-                borrowed = _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch)
-            spent, stopped = _search(
-                fleet, plan, tasks, database, target, builder, runner, paths, options, borrowed
-            )
+            seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
+            borrowed = sum(seeded.values())
+            state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths), measuring)
+            spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
+            if spent + borrowed:
+                append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
     summaries = _write_reports(fleet, device_class, plan, tasks, paths, spent + borrowed,
                                time.monotonic() - started, stopped, plan.borrow_from if borrowed else None)
     return ClassResult(
@@ -167,28 +178,14 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     )
 
 
-
-def _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch) -> int:
-    """Seed the never-measured tasks with the donor's best schedules (half a round each)."""
-    donor_db = snapshot_donor(ClassDatabasePaths.of(fleet.workdir, donor), Path(scratch) / "donor")
-    if donor_db is None:
-        log.info("[%s] borrowing: %s has no tuning records yet", plan.device_class, donor)
-        return 0
-    fresh = [tasks.extracted[t.workload_hash] for t in plan.tasks if t.done == 0 and t.planned > 0]
-    per_task = max(plan.trials_per_iter // 2, 1)
-    spent = seed_from_donor(donor_db, database, fresh, target, builder, runner, per_task)
-    log.info("[%s] borrowed %d schedules from %s (re-measured here)", plan.device_class, spent, donor)
-    return spent
+def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
+    """The tasks with planned trials, and where tasks at their knee freed trials, every task
+    that may still gain (it may be given them)."""
+    return [t for t in plan.tasks if t.planned > 0 or (plan.freed and not t.at_knee)]
 
 
-def _search(fleet, plan: ClassPlan, tasks: ClassTasks, database, target, builder, runner, paths,
-            options: TuneOptions, borrowed: int) -> tuple[int, str | None]:
-    """Run MetaSchedule's task scheduler over the planned tasks; return (trials, stop reason)."""
-    budget = plan.remaining - borrowed
-    selected = [t for t in plan.tasks if t.planned > 0]
-    if budget <= 0 or not selected:
-        return 0, None
-    search = options.search
+def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, paths: ClassDatabasePaths,
+                   search: SearchSettings) -> list[ms.TuneContext]:
     load_cpu_intrinsics()
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],
@@ -201,36 +198,88 @@ def _search(fleet, plan: ClassPlan, tasks: ClassTasks, database, target, builder
         num_threads=search.num_threads,
         seed=search.seed,
     )
+    return contexts
+
+
+def _cost_model(paths: ClassDatabasePaths, search: SearchSettings) -> ms.cost_model.XGBModel:
+    """The class's XGBoost cost model, as the last run left it."""
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=search.num_threads)
     if paths.cost_model.exists():
         cost_model.load(str(paths.cost_model))
-    state = RunState(
+    return cost_model
+
+
+def _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) -> dict[str, int]:
+    """Seed the never-measured tasks with the donor's best schedules (half a round each);
+    return the trials per workload hash."""
+    donor_db = snapshot_donor(ClassDatabasePaths.of(fleet.workdir, donor), Path(scratch) / "donor")
+    if donor_db is None:
+        log.info("[%s] borrowing: %s has no tuning records yet", plan.device_class, donor)
+        return {}
+    fresh = {t.workload_hash: c for t, c in zip(_searched_tasks(plan), contexts) if t.done == 0 and t.planned > 0}
+    per_task = max(plan.trials_per_iter // 2, 1)
+    seeded = seed_from_donor(donor_db, database, fresh, target, builder, runner, per_task, cost_model)
+    log.info("[%s] borrowed %d schedules from %s (re-measured here)", plan.device_class, sum(seeded.values()), donor)
+    return seeded
+
+
+def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan],
+               seeded: Mapping[str, int], trials: list, started: float) -> RunState:
+    """Each searched task's account: its planned share less what borrowing spent on it, and
+    its ceiling (`max_trials_per_task`, borrowed trials included)."""
+    policy = fleet.tuning
+    run_budget = plan.remaining - sum(seeded.values())
+    history = {t.workload_hash: [r.latency_s for r in trials if r.workload_hash == t.workload_hash] for t in selected}
+    ledgers = [
+        TaskLedger(
+            workload_hash=t.workload_hash, weight=t.weight,
+            share=max(t.planned - seeded.get(t.workload_hash, 0), 0),
+            ceiling=(policy.max_trials_per_task - len(history[t.workload_hash])
+                     if policy.max_trials_per_task else run_budget),
+            history=history[t.workload_hash],
+        )
+        for t in selected
+    ]
+    return RunState(
         device_class=plan.device_class,
         budget=plan.budget,
-        trials=plan.done + borrowed,
+        trials=plan.done + sum(seeded.values()),
         task_calls={m: {t.workload_hash: t.calls_in(m) for t in tasks.tasks if t.calls_in(m)}
                     for m in plan.models},
-        task_hashes=[t.workload_hash for t in selected],
+        ledgers=ledgers,
+        names=[t.name for t in selected],
+        run_budget=run_budget,
+        trials_per_iter=policy.trials_per_iter,
+        early_stop=policy.early_stop,
+        time_limit_s=policy.time_limit_s,
+        started=started,
     )
-    monitor = RunMonitor(state, runner, cost_model, paths.cost_model, fleet.tuning.time_limit_s)
-    before = state.trials
+
+
+def _search(plan: ClassPlan, selected: list[TaskPlan], contexts, database, builder, runner,
+            cost_model, paths: ClassDatabasePaths, state: RunState) -> tuple[int, str | None]:
+    """Run MetaSchedule's tuning loop under the budget scheduler; return (trials, stop reason)."""
+    if state.run_budget <= 0 or not selected:
+        return 0, None
+    monitor = RunMonitor(state, runner, cost_model, paths.cost_model)
     ms.tune.tune_tasks(
         tasks=contexts,
         task_weights=[t.weight for t in selected],
         work_dir=str(paths.directory),
-        max_trials_global=budget,
-        # The scheduler's cap is per run and uniform: the largest room left of any task.
-        max_trials_per_task=max(plan.max_trials_per_task - t.done for t in selected),
+        max_trials_global=state.run_budget,
+        max_trials_per_task=max(max(ledger.ceiling, ledger.share) for ledger in state.ledgers),
         num_trials_per_iter=plan.trials_per_iter,
         builder=builder,
         runner=runner,
         database=database,
         cost_model=cost_model,
         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
-        task_scheduler="gradient",
+        task_scheduler=BudgetScheduler(state),
     )
     save_cost_model(cost_model, paths.cost_model)
-    return state.trials - before, state.stopped
+    if state.stopped:
+        log.info("[%s] stopped: %s", plan.device_class, state.stopped)
+    return state.spent, state.stopped
 
 
 def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from):

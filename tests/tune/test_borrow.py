@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, read_trials
 from edgetune.tune.tuner import TuneOptions, tune_fleet
@@ -84,6 +85,14 @@ def test_borrowed_trials_count_against_the_budget_and_a_rerun_spends_none(borrow
     assert BUDGET <= borrower.trials_run < BUDGET + PER_ITER
     assert len(read_trials(ClassDatabasePaths.of(fleet.workdir, "classb"))) == borrower.trials_run
     assert again.ok and again.trials_run == 0
+
+
+def test_borrowed_trials_train_the_borrowers_cost_model(borrowing):
+    fleet, results, _ = borrowing
+    model = ms.cost_model.XGBModel()
+    model.load(str(ClassDatabasePaths.of(fleet.workdir, "classb").cost_model))
+    # every trial of the run, the re-measured borrowed schedules included, is in its training data
+    assert sum(len(group.costs) for group in model.data.values()) == results["classb"].trials_run
 
 
 def test_no_borrow_tunes_from_scratch(borrowing):

@@ -1,0 +1,157 @@
+"""The budget rule for real: MetaSchedule's tuning loop under edgetune's budget scheduler on a
+loopback board of the test's own, plus the rule's pure parts (knee, next task) on given numbers.
+
+One class (`classa`, one board), three runs on one database:
+1. mlp alone, 2 rounds per task, no early stop;
+2. mlp and a small ONNX conv net, a class-wide budget dealt a round at a time, with an early
+   stop so strict (`min_gain` 0.99 over the last 4 trials) that a task with more than 4 trials
+   has always reached it: the mlp tasks are at their knee before the run, their share goes to
+   the conv net's tasks, which stop in turn once they pass 4 trials;
+3. a large budget cut by `time_limit_s`; the plan of the next run counts what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from edgetune.inventory.schema import EarlyStop
+from edgetune.tune.budget import TaskLedger, choose_task, reached_knee, stop_at_knee
+from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, throughput
+from edgetune.tune.plan import plan_class
+from edgetune.tune.target import build_target
+from edgetune.tune.tasks import class_tasks
+from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
+
+from conftest import Loopback, conv_model
+from fleets import AVX512, make_fleet, mlp
+
+PER_ITER = 4
+STRICT = EarlyStop(window=4, min_gain=0.99)
+TIME_LIMIT_S = 20.0
+QUICK = TuneOptions(search=SearchSettings(population_size=32, genetic_num_iters=1))  # less host CPU per round
+
+
+def _policy(fleet, **changes):
+    return fleet.replace(tuning=replace(fleet.tuning, **changes))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("budget")
+    loopback = Loopback(workdir)
+    try:
+        loopback.start_board("a1", "classa")
+        loopback.wait_registered(1)
+        base = make_fleet(workdir, loopback.port, {"classa": AVX512}, {"classa": 1}, (mlp(),), 0, PER_ITER, None)
+        paths = ClassDatabasePaths.of(workdir, "classa")
+        first = tune_fleet(_policy(base, trials_per_class=None, trials_per_task=2 * PER_ITER, early_stop=None), QUICK)
+        after_first = len(read_trials(paths))
+        both = base.replace(models=(mlp(), conv_model(workdir / "conv.onnx")))
+        tasks = class_tasks(both.models, build_target(both.device_class("classa").profile)).tasks
+        conv_tasks = [t for t in tasks if t.calls_in("mlp") == 0]
+        to_run = len(conv_tasks) * PER_ITER + 2 * PER_ITER  # a round per conv task, one more per mlp task
+        second_fleet = _policy(both, trials_per_class=after_first + to_run, max_trials_per_task=3 * PER_ITER,
+                               early_stop=STRICT)
+        second_plan = plan_class(second_fleet, "classa", both.models, tasks, read_trials(paths))
+        second = tune_fleet(second_fleet, QUICK)
+        after_second = len(read_trials(paths))
+        limited = _policy(both, trials_per_class=None, trials_per_task=64 * PER_ITER, early_stop=None,
+                          time_limit_s=TIME_LIMIT_S)
+        third = tune_fleet(limited, QUICK)
+        yield {
+            "paths": paths, "first": first, "after_first": after_first, "conv_tasks": conv_tasks,
+            "second_plan": second_plan, "second": second, "after_second": after_second,
+            "third": third, "fleet": limited, "to_run": to_run, "tasks": tasks,
+        }
+    finally:
+        loopback.close()
+
+
+def _batches(trials) -> list[tuple[str, int]]:
+    """(workload hash, trials) of each run of consecutive records of one task."""
+    batches: list[list] = []
+    for trial in trials:
+        if batches and batches[-1][0] == trial.workload_hash:
+            batches[-1][1] += 1
+        else:
+            batches.append([trial.workload_hash, 1])
+    return [tuple(b) for b in batches]
+
+
+def test_every_task_is_measured_before_any_gets_a_second_round(runs):
+    first, second = runs["first"], runs["second"]
+    assert first.ok and second.ok, [c.error for c in (*first.classes, *second.classes)]
+    trials = read_trials(runs["paths"])
+    for records in (trials[: runs["after_first"]], trials[runs["after_first"]: runs["after_second"]]):
+        order = [h for h, _ in _batches(records)]
+        tasks = set(order)
+        assert len(tasks) >= 2
+        assert len(set(order[: len(tasks)])) == len(tasks), order  # the first rounds cover every task
+
+
+def test_a_task_at_its_knee_gets_nothing_and_its_share_goes_to_tasks_still_gaining(runs):
+    plan, second = runs["second_plan"], runs["second"].classes[0]
+    mlp_tasks = [t for t in plan.tasks if "mlp" in t.models]
+    assert all(t.at_knee and t.done == 2 * PER_ITER for t in mlp_tasks)
+    assert plan.freed == 2 * PER_ITER and plan.remaining == runs["to_run"]
+    run = read_trials(runs["paths"])[runs["after_first"]: runs["after_second"]]
+    assert second.trials_run == len(run) <= runs["to_run"]
+    assert not {t.workload_hash for t in run} & {t.workload_hash for t in mlp_tasks}  # no trial on the mlp:
+    per_task = [sum(r.workload_hash == t.workload_hash for r in run) for t in runs["conv_tasks"]]
+    # its trials went to conv tasks beyond their own round (a task whose search space ran out
+    # after fewer candidates left its rest too), each stopped once it passed the 4-trial window
+    assert sum(n - PER_ITER for n in per_task if n > PER_ITER) == 2 * PER_ITER
+    assert max(per_task) <= 2 * PER_ITER
+    assert second.stopped == "every task reached its knee, its cap or the end of its search space"
+
+
+def test_the_time_limit_ends_the_run_with_its_report_and_a_database_that_resumes(runs):
+    third = runs["third"].classes[0]
+    assert third.ok, third.error
+    assert third.stopped == f"time limit of {TIME_LIMIT_S:g} s reached"
+    assert 0 < third.trials_run < third.budget - runs["after_second"]
+    summary = json.loads(open(third.summaries[0]).read())
+    assert summary["stopped"] == third.stopped and summary["trials"] > 0
+    records = read_trials(runs["paths"])
+    assert len(records) == runs["after_second"] + third.trials_run  # every trial measured was recorded
+    assert len(open_database(runs["paths"])) == len(records)  # and TVM loads them
+    measured = throughput(runs["paths"])
+    assert measured.trials == len(records) and measured.runs == 3
+    resumed = plan_class(runs["fleet"], "classa", runs["fleet"].models, runs["tasks"], records, measured)
+    assert resumed.done == len(records) and resumed.remaining == resumed.budget - len(records)
+    assert f"s per trial measured over {len(records)} trials in 3 runs" in resumed.format()
+
+
+def test_a_task_stops_at_its_knee_and_not_before():
+    gain = EarlyStop(window=8, min_gain=0.05)
+    flat = [1.0] * 4 + [0.99] * 8  # 1 % better over the last 8: at its knee
+    assert reached_knee(flat, gain)
+    assert not reached_knee([1.0] * 4 + [0.9] * 8, gain)  # 10 % better: still gaining
+    assert not reached_knee([1.0] * 8, gain)  # not more trials than the window: too early to tell
+    assert not reached_knee([None] * 4 + [1.0] * 8, gain)  # nothing valid before the window
+    assert not reached_knee(flat, None)  # early stop off
+
+
+def test_the_next_round_goes_to_the_task_with_fewest_rounds_then_to_tasks_still_gaining():
+    def ledger(share, history, rounds=0, spent=0, ceiling=100):
+        return TaskLedger(f"h{share}{rounds}", 1.0, share, ceiling, list(history), spent=spent, rounds=rounds)
+
+    ledgers = [ledger(8, [], rounds=1, spent=4), ledger(8, []), ledger(8, [])]
+    assert choose_task(ledgers, [True] * 3, {}, 20, 4, 4) == 1  # no second round before every first
+    assert choose_task(ledgers, [True, False, True], {}, 20, 4, 4) == 2  # a finished task is skipped
+    at_knee = ledger(8, [1.0] * 8, rounds=2, spent=8)
+    still = ledger(4, [2.0] * 4 + [1.0] * 4, rounds=1, spent=4)
+    unknown = ledger(4, [1.0] * 4, rounds=1, spent=4)
+    assert stop_at_knee(at_knee, EarlyStop(window=4, min_gain=0.01)) and at_knee.stopped.startswith("knee")
+    trio = [at_knee, still, unknown]
+    assert choose_task(trio, [True] * 3, {}, 8, 4, 4) == 2  # too few trials to tell: first served
+    assert trio[2].share == 8  # granted one round
+    trio[2].spent, trio[2].history = 8, [1.0] * 8
+    assert choose_task(trio, [True] * 3, {}, 4, 4, 4) == 1  # then the one that gained
+    trio[1].spent = 8  # its granted round measured
+    assert choose_task(trio, [True] * 3, {}, 0, 4, 4) is None  # nothing left to give
+    capped = [ledger(4, [1.0] * 4, rounds=1, spent=4, ceiling=4)]
+    assert choose_task(capped, [True], {}, 8, 4, 4) is None  # at its ceiling
