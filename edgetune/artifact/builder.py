@@ -214,12 +214,17 @@ class _Pair:
     model: Model
     device_class: DeviceClass
     mod: tvm.IRModule  # the model as imported, weights bound
-    ref_inputs: dict[str, np.ndarray]
+    ref_inputs: dict[str, np.ndarray]  # every declared input, fixed ones included
     work: Path  # scratch directory of this build
 
     @property
+    def fed_inputs(self) -> dict[str, np.ndarray]:
+        """The reference input the built library takes (fixed inputs are baked into it)."""
+        return {i.name: self.ref_inputs[i.name] for i in self.model.fed_inputs}
+
+    @property
     def args(self) -> list[np.ndarray]:
-        return [self.ref_inputs[i.name] for i in self.model.inputs]
+        return list(self.fed_inputs.values())
 
 
 def build_pair(
@@ -288,7 +293,7 @@ def _build_and_measure(
     shutil.move(export(apply_database_and_build(prepared, database, target)), library)
     untuned = Path(export(build_untuned(prepared, target)))
     expected = {f"output{i}": out for i, out in enumerate(reference_outputs(pair.model, pair.ref_inputs))}
-    (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.ref_inputs))
+    (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.fed_inputs))
     (staging.path / EXPECTED_OUTPUT_NAME).write_bytes(npz_bytes(expected))
     shutil.copytree(database_dir, staging.path / DATABASE_DIR)
     tuning = tuning_inputs.copy_report(pair.fleet, pair.device_class.name, pair.model.name, staging.path / REPORT_DIR)
@@ -297,7 +302,7 @@ def _build_and_measure(
         version=0,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         inputs=inputs,
-        entry=Entry(function=entry_function(pair.mod), inputs=tuple(i.name for i in pair.model.inputs)),
+        entry=Entry(function=entry_function(pair.mod), inputs=tuple(pair.fed_inputs)),
         files=(),
         tuning=tuning,
         record_hits=RecordHits(tasks_with_record=coverage.tuned, tasks_without_record=coverage.missing),
@@ -365,7 +370,7 @@ def _build_inputs(pair: _Pair, database_dir: Path) -> BuildInputs:
         tvm_version=importlib.metadata.version("apache-tvm"),
         tvm_ffi_version=importlib.metadata.version("apache-tvm-ffi"),
         database_sha256=tree_digest(database_dir),
-        reference_input_sha256=sha256_hex(npz_bytes(pair.ref_inputs)),
+        reference_input_sha256=sha256_hex(npz_bytes(pair.fed_inputs)),
         tolerance=TOLERANCE,
         edgetune_version=__version__,
     )
