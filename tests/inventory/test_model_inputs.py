@@ -55,7 +55,7 @@ GOOD_INPUTS = [
 ]
 
 
-def test_rank_0_inputs_values_and_reference_file_load_and_round_trip(fleet_dir):
+def test_rank_0_inputs_values_and_reference_file_load_and_round_trip(fleet_dir, capsys):
     np.savez(fleet_dir / "ids.npz", token_type_ids=np.zeros((1, 8), np.int64))
     data = encoder_fleet(fleet_dir, GOOD_INPUTS, reference_input="ids.npz", quantized_weights="float")
     fleet = load_fleet(write(fleet_dir, data))
@@ -67,6 +67,7 @@ def test_rank_0_inputs_values_and_reference_file_load_and_round_trip(fleet_dir):
     again = load_fleet(write(fleet_dir, fleet_to_dict(fleet), "again.yaml"))
     assert again.replace(path=fleet.path) == fleet
     assert main(["check", "-f", "fleet.yaml"]) == 0
+    assert "token_type_ids[1, 8]:int64 in [0, 1] sr[]:int64=16000" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("values,message", [
