@@ -146,4 +146,4 @@ def test_import_prints_an_entry_check_accepts_as_is(fleet_dir, capsys):
 def test_import_of_a_file_that_is_not_onnx_is_a_clear_error(fleet_dir, capsys):
     (fleet_dir / "model.onnx").write_bytes(b"\x00\x01 not protobuf \xff")
     assert main(["import", "model.onnx"]) == 2
-    assert "model.onnx: is not an ONNX model" in capsys.readouterr().err
+    assert "error: model.onnx: 'model.onnx' is not an ONNX model (DecodeError" in capsys.readouterr().err

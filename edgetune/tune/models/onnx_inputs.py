@@ -90,24 +90,33 @@ def check_declared_inputs(fleet: Fleet) -> None:
     for index, model in enumerate(fleet.models):
         if model.onnx is None:
             continue
-        graph = graph_inputs(read_graph(model.onnx))
+        where = f"{display_path(fleet.path)}: models[{index}]"
+        graph = graph_inputs(_read_checked(model.onnx, f"{where}.onnx"))
         problems = input_mismatches(model, graph)
         if problems:
             listed = "; ".join(g.describe() for g in graph) or "none"
             raise InventoryError(
-                f"{display_path(fleet.path)}: models[{index}].inputs: model '{model.name}' ({model.onnx}): "
+                f"{where}.inputs: model '{model.name}' ({model.onnx}): "
                 f"{'; '.join(problems)}. The graph's inputs are: {listed}"
             )
+
+
+def _read_checked(path: Path, where: str) -> onnx.ModelProto:
+    """The ONNX model at `path`; InventoryError at `where` when it is not one."""
+    try:
+        proto = read_graph(path)
+    except Exception as err:  # OSError, protobuf DecodeError
+        raise InventoryError(f"{where}: '{path}' is not an ONNX model ({type(err).__name__}: {err})") from None
+    if not proto.graph.node:
+        raise InventoryError(f"{where}: '{path}' is not an ONNX model (no graph nodes)")
+    return proto
 
 
 def model_entry(path: Path, name: str) -> str:
     """The fleet.yaml `models:` entry of the ONNX model at `path` (as YAML text), read from its
     graph: dynamic dimensions get size 1 and a comment saying so, integer inputs a comment
     asking for their range, inputs of a dtype edgetune cannot feed a comment naming it."""
-    try:
-        graph = graph_inputs(read_graph(path))
-    except Exception as err:  # OSError, protobuf DecodeError
-        raise InventoryError(f"{path}: is not an ONNX model ({type(err).__name__}: {err})") from None
+    graph = graph_inputs(_read_checked(path, str(path)))
     lines = ["models:", f"  - name: {json.dumps(name)}", f"    onnx: {json.dumps(str(path))}", "    inputs:"]
     for inp in graph:
         lines += _input_entry(inp)
