@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
@@ -18,14 +17,9 @@ from edgetune.inventory.schema import FixedValue, Model, ModelInput, ValueRange
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
 
+from onnx_samples import qdq_model, save
+
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
-OPSET = [helper.make_opsetid("", 17)]
-
-
-def save(path: Path, nodes, inputs, outputs, weights) -> Path:
-    graph = helper.make_graph(nodes, path.stem, inputs, outputs, initializer=weights)
-    onnx.save(helper.make_model(graph, opset_imports=OPSET), str(path))
-    return path
 
 
 def run_on_host(model: Model) -> tuple[np.ndarray, np.ndarray]:
@@ -99,28 +93,6 @@ def test_if_on_a_fixed_scalar_folds_away_and_the_unused_branch_leaves_no_task(tm
     assert not any(absent in name for name in tasks), tasks
     got, expected = run_on_host(model)  # the library takes audio only; onnxruntime gets sr too
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-
-
-def qdq_model(path: Path) -> Path:
-    """Two QDQ int8 layers (1.5 MB of int8 weights), as onnxruntime's quantizer writes them."""
-    rng = np.random.default_rng(0)
-    nodes, weights, current, sizes = [], [], "x", [512, 1024, 1024]
-    weights += [numpy_helper.from_array(np.array(0.02, np.float32), "act_scale"),
-                numpy_helper.from_array(np.array(0, np.int8), "act_zero")]  # fmt: skip
-    for layer in range(2):
-        w = rng.integers(-127, 128, size=(sizes[layer], sizes[layer + 1])).astype(np.int8)
-        weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(np.array(0.01, np.float32), f"w{layer}_scale"),
-                    numpy_helper.from_array(np.array(0, np.int8), f"w{layer}_zero")]  # fmt: skip
-        nodes += [
-            helper.make_node("QuantizeLinear", [current, "act_scale", "act_zero"], [f"q{layer}"]),
-            helper.make_node("DequantizeLinear", [f"q{layer}", "act_scale", "act_zero"], [f"dq{layer}"]),
-            helper.make_node("DequantizeLinear", [f"w{layer}", f"w{layer}_scale", f"w{layer}_zero"], [f"wf{layer}"]),
-            helper.make_node("MatMul", [f"dq{layer}", f"wf{layer}"], [f"mm{layer}"]),
-            helper.make_node("Relu", [f"mm{layer}"], [f"h{layer}"]),
-        ]
-        current = f"h{layer}"
-    return save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
-                [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, 1024])], weights)
 
 
 def library_bytes(model: Model, directory: Path) -> int:
