@@ -103,7 +103,6 @@ def _model(model) -> dict[str, Any]:
         "name": model.name,
         "inputs": [_input(i) for i in model.inputs],
         "weight": model.weight,
-        "quantized_weights": model.quantized_weights,
     }
     if model.reference_input:
         data["reference_input"] = str(model.reference_input)
@@ -111,6 +110,7 @@ def _model(model) -> dict[str, Any]:
         data["builtin"] = model.builtin
     else:
         data["onnx"] = str(model.onnx)
+        data["quantized_weights"] = model.quantized_weights
     return data
 
 

@@ -342,6 +342,8 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
         onnx_path = _onnx_path(item.child("onnx"), base) if item.has("onnx") else None
         inputs = _inputs(item.child("inputs"), builtin is None)
         reference = item.child("reference_input", None)
+        if builtin is not None and item.has("quantized_weights"):
+            raise item.child("quantized_weights").error("applies to ONNX models only (a builtin model has float32 weights)")
         models.append(
             Model(
                 name=name,

@@ -147,3 +147,20 @@ def test_import_of_a_file_that_is_not_onnx_is_a_clear_error(fleet_dir, capsys):
     (fleet_dir / "model.onnx").write_bytes(b"\x00\x01 not protobuf \xff")
     assert main(["import", "model.onnx"]) == 2
     assert "error: model.onnx: 'model.onnx' is not an ONNX model (DecodeError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"quantized_weights": "float"}, r"models\[0\].quantized_weights: applies to ONNX models only"),
+    ({"inputs": [{"name": "x", "shape": [1, 256], "values": {"fixed": 1.0}}]}, r"models\[0\].inputs\[0\].values: a fixed value is baked into an ONNX model"),
+])  # fmt: skip
+def test_builtin_models_take_neither_fixed_inputs_nor_quantized_weights(fleet_dir, change, message):
+    data = base_fleet(fleet_dir)
+    data["models"][0].update(change)
+    with pytest.raises(InventoryError, match=message):
+        load_fleet(write(fleet_dir, data))
+
+
+def test_a_model_needs_one_input_fed_at_run_time(fleet_dir):
+    inputs = [{**GOOD_INPUTS[0], "values": {"fixed": 0}}, GOOD_INPUTS[1]]
+    with pytest.raises(InventoryError, match=r"models\[1\].inputs: every input has a fixed value"):
+        load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, inputs)))

@@ -71,7 +71,8 @@ def preprocess(model: Model, original: onnx.ModelProto) -> onnx.ModelProto:
         try:
             ort.InferenceSession(frozen.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-            raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx} at the declared inputs: {err}") from err
+            declared = ", ".join(f"{i.name}{list(i.shape)}:{i.dtype}" + ("=fixed" if i.fixed else "") for i in model.inputs)
+            raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx} at the declared inputs ({declared}): {err}") from err
         folded = onnx.load(str(optimized))
     return onnx.shape_inference.infer_shapes(folded)
 
@@ -192,7 +193,8 @@ def _run_failure(model: Model, culprits: list[str], err: Exception) -> str:
     if not culprits:
         return f"onnxruntime cannot run {model.onnx} on the reference input ({err})"
     causes = "; ".join(
-        f"input '{name}' got {values_description(model, declared[name])}; declare its range (values: {{range: [low, high]}})"
+        f"input '{name}' got {values_description(model, declared[name])}; "
+        + ("fix its values in that file" if model.reference_input is not None else "declare its range (values: {range: [low, high]})")
         for name in culprits
     )
     return f"{causes}: onnxruntime fails on them and runs with zeros there ({err})"
