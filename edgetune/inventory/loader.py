@@ -416,21 +416,21 @@ def _input_value(node: Node, dtype: str) -> float | int:
 
 
 def _onnx_path(node: Node, base: Path) -> Path:
-    path = _path(node, base)
-    found = _stat(node, path)
-    if found is None or not stat.S_ISREG(found.st_mode):
-        what = "does not exist" if found is None else "is not a file"
-        raise node.error(f"ONNX file '{node.value}' {what} (looked for {path})")
-    return path  # its graph is read and checked by `edgetune check` (tune.models.onnx_inputs)
+    return _existing_file(node, base, "ONNX file")  # its graph is read and checked by `edgetune check` (tune.models.onnx_inputs)
 
 
 def _reference_input(node: Node, base: Path, inputs: tuple[ModelInput, ...]) -> Path:
+    path = _existing_file(node, base, "reference input file")
+    check_reference_input(node, path, inputs)
+    return path
+
+
+def _existing_file(node: Node, base: Path, kind: str) -> Path:
     path = _path(node, base)
     found = _stat(node, path)
     if found is None or not stat.S_ISREG(found.st_mode):
         what = "does not exist" if found is None else "is not a file"
-        raise node.error(f"reference input file '{node.value}' {what} (looked for {path})")
-    check_reference_input(node, path, inputs)
+        raise node.error(f"{kind} '{node.value}' {what} (looked for {path})")
     return path
 
 

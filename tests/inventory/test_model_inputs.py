@@ -164,3 +164,11 @@ def test_a_model_needs_one_input_fed_at_run_time(fleet_dir):
     inputs = [{**GOOD_INPUTS[0], "values": {"fixed": 0}}, GOOD_INPUTS[1]]
     with pytest.raises(InventoryError, match=r"models\[1\].inputs: every input has a fixed value"):
         load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, inputs)))
+
+
+def test_reference_values_are_compared_as_the_file_stores_them(fleet_dir):
+    """0.1 as float32 is 0.100000001: still within a declared range ending at 0.1."""
+    gain = {"name": "gain", "shape": [], "dtype": "float32", "values": {"range": [0.0, 0.1]}}
+    np.savez(fleet_dir / "ref.npz", token_type_ids=np.zeros((1, 8), np.int64), gain=np.float32(0.1))
+    fleet = load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, [*GOOD_INPUTS, gain], reference_input="ref.npz")))
+    assert fleet.models[1].reference_input == fleet_dir / "ref.npz"
