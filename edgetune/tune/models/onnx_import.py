@@ -88,7 +88,10 @@ def group_dequantized_weights(mod: tvm.IRModule) -> tvm.IRModule:
     weight = is_op("relax.dequantize")(is_const(), is_const(), is_const())
     weight = weight | is_op("relax.permute_dims")(weight)
     patterns = [(f"dequantize_{op}", is_op(f"relax.{op}")(wildcard(), weight)) for op in WEIGHT_CONSUMERS]
-    return relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=False)(mod)
+    grouped = relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=False)(mod)
+    # Unchanged models stay the very module they were (the pass renumbers variables), so their
+    # artifacts' source digest, and with it "unchanged" rebuilds, stay as they were.
+    return grouped if len(grouped.functions) > len(mod.functions) else mod
 
 
 def _read(model: Model) -> onnx.ModelProto:
