@@ -95,6 +95,17 @@ def test_if_on_a_fixed_scalar_folds_away_and_the_unused_branch_leaves_no_task(tm
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_if_on_a_fed_input_imports_since_the_frontend_handles_if_itself(tmp_path):
+    """`If` is not in the frontend's converter map; it converts it itself, and edgetune's support
+    check asks the frontend. Fed at run time, both branches stay and both are tasks."""
+    model = Model("vad", (ModelInput("audio", (1, 16)), ModelInput("sr", (), "int64", ValueRange(8000, 16000))),
+                  onnx=vad_model(tmp_path / "vad.onnx"))  # fmt: skip
+    tasks = [t.task_name for t in extract_tasks(prepare(load_model(model), HOST), HOST)]
+    assert any("matmul" in name for name in tasks) and any("softmax" in name for name in tasks), tasks
+    got, expected = run_on_host(model)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def library_bytes(model: Model, directory: Path) -> int:
     """Size of the model's library as `edgetune build` makes it (pre-pack pipeline, exported)."""
     library = directory / f"{model.name}-{model.quantized_weights}.so"
