@@ -95,6 +95,7 @@ class BuildOutcome:
     trials: int | None = None
     tasks_without_record: tuple[str, ...] = ()
     tasks_total: int | None = None
+    library_mb: float | None = None
     error: str | None = None
 
     @property
@@ -119,6 +120,7 @@ class BuildOutcome:
             trials=manifest.tuning.trials,
             tasks_without_record=hits.tasks_without_record,
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
+            library_mb=next((f.size / 1e6 for f in manifest.files if f.path == LIBRARY_NAME), None),
             error=error,
         )
 
@@ -132,7 +134,7 @@ class BuildReport:
         return all(o.status in ("built", "unchanged") for o in self.outcomes)
 
     def table(self) -> str:
-        """model x class: untuned ms, tuned ms, speed-up, trials, records, artifact version."""
+        """model x class: untuned ms, tuned ms, speed-up, trials, records, library size, artifact version."""
         rows = [
             [
                 o.model,
@@ -142,13 +144,14 @@ class BuildReport:
                 _speedup(o),
                 "" if o.trials is None else o.trials,
                 _records(o),
+                "" if o.library_mb is None else f"{o.library_mb:.2f}",
                 f"v{o.version}" if o.version else "",
                 o.status,
             ]
             for o in self.outcomes
         ]
         headers = [
-            "model", "class", "untuned ms", "tuned ms", "speed-up (min)", "trials", "records", "artifact", "status"
+            "model", "class", "untuned ms", "tuned ms", "speed-up (min)", "trials", "records", "library MB", "artifact", "status"
         ]
         return tabulate(rows, headers=headers, disable_numparse=True)
 
@@ -214,12 +217,17 @@ class _Pair:
     model: Model
     device_class: DeviceClass
     mod: tvm.IRModule  # the model as imported, weights bound
-    ref_inputs: dict[str, np.ndarray]
+    ref_inputs: dict[str, np.ndarray]  # every declared input, fixed ones included
     work: Path  # scratch directory of this build
 
     @property
+    def fed_inputs(self) -> dict[str, np.ndarray]:
+        """The reference input the built library takes (fixed inputs are baked into it)."""
+        return {i.name: self.ref_inputs[i.name] for i in self.model.fed_inputs}
+
+    @property
     def args(self) -> list[np.ndarray]:
-        return [self.ref_inputs[i.name] for i in self.model.inputs]
+        return list(self.fed_inputs.values())
 
 
 def build_pair(
@@ -286,9 +294,10 @@ def _build_and_measure(
     export = SharedLibraryExport(str(pair.work), profile.cross_compiler)
     library = staging.path / LIBRARY_NAME
     shutil.move(export(apply_database_and_build(prepared, database, target)), library)
+    progress(f"  {library_size(pair.model, library)}")
     untuned = Path(export(build_untuned(prepared, target)))
     expected = {f"output{i}": out for i, out in enumerate(reference_outputs(pair.model, pair.ref_inputs))}
-    (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.ref_inputs))
+    (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.fed_inputs))
     (staging.path / EXPECTED_OUTPUT_NAME).write_bytes(npz_bytes(expected))
     shutil.copytree(database_dir, staging.path / DATABASE_DIR)
     tuning = tuning_inputs.copy_report(pair.fleet, pair.device_class.name, pair.model.name, staging.path / REPORT_DIR)
@@ -297,7 +306,7 @@ def _build_and_measure(
         version=0,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         inputs=inputs,
-        entry=Entry(function=entry_function(pair.mod), inputs=tuple(i.name for i in pair.model.inputs)),
+        entry=Entry(function=entry_function(pair.mod), inputs=tuple(pair.fed_inputs)),
         files=(),
         tuning=tuning,
         record_hits=RecordHits(tasks_with_record=coverage.tuned, tasks_without_record=coverage.missing),
@@ -365,10 +374,20 @@ def _build_inputs(pair: _Pair, database_dir: Path) -> BuildInputs:
         tvm_version=importlib.metadata.version("apache-tvm"),
         tvm_ffi_version=importlib.metadata.version("apache-tvm-ffi"),
         database_sha256=tree_digest(database_dir),
-        reference_input_sha256=sha256_hex(npz_bytes(pair.ref_inputs)),
+        reference_input_sha256=sha256_hex(npz_bytes(pair.fed_inputs)),
         tolerance=TOLERANCE,
         edgetune_version=__version__,
     )
+
+
+def library_size(model: Model, library: Path) -> str:
+    """The library's size, and for ONNX models its ratio to the ONNX file's (int8 weights of
+    quantized models stay int8 unless `quantized_weights: float` widens them)."""
+    size = library.stat().st_size
+    if model.onnx is None:
+        return f"library {size / 1e6:.2f} MB"
+    widened = " (quantized_weights: float: int8 weights widened to float32)" if model.quantized_weights == "float" else ""
+    return f"library {size / 1e6:.2f} MB, {size / model.onnx.stat().st_size:.2f}x the ONNX file{widened}"
 
 
 def profile_digest(profile: DeviceProfile) -> str:

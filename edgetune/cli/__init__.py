@@ -16,6 +16,7 @@ from edgetune.cli import (
     build_cmd,
     check_cmd,
     fleet_cmd,
+    import_cmd,
     keys_cmd,
     plan_cmd,
     pull_cmd,
@@ -28,9 +29,9 @@ from edgetune.cli import (
     verify_cmd,
 )
 
-# In the order of the flow: inventory, machines, tuning, artifacts, the whole job, delivery.
+# In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
-    check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
+    import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
     serve_cmd, pull_cmd, rollout_cmd, regress_cmd,
 )  # fmt: skip
 

@@ -9,6 +9,7 @@ from tabulate import tabulate
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
 from edgetune.inventory import Fleet
 from edgetune.inventory.fleet_plan import plan_fleet
+from edgetune.inventory.schema import FixedValue, ModelInput, ValueRange
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def check(fleet: Fleet) -> str:
         for c in plan.classes
     ]
     models = [
-        [m.name, m.builtin or str(m.onnx), " ".join(f"{i.name}{list(i.shape)}:{i.dtype}" for i in m.inputs), m.weight]
+        [m.name, m.builtin or str(m.onnx), " ".join(_input_text(i) for i in m.inputs), m.weight]
         for m in fleet.models
     ]
     return "\n".join(
@@ -51,3 +52,13 @@ def check(fleet: Fleet) -> str:
             tabulate(models, headers=["model", "source", "inputs", "weight"]),
         ]
     )
+
+
+def _input_text(inp: ModelInput) -> str:
+    """`ids[1, 8]:int64 in [0, 1]`, `sr[]:int64=16000`."""
+    text = f"{inp.name}{list(inp.shape)}:{inp.dtype}"
+    if isinstance(inp.values, FixedValue):
+        return f"{text}={inp.values.value}"
+    if isinstance(inp.values, ValueRange):
+        return f"{text} in [{inp.values.low}, {inp.values.high}]"
+    return text

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgetune.inventory.schema import SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, Fleet, SshSettings
+from edgetune.inventory.schema import (
+    SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, FixedValue, Fleet, ModelInput, SshSettings, ValueRange,
+)
 
 
 def profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
@@ -107,11 +109,23 @@ def _board(board: Board) -> dict[str, Any]:
 def _model(model) -> dict[str, Any]:
     data = {
         "name": model.name,
-        "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in model.inputs],
+        "inputs": [_input(i) for i in model.inputs],
         "weight": model.weight,
     }
+    if model.reference_input:
+        data["reference_input"] = str(model.reference_input)
     if model.builtin:
         data["builtin"] = model.builtin
     else:
         data["onnx"] = str(model.onnx)
+        data["quantized_weights"] = model.quantized_weights
+    return data
+
+
+def _input(inp: ModelInput) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": inp.name, "shape": list(inp.shape), "dtype": inp.dtype}
+    if isinstance(inp.values, FixedValue):
+        data["values"] = {"fixed": inp.values.value}
+    elif isinstance(inp.values, ValueRange):
+        data["values"] = {"range": [inp.values.low, inp.values.high]}
     return data

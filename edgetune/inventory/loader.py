@@ -21,6 +21,8 @@ from edgetune.inventory.reader import Node, check_unique, check_version, display
 from edgetune.inventory.schema import (
     BUILTIN_MODELS,
     DTYPES,
+    QUANTIZED_WEIGHTS,
+    FixedValue,
     FrozenMap,
     HOST_KEY_POLICIES,
     SCHEMA_VERSION,
@@ -41,7 +43,9 @@ from edgetune.inventory.schema import (
     SshSettings,
     Tracker,
     TuningPolicy,
+    ValueRange,
 )
+from edgetune.inventory.reference_input import check_reference_input
 from edgetune.inventory.workdir import Workdir
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -55,6 +59,9 @@ DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
 MAX_KEEP_RELEASES = 100
 SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
+MODEL_KEYS = ("name", "builtin", "onnx", "inputs", "weight", "reference_input", "quantized_weights")
+INTEGER_LIMITS = {"int8": (-(2**7), 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+FLOAT_LIMITS = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "compare", "enable_cpu_cache_flush")
 COMPARE_KEYS = ("rounds", "repeat", "min_repeat_ms")
 TUNING_KEYS = ("trials_per_task", "trials_per_class", "trials_per_class_override", "trials_per_iter", "max_trials_per_task", "early_stop", "time_limit_s", "borrow")
@@ -331,63 +338,103 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
     check_unique(items, "name", "model")
     models = []
     for item in items:
-        item.mapping(("name", "builtin", "onnx", "inputs", "weight"))
+        item.mapping(MODEL_KEYS)
         if item.has("builtin") == item.has("onnx"):
             raise item.error("give exactly one of 'builtin' (a reference model name) or 'onnx' (a file path)")
         name = _name(item, "name")
         builtin = item.choice("builtin", BUILTIN_MODELS, None)
         onnx_path = _onnx_path(item.child("onnx"), base) if item.has("onnx") else None
+        inputs = _inputs(item.child("inputs"), builtin is None)
+        reference = item.child("reference_input", None)
+        if builtin is not None and item.has("quantized_weights"):
+            raise item.child("quantized_weights").error("applies to ONNX models only (a builtin model has float32 weights)")
         models.append(
             Model(
                 name=name,
-                inputs=_inputs(item.child("inputs")),
+                inputs=inputs,
                 onnx=onnx_path,
                 builtin=builtin,
                 weight=item.positive("weight", float, MAX_WEIGHT, 1.0),
+                reference_input=_reference_input(reference, base, inputs) if reference.value is not None else None,
+                quantized_weights=item.choice("quantized_weights", QUANTIZED_WEIGHTS, "keep"),
             )
         )
     return tuple(models)
 
 
-def _inputs(node: Node) -> tuple[ModelInput, ...]:
+def _inputs(node: Node, may_fix: bool) -> tuple[ModelInput, ...]:
     items = list(node.items(MAX_INPUTS))
     if not items:
         raise node.error("at least one input is required")
     check_unique(items, "name", "input")
     inputs = []
     for item in items:
-        item.mapping(("name", "shape", "dtype"))
+        item.mapping(("name", "shape", "dtype", "values"))
         name = item.get("name", str)
         shape = []
         for dim in item.child("shape").items(MAX_RANK):
             if isinstance(dim.value, bool) or not isinstance(dim.value, int) or not 0 < dim.value <= MAX_ELEMENTS:
                 raise dim.error(f"input dimensions must be positive integers (fixed shapes), got {dim.value!r} (at most {MAX_ELEMENTS})")
             shape.append(dim.value)
-        if not shape:
-            raise item.child("shape").error("must list at least one dimension")
         elements = 1
         for dim in shape:
             elements *= dim
         if elements > MAX_ELEMENTS:
             raise item.child("shape").error(f"holds {elements} elements, more than the {MAX_ELEMENTS} a tensor may have")
-        inputs.append(ModelInput(name=name, shape=tuple(shape), dtype=item.choice("dtype", DTYPES, "float32")))
+        dtype = item.choice("dtype", DTYPES, "float32")
+        values = _input_values(item.child("values", None), dtype)
+        if isinstance(values, FixedValue) and not may_fix:
+            raise item.child("values").error("a fixed value is baked into an ONNX model; a builtin model takes its input at run time")
+        inputs.append(ModelInput(name=name, shape=tuple(shape), dtype=dtype, values=values))
+    if all(i.fixed for i in inputs):
+        raise node.error("every input has a fixed value; at least one must be fed at run time")
     return tuple(inputs)
 
 
+def _input_values(node: Node, dtype: str) -> ValueRange | FixedValue | None:
+    """`{range: [low, high]}` or `{fixed: value}`: numbers the dtype holds (integers for
+    integer dtypes), low <= high."""
+    if node.value is None:
+        return None
+    node.mapping(("range", "fixed"))
+    if node.has("range") == node.has("fixed"):
+        raise node.error("give exactly one of 'range: [low, high]' or 'fixed: value'")
+    if node.has("fixed"):
+        return FixedValue(_input_value(node.child("fixed"), dtype))
+    bounds = list(node.child("range").items(2))
+    if len(bounds) != 2:
+        raise node.child("range").error(f"must be [low, high], got {node.value['range']!r}")
+    low, high = (_input_value(bound, dtype) for bound in bounds)
+    if low > high:
+        raise node.child("range").error(f"low must not exceed high, got [{low}, {high}]")
+    return ValueRange(low, high)
+
+
+def _input_value(node: Node, dtype: str) -> float | int:
+    integer = dtype in INTEGER_LIMITS
+    value = node.scalar(int if integer else float)
+    low, high = INTEGER_LIMITS[dtype] if integer else (-FLOAT_LIMITS[dtype], FLOAT_LIMITS[dtype])
+    if not low <= value <= high:
+        raise node.error(f"{value} does not fit in {dtype} (from {low:g} to {high:g})")
+    return value
+
+
 def _onnx_path(node: Node, base: Path) -> Path:
+    return _existing_file(node, base, "ONNX file")  # its graph is read and checked by `edgetune check` (tune.models.onnx_inputs)
+
+
+def _reference_input(node: Node, base: Path, inputs: tuple[ModelInput, ...]) -> Path:
+    path = _existing_file(node, base, "reference input file")
+    check_reference_input(node, path, inputs)
+    return path
+
+
+def _existing_file(node: Node, base: Path, kind: str) -> Path:
     path = _path(node, base)
     found = _stat(node, path)
     if found is None or not stat.S_ISREG(found.st_mode):
         what = "does not exist" if found is None else "is not a file"
-        raise node.error(f"ONNX file '{node.value}' {what} (looked for {path})")
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as err:  # onnx raises DecodeError and others for non-ONNX bytes
-        raise node.error(f"'{node.value}' is not an ONNX model ({type(err).__name__}: {err})") from None
-    if not model.graph.node:
-        raise node.error(f"'{node.value}' is not an ONNX model (no graph nodes)")
+        raise node.error(f"{kind} '{node.value}' {what} (looked for {path})")
     return path
 
 

@@ -131,10 +131,33 @@ class Board:
 
 
 @dataclass(frozen=True)
+class ValueRange:
+    """The values an input takes: drawn uniformly from [low, high] for the reference input."""
+
+    low: float | int
+    high: float | int
+
+
+@dataclass(frozen=True)
+class FixedValue:
+    """An input that always has one value: baked into the model as a constant before import."""
+
+    value: float | int
+
+
+@dataclass(frozen=True)
 class ModelInput:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # () for a scalar
     dtype: str = "float32"
+    values: ValueRange | FixedValue | None = None  # None: the default reference values
+
+    @property
+    def fixed(self) -> bool:
+        return isinstance(self.values, FixedValue)
+
+
+QUANTIZED_WEIGHTS = ("keep", "float")  # int8 weights of quantized models: kept, or widened to float32
 
 
 @dataclass(frozen=True)
@@ -144,6 +167,13 @@ class Model:
     onnx: Path | None = None
     builtin: str | None = None
     weight: float = 1.0
+    reference_input: Path | None = None  # an .npz with one array per declared input
+    quantized_weights: str = "keep"
+
+    @property
+    def fed_inputs(self) -> tuple[ModelInput, ...]:
+        """The inputs the built model takes, in order (fixed inputs are baked in)."""
+        return tuple(i for i in self.inputs if not i.fixed)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tests_samples import FAKE_PRIVATE_KEY
 import yaml
 from onnx import TensorProto, helper
 
+from edgetune.cli import main
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet, load_profile
 from edgetune.inventory.dump import fleet_to_dict, profile_to_dict
@@ -274,12 +275,13 @@ def test_simulated_board_key_may_not_exist_yet(fleet_dir):
     assert fleet.board("b1").ssh.key == fleet_dir / "sim/id_ed25519"
 
 
-def test_not_onnx_file_is_refused(fleet_dir):
+def test_not_onnx_file_is_refused_by_check(fleet_dir, capsys):
     data = base_fleet(fleet_dir)
     (fleet_dir / "fake.onnx").write_bytes(b"\x00\x01 definitely not protobuf \xff\xff")
     data["models"][1]["onnx"] = "fake.onnx"
-    with pytest.raises(InventoryError, match=r"fleet.yaml: models\[1\].onnx: 'fake.onnx' is not an ONNX model"):
-        load_fleet(write(fleet_dir, data))
+    write(fleet_dir, data)
+    assert main(["check", "-f", "fleet.yaml"]) == 2
+    assert f"fleet.yaml: models[1].onnx: '{fleet_dir / 'fake.onnx'}' is not an ONNX model" in capsys.readouterr().err
 
 
 def _profile_data() -> dict:

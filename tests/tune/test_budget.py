@@ -25,7 +25,8 @@ from edgetune.tune.target import build_target
 from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
-from conftest import Loopback, conv_model
+from conftest import Loopback
+from onnx_models import conv_model
 from fleets import AVX512, make_fleet, mlp
 
 PER_ITER = 4

@@ -1,14 +1,12 @@
 """The models of the inventory as Relax modules with bound weights, and their reference I/O.
 
 `load_model` is the one entry point for tuning and building; `reference_inputs` makes the
-fixed input every later step (artifact check, regression) feeds, and `reference_outputs`
+input every later step (artifact check, regression) feeds (`reference_values`), and `reference_outputs`
 computes what the model must answer to it: onnxruntime for ONNX models, and for built-in
 models an untuned host build of the unoptimized module (plain loops, no tuning involved).
 """
 
 from __future__ import annotations
-
-import hashlib
 
 import numpy as np
 import tvm
@@ -17,6 +15,9 @@ from tvm import relax
 from edgetune.inventory.schema import Model
 from edgetune.tune.models.builtin import load_builtin
 from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs
+from edgetune.tune.models.reference_values import reference_inputs
+
+__all__ = ["entry_function", "load_model", "reference_inputs", "reference_outputs"]
 
 
 def load_model(model: Model) -> tvm.IRModule:
@@ -26,23 +27,13 @@ def load_model(model: Model) -> tvm.IRModule:
 
 
 def entry_function(mod: tvm.IRModule) -> str:
-    """The name of the module's single Relax entry function."""
-    names = [gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)]
+    """The name of the module's single public Relax function (private ones are its parts)."""
+    names = [
+        gv.name_hint
+        for gv, func in mod.functions.items()
+        if isinstance(func, relax.Function) and "global_symbol" in (func.attrs or {})
+    ]
     return names[0]
-
-
-def reference_inputs(model: Model) -> dict[str, np.ndarray]:
-    """A fixed input per model input, the same on every machine: seeded by the model name and
-    input name (uniform in [-1, 1) for floats, small non-negative values for integers)."""
-    inputs = {}
-    for inp in model.inputs:
-        seed = int.from_bytes(hashlib.sha256(f"{model.name}/{inp.name}".encode()).digest()[:8], "little")
-        rng = np.random.default_rng(seed)
-        if np.issubdtype(np.dtype(inp.dtype), np.floating):
-            inputs[inp.name] = rng.uniform(-1.0, 1.0, size=inp.shape).astype(inp.dtype)
-        else:
-            inputs[inp.name] = rng.integers(0, 8, size=inp.shape).astype(inp.dtype)
-    return inputs
 
 
 def reference_outputs(model: Model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

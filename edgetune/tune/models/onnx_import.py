@@ -1,46 +1,67 @@
-"""ONNX import: freeze the inventory's input shapes, let onnxruntime fold the shape arithmetic,
-check the result against the original, then import with TVM's Relax ONNX frontend.
+"""ONNX import: bake fixed inputs in, freeze the inventory's input shapes, let onnxruntime fold
+the shape arithmetic, check the result against the original, then import with TVM's Relax ONNX
+frontend, keeping int8 weights int8.
 
 Real exported models compute shapes inside the graph, which TVM's frontend often cannot import
 ("Reshape requires the input new shape to be Shape"). Freezing the input dims and saving the
 graph through onnxruntime's basic optimizer (standard-ONNX-only constant folding) fixes that,
-and also folds batch norms into convolutions (TVM_NOTES 'Real ONNX models').
+and also folds batch norms into convolutions (TVM_NOTES 'Real ONNX models'). An input with a
+fixed value becomes a constant first, so the optimizer folds what depends on it, `If`
+branches included: the branch not taken leaves nothing to tune.
+
+Quantized (QDQ) models keep their weights as int8 constants `DequantizeLinear` widens. Relax's
+constant folding would widen them once at build (4x the bytes); each dequantize of a constant
+is therefore grouped with the matmul or convolution it feeds into one kernel, whose int8
+weight argument constant folding cannot evaluate. `quantized_weights: float` opts out.
+
+Every error names the model, and where it is about an input, the input and its values.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import tvm
+from onnx import numpy_helper
+from tvm import relax
+from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.frontend.onnx import from_onnx
+from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model
+from edgetune.tune.models.onnx_inputs import graph_inputs, input_mismatches
+from edgetune.tune.models.reference_values import reference_inputs, values_description
 
 PREPROCESS_RTOL = 1e-4
 PREPROCESS_ATOL = 1e-5
+WEIGHT_CONSUMERS = ("matmul", "nn.conv1d", "nn.conv2d", "nn.conv3d")
 
 
 def load_onnx(model: Model) -> tvm.IRModule:
-    """The ONNX model at the inventory's shapes as a Relax module with weights bound."""
+    """The ONNX model at the inventory's shapes as a Relax module with weights bound; its
+    `main` takes the fed (not fixed) inputs in inventory order."""
     original = _read(model)
     preprocessed = preprocess(model, original)
     _check_preprocessed(model, original, preprocessed)
     _check_supported(model, preprocessed)
-    shapes = {inp.name: list(inp.shape) for inp in model.inputs}
-    dtypes = {inp.name: inp.dtype for inp in model.inputs}
+    shapes = {inp.name: list(inp.shape) for inp in model.fed_inputs}
+    dtypes = {inp.name: inp.dtype for inp in model.fed_inputs}
     try:
-        return from_onnx(preprocessed, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+        mod = from_onnx(preprocessed, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:  # the frontend raises many kinds; all mean "cannot import"
         raise TuneError(f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend failed: {err}") from err
+    return group_dequantized_weights(mod) if model.quantized_weights == "keep" else mod
 
 
 def preprocess(model: Model, original: onnx.ModelProto) -> onnx.ModelProto:
-    """Freeze input dims, fold constants with onnxruntime ORT_ENABLE_BASIC, infer shapes."""
+    """Bake fixed inputs, freeze input dims, fold constants with onnxruntime ORT_ENABLE_BASIC,
+    infer shapes."""
     frozen = _freeze_inputs(model, original)
     with tempfile.TemporaryDirectory(prefix="edgetune-onnx-") as tmp:
         optimized = Path(tmp) / "basic.onnx"
@@ -50,14 +71,27 @@ def preprocess(model: Model, original: onnx.ModelProto) -> onnx.ModelProto:
         try:
             ort.InferenceSession(frozen.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-            raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx}: {err}") from err
+            declared = ", ".join(f"{i.name}{list(i.shape)}:{i.dtype}" + ("=fixed" if i.fixed else "") for i in model.inputs)
+            raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx} at the declared inputs ({declared}): {err}") from err
         folded = onnx.load(str(optimized))
     return onnx.shape_inference.infer_shapes(folded)
 
 
 def onnx_reference_outputs(model: Model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The original ONNX model's outputs on `inputs`, computed by onnxruntime."""
-    return _run_ort(_read(model), inputs)
+    """The original ONNX model's outputs on `inputs` (every declared input), by onnxruntime."""
+    return _run_ort(model, _read(model), inputs)
+
+
+def group_dequantized_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """Each `dequantize(constant)` (transposed or not) with the matmul or convolution it feeds,
+    as one function taking the int8 constant as an argument: one kernel after fusion."""
+    weight = is_op("relax.dequantize")(is_const(), is_const(), is_const())
+    weight = weight | is_op("relax.permute_dims")(weight)
+    patterns = [(f"dequantize_{op}", is_op(f"relax.{op}")(wildcard(), weight)) for op in WEIGHT_CONSUMERS]
+    grouped = relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=False)(mod)
+    # Unchanged models stay the very module they were (the pass renumbers variables), so their
+    # artifacts' source digest, and with it "unchanged" rebuilds, stay as they were.
+    return grouped if len(grouped.functions) > len(mod.functions) else mod
 
 
 def _read(model: Model) -> onnx.ModelProto:
@@ -68,32 +102,34 @@ def _read(model: Model) -> onnx.ModelProto:
 
 
 def _freeze_inputs(model: Model, proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `proto` with fixed inputs turned into constants and the others' dims set."""
+    problems = input_mismatches(model, graph_inputs(proto))
+    if problems:
+        raise TuneError(f"model {model.name!r} ({model.onnx}): {'; '.join(problems)}; fix `inputs` in fleet.yaml")
     frozen = onnx.ModelProto()
     frozen.CopyFrom(proto)
-    graph_inputs = {i.name: i for i in frozen.graph.input}
-    for inp in model.inputs:
-        if inp.name not in graph_inputs:
-            raise TuneError(
-                f"model {model.name!r}: input {inp.name!r} is not in {model.onnx} "
-                f"(its inputs: {', '.join(graph_inputs)}); fix `inputs` in fleet.yaml"
-            )
-        dims = graph_inputs[inp.name].type.tensor_type.shape.dim
-        if len(dims) != len(inp.shape):
-            raise TuneError(
-                f"model {model.name!r}: input {inp.name!r} has rank {len(dims)} in {model.onnx}, "
-                f"but fleet.yaml gives shape {list(inp.shape)}"
-            )
+    graph_inputs_by_name = {i.name: i for i in frozen.graph.input}
+    fixed = {inp.name: inp for inp in model.inputs if inp.fixed}
+    for inp in model.fed_inputs:
+        dims = graph_inputs_by_name[inp.name].type.tensor_type.shape.dim
         for dim, size in zip(dims, inp.shape):
             dim.ClearField("dim_param")
             dim.dim_value = size
+    kept = [i for i in frozen.graph.input if i.name not in fixed]
+    kept_weights = [w for w in frozen.graph.initializer if w.name not in fixed]
+    del frozen.graph.input[:], frozen.graph.initializer[:]
+    frozen.graph.input.extend(kept)
+    frozen.graph.initializer.extend(kept_weights)
+    frozen.graph.initializer.extend(
+        numpy_helper.from_array(np.full(inp.shape, inp.values.value, dtype=inp.dtype), inp.name) for inp in fixed.values()
+    )
     return frozen
 
 
 def _check_preprocessed(model: Model, original: onnx.ModelProto, preprocessed: onnx.ModelProto) -> None:
-    from edgetune.tune.models import reference_inputs  # the one definition of the fixed input
-
     inputs = reference_inputs(model)
-    for expected, got in zip(_run_ort(original, inputs), _run_ort(preprocessed, inputs)):
+    fed = {inp.name: inputs[inp.name] for inp in model.fed_inputs}
+    for expected, got in zip(_run_ort(model, original, inputs), _run_ort(model, preprocessed, fed)):
         if not np.allclose(expected, got, rtol=PREPROCESS_RTOL, atol=PREPROCESS_ATOL):
             raise TuneError(
                 f"model {model.name!r}: onnxruntime's constant folding changed the outputs "
@@ -102,10 +138,8 @@ def _check_preprocessed(model: Model, original: onnx.ModelProto, preprocessed: o
 
 
 def _check_supported(model: Model, proto: onnx.ModelProto) -> None:
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    supported = _get_convert_map()
-    missing = sorted({node.op_type for node in proto.graph.node if node.op_type not in supported})
+    """Ask TVM's frontend about every operator of the graph and of its subgraphs (If branches)."""
+    missing = sorted(op for op in _op_types(proto.graph) if not _frontend_converts(op))
     if missing:
         raise TuneError(
             f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend does not support the "
@@ -113,9 +147,57 @@ def _check_supported(model: Model, proto: onnx.ModelProto) -> None:
         )
 
 
-def _run_ort(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _op_types(graph: onnx.GraphProto) -> set[str]:
+    ops = set()
+    for node in graph.node:
+        ops.add(node.op_type)
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                ops |= _op_types(subgraph)
+    return ops
+
+
+def _frontend_converts(op_type: str) -> bool:
+    """The frontend's own check (its convert map and the operators it handles itself, such
+    as If), asked about one operator."""
+    importer = ONNXGraphImporter(shape_dict={}, dtype_dict={})
+    try:
+        importer._check_for_unsupported_ops(SimpleNamespace(node=[SimpleNamespace(op_type=op_type)]))
+    except tvm.error.OpNotImplemented:
+        return False
+    return True
+
+
+def _run_ort(model: Model, proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The outputs of `proto` on `inputs`; a failure names the model and, when the model runs
+    once one input's values are zeroed, that input and the values it got."""
     try:
         session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-        return session.run(None, inputs)
     except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-        raise TuneError(f"onnxruntime cannot run the model: {err}") from err
+        raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx}: {err}") from err
+    fed = {name: inputs[name] for name in (i.name for i in session.get_inputs())}
+    try:
+        return session.run(None, fed)
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
+        culprits = [name for name in fed if _runs_with_zeros(session, fed, name)]
+        raise TuneError(f"model {model.name!r}: {_run_failure(model, culprits, err)}") from err
+
+
+def _runs_with_zeros(session: ort.InferenceSession, inputs: dict[str, np.ndarray], name: str) -> bool:
+    try:
+        session.run(None, {**inputs, name: np.zeros_like(inputs[name])})
+    except Exception:  # noqa: BLE001 - any failure means "not this input alone"
+        return False
+    return True
+
+
+def _run_failure(model: Model, culprits: list[str], err: Exception) -> str:
+    declared = {inp.name: inp for inp in model.inputs}
+    if not culprits:
+        return f"onnxruntime cannot run {model.onnx} on the reference input ({err})"
+    causes = "; ".join(
+        f"input '{name}' got {values_description(model, declared[name])}; "
+        + ("fix its values in that file" if model.reference_input is not None else "declare its range (values: {range: [low, high]})")
+        for name in culprits
+    )
+    return f"{causes}: onnxruntime fails on them and runs with zeros there ({err})"

@@ -1,0 +1,44 @@
+"""Integration: a quantized (QDQ int8) ONNX model with a fixed scalar input, tuned and built on
+the simulated fleet (`sim_fleet`) by `edgetune build`: its artifact stays within 1.5x of the
+ONNX file's size, takes only the fed input, and matches onnxruntime on the boards."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from edgetune.artifact.release import build_artifacts
+from edgetune.artifact.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
+from edgetune.artifact.reference import read_npz
+from edgetune.artifact.signing import init_keys
+from edgetune.artifact.store import ArtifactStore
+from edgetune.inventory.schema import FixedValue, Model, ModelInput
+from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+
+from onnx_samples import qdq_model
+
+CLASS = "gw-fast"
+
+
+def test_quantized_model_with_a_fixed_input_builds_an_artifact_the_size_of_its_onnx_file(sim_fleet, tmp_path):
+    onnx_path = qdq_model(tmp_path / "vad-int8.onnx", rate_branch=True)
+    model = Model("vad-int8", (ModelInput("x", (1, 512)), ModelInput("sr", (), "int64", FixedValue(16000))), onnx=onnx_path)
+    fleet = sim_fleet.replace(
+        workdir=tmp_path / "work", models=(model,),
+        artifacts=replace(sim_fleet.artifacts, dir=tmp_path / "artifacts", signing_key=tmp_path / "keys" / "signing.key",
+                          public_key=tmp_path / "keys" / "signing.pub"),
+    )  # fmt: skip
+    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
+    tuned = tune_class(fleet, CLASS, TuneOptions(search=SearchSettings(population_size=64)))
+    assert tuned.ok, tuned.error
+
+    report = build_artifacts(fleet, classes=[CLASS])
+    print(report.table())
+    (outcome,) = report.outcomes
+    assert report.ok and outcome.status == "built", report.failures()
+    stored = ArtifactStore(fleet.artifacts.dir).latest("vad-int8", CLASS)
+    library_bytes = (stored.path / LIBRARY_NAME).stat().st_size
+    assert library_bytes <= 1.5 * onnx_path.stat().st_size, (library_bytes, onnx_path.stat().st_size)
+    assert outcome.library_mb == library_bytes / 1e6
+    assert stored.manifest.entry.inputs == ("x",)
+    assert list(read_npz(stored.path / REFERENCE_INPUT_NAME)) == ["x"]
+    assert all(board.max_abs_error < 1e-3 for board in stored.manifest.boards)

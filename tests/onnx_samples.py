@@ -1,0 +1,52 @@
+"""Small real ONNX models shared by the tune and artifact tests, built with onnx.helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def save(path: Path, nodes, inputs, outputs, weights) -> Path:
+    graph = helper.make_graph(nodes, path.stem, inputs, outputs, initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), str(path))
+    return path
+
+
+def qdq_model(path: Path, rate_branch: bool = False) -> Path:
+    """Two QDQ int8 matmul layers 512 -> 1024 -> 1024 (1.5 MB of int8 weights), as
+    onnxruntime's quantizer writes them. With `rate_branch`, a scalar int64 input `sr` picks
+    the last step (`If(sr == 16000)`: negate, else sigmoid), as audio models branch on it."""
+    rng = np.random.default_rng(0)
+    nodes, current, sizes = [], "x", [512, 1024, 1024]
+    weights = [numpy_helper.from_array(np.array(0.0173, np.float32), "act_scale"),
+               numpy_helper.from_array(np.array(0, np.int8), "act_zero")]  # fmt: skip
+    for layer in range(2):
+        w = rng.integers(-127, 128, size=(sizes[layer], sizes[layer + 1])).astype(np.int8)
+        weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(np.array(0.00731, np.float32), f"w{layer}_scale"),
+                    numpy_helper.from_array(np.array(0, np.int8), f"w{layer}_zero")]  # fmt: skip
+        nodes += [
+            helper.make_node("QuantizeLinear", [current, "act_scale", "act_zero"], [f"q{layer}"]),
+            helper.make_node("DequantizeLinear", [f"q{layer}", "act_scale", "act_zero"], [f"dq{layer}"]),
+            helper.make_node("DequantizeLinear", [f"w{layer}", f"w{layer}_scale", f"w{layer}_zero"], [f"wf{layer}"]),
+            helper.make_node("MatMul", [f"dq{layer}", f"wf{layer}"], [f"mm{layer}"]),
+            helper.make_node("Relu", [f"mm{layer}"], [f"h{layer}"]),
+        ]
+        current = f"h{layer}"
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])]
+    if rate_branch:
+        relu = helper.make_graph([helper.make_node("Neg", [current], ["neg"])], "rate16k", [],
+                                 [helper.make_tensor_value_info("neg", TensorProto.FLOAT, [1, 1024])])
+        sigmoid = helper.make_graph([helper.make_node("Sigmoid", [current], ["sigmoid"])], "other", [],
+                                    [helper.make_tensor_value_info("sigmoid", TensorProto.FLOAT, [1, 1024])])
+        nodes += [helper.make_node("Equal", ["sr", "rate16k"], ["is16k"]),
+                  helper.make_node("If", ["is16k"], ["y"], then_branch=relu, else_branch=sigmoid)]
+        weights.append(numpy_helper.from_array(np.array(16000, np.int64), "rate16k"))
+        inputs.append(helper.make_tensor_value_info("sr", TensorProto.INT64, []))
+    else:
+        nodes.append(helper.make_node("Identity", [current], ["y"]))
+    return save(path, nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])], weights)
