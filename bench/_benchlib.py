@@ -163,6 +163,7 @@ def write_fleet_yaml(
     boards: Sequence[BoardSpec],
     models: list[dict],
     tuning: dict,
+    command_timeout_s: int = 300,
 ) -> Path:
     """A fleet.yaml for the bench's own simulated fleet in `workdir`."""
     fleet = {
@@ -175,7 +176,7 @@ def write_fleet_yaml(
              "port": TRACKER_PORT, "port_end": TRACKER_PORT + 9}
         ],
         "ssh": {"user": "root", "key": "work/sim/id_ed25519", "known_hosts": "work/known_hosts",
-                "connect_timeout_s": 5, "command_timeout_s": 300},
+                "connect_timeout_s": 5, "command_timeout_s": command_timeout_s},
         "device_classes": [{"name": c, "profile": str(p)} for c, p in classes.items()],
         "boards": [
             {"name": b.name, "address": f"{SUBNET}.{b.host}", "device_class": b.device_class,
