@@ -72,9 +72,9 @@ def apply_database_and_build(
         return relax.build(applied, target=target, exec_mode=exec_mode)
 
 
-def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:
+def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target, exec_mode: str = "compiled") -> relax.VMExecutable:
     """The same prepared module built without any record: the baseline tuning must beat."""
-    return apply_database_and_build(prepared, ms.database.MemoryDatabase(), target)
+    return apply_database_and_build(prepared, ms.database.MemoryDatabase(), target, exec_mode)
 
 
 def count_tuned_tasks(
