@@ -51,7 +51,8 @@ DEFAULT_MODELS = "cnn,mobilenet-mini," + ",".join(m.name for m in real_models.MO
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma list (default {DEFAULT_MODELS})")
-    parser.add_argument("--trials-per-task", type=int, default=8, help="tuning budget per task (default 8)")
+    parser.add_argument("--trials-per-task", type=int, default=8,
+                        help="tuning budget per task (default 8; 0: no tuning, only untuned TVM and onnxruntime)")
     parser.add_argument("--trials-per-iter", type=int, default=8, help="trials per task per tuning round (default 8)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (default 10)")
     parser.add_argument("--round-ms", type=float, default=200.0,
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
     models = [dict(s.entry, weight=s.tasks) for s in specs]
     total_tasks = sum(s.tasks for s in specs)
-    tuning = {"trials_per_class": args.trials_per_task * total_tasks, "trials_per_iter": args.trials_per_iter,
+    tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
               "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
     boards = [BoardSpec("sbs-1", CLASS, 1.0, 21)]
     fleet_path = write_fleet_yaml(workdir, "bench-sbs", {CLASS: PROFILE_AVX512}, boards, models, tuning,
@@ -118,10 +119,11 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     board = fleet.boards[0]
     threads = board.threads or fleet.device_class(CLASS).profile.runtime_threads
     rows = []
+    tuning_on = args.trials_per_task > 0
     with running_fleet(fleet):
-        tune_s, class_result = tune(fleet)
+        tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
         for spec, model in zip(specs, fleet.models):
-            built = build(fleet, model, workdir)
+            built = build(fleet, model, workdir, tuned=tuning_on)
             rows.append(measure(board, built, spec, threads, args, workdir))
             say(summary_line(rows[-1]))
     report = make_report(args, facts, fleet, threads, tune_s, class_result, rows)
@@ -173,6 +175,7 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
     flops = model_flops(built)
     stats = {label: time_stats(rounds) for label, rounds in samples.items()}
     outputs = {label: [np.array(o, np.float64) for o in outs] for label, outs in data["outputs"].items()}
+    best = "tuned" if "tuned" in outputs else "untuned"
     ratios = {}
     for num, den in (("untuned", "tuned"), ("onnxruntime", "tuned"), ("onnxruntime", "untuned")):
         if num in samples and den in samples:
@@ -182,8 +185,8 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
         "flops": flops, "stats": stats, "ratios": ratios,
         "gemm_gflops": data["gemm_gflops"], "gemm_n": data["gemm_n"], "versions": data["versions"],
         "max_abs_diff": {
-            "tuned vs edgetune reference": max_diff(outputs["tuned"], built.expected),
-            **({"onnxruntime vs tuned": max_diff(outputs["onnxruntime"], outputs["tuned"])} if "onnxruntime" in outputs else {}),
+            f"{best} vs edgetune reference": max_diff(outputs[best], built.expected),
+            **({f"onnxruntime vs {best}": max_diff(outputs["onnxruntime"], outputs[best])} if "onnxruntime" in outputs else {}),
         },
         "ort_note": built.ort_note,
     }
@@ -232,7 +235,7 @@ def summary_line(row: dict) -> str:
 
 def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict:
     summaries = {}
-    for path in class_result.summaries:
+    for path in class_result.summaries if class_result else ():
         summary = json.loads(Path(path).read_text())
         summaries[summary["model"]] = summary
     gemm = [g for row in rows for g in row["gemm_gflops"]]
@@ -250,7 +253,7 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
         "board": "simulated board (network namespace + cgroup, cpu quota 1.0) on this machine",
         "target": profile.target_json(), "threads": threads,
         "tuning": {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter,
-                   "trials_run": class_result.trials_run, "minutes": tune_s / 60.0},
+                   "trials_run": class_result.trials_run if class_result else 0, "minutes": tune_s / 60.0},
         "timing": {"rounds": args.rounds, "round_ms": args.round_ms,
                    "method": "one python process on the board; time.perf_counter_ns around every call; "
                              "order rotated each round (ABC, BCA, CAB); TVM: vm[entry](*tvm tensors); "
@@ -295,7 +298,7 @@ def markdown(report: dict) -> str:
 
         gflop = f"{row['flops'] / 1e9:.3f}" if row["flops"] else "n/a"
         lines.append(f"| {row['model']} | {row['kind']} | {gflop} | {row['tasks']} ({row['tasks_tuned']}) | "
-                     f"{row['trials']} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
+                     f"{row['trials'] or '-'} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
                      f"{ratio('untuned/tuned')} | {ratio('onnxruntime/tuned')} | {rate('tuned')} | {rate('onnxruntime')} |")
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
