@@ -26,6 +26,7 @@ from typing import Sequence
 import tvm
 
 BUILTIN_PREFIX = "vm.builtin."
+PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for a kernel on pre-packed weights
 OTHER = "other kernels (element-wise, pooling, reductions)"
 LAYOUT = "layout transforms"
 
@@ -125,10 +126,16 @@ def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, in
         vm.set_instrument(None)
     symbols = {symbol for call in per_call for symbol in call}
     kernels = [s for s in symbols if not s.startswith(BUILTIN_PREFIX)]
-    rows = sorted((KernelRow(s, *kinds.get(s, (OTHER, 0)), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
+    rows = sorted((KernelRow(s, *_kind_of(s, kinds), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
                    for s in kernels), key=lambda row: -row.ms)
     builtins = statistics.median(sum(ns for s, ns in c.items() if s.startswith(BUILTIN_PREFIX)) for c in per_call)
     return ModelProfile(tuple(rows), statistics.median(plain) / 1e6, builtins / 1e6)
+
+
+def _kind_of(symbol: str, kinds: dict[str, tuple[str, int]]) -> tuple[str, int]:
+    """A built kernel's (kind, FLOPs): the tuned build calls a kernel whose weights were
+    pre-packed by its prepared name plus PREPACKED_SUFFIX."""
+    return kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
 
 
 def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:
