@@ -30,6 +30,7 @@ from _benchlib import PROFILE_AVX512, machine_facts, say  # noqa: E402
 from board_side_by_side import gemm_gflops  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DISTORTION_LIMIT = 0.15  # instrumented vs plain model time beyond which the profile warns
 
 
 def parse_args() -> argparse.Namespace:
@@ -87,18 +88,31 @@ def main() -> None:
         for _ in range(args.calls + 1):  # the first (warm-up) run is left out of the rows
             session.run(None, inputs)
         ort_profile = onnxruntime_profile(Path(session.end_profiling()), skip_runs=1)
+    options.enable_profiling = False
+    ort_plain_ms = median_call_ms(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
+                                  inputs, args.calls)
     peak = max(gemm + gemm_gflops())  # the fastest call: other work on the machine only slows calls down
 
     report = {"model": real.name, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
               "machine": machine_facts(), "database": str(args.database) if args.database else None,
               "kernels_with_record": [coverage.tuned, coverage.total], "peak_gflops": peak, "calls": args.calls,
-              "tvm": _as_json(tvm_profile), "onnxruntime": _as_json(ort_profile),
+              "tvm": _as_json(tvm_profile), "onnxruntime": _as_json(ort_profile), "onnxruntime_unprofiled_ms": ort_plain_ms,
               "versions": {"onnxruntime": ort.__version__, "tvm": tvm.__version__, "numpy": np.__version__}}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"profile_{real.name}.json").write_text(json.dumps(report, indent=1))
     text = markdown(report, tvm_profile, ort_profile)
     (args.results / f"profile_{real.name}.md").write_text(text)
     print(text)
+
+
+def median_call_ms(session, inputs, calls: int) -> float:
+    session.run(None, inputs)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        session.run(None, inputs)
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e6
 
 
 def _as_json(profile) -> dict:
@@ -111,6 +125,22 @@ def _rate(ms: float, flops: int, peak: float) -> str:
         return "-"
     gflops = flops / ms / 1e6
     return f"{gflops:.1f} ({100 * gflops / peak:.0f} %)"
+
+
+def checks(report: dict, tvm_profile, ort_profile) -> str:
+    """How much the instruments themselves cost: on a small model with many short calls they
+    distort the profile, and the rows should then only be compared within one runtime."""
+    instrumented = tvm_profile.kernels_ms + tvm_profile.builtins_ms
+    tvm_off = instrumented / tvm_profile.model_ms - 1
+    ort_off = ort_profile.model_ms / report["onnxruntime_unprofiled_ms"] - 1
+    text = (f"Checks: TVM's instrumented kernels + builtins sum to {instrumented:.3f} ms against "
+            f"{tvm_profile.model_ms:.3f} ms uninstrumented ({100 * tvm_off:+.0f} %); onnxruntime's profiled run "
+            f"takes {ort_profile.model_ms:.3f} ms against {report['onnxruntime_unprofiled_ms']:.3f} ms unprofiled "
+            f"({100 * ort_off:+.0f} %).")
+    if max(abs(tvm_off), abs(ort_off)) > DISTORTION_LIMIT:
+        text += (f" **More than {100 * DISTORTION_LIMIT:.0f} %: the instruments' own cost distorts this profile; "
+                 "compare kinds within one runtime, and the two runtimes with bench/side_by_side.py.**")
+    return text
 
 
 def markdown(report: dict, tvm_profile, ort_profile) -> str:
@@ -143,6 +173,7 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
         f"| **model** | **{tvm_profile.model_ms:.3f}** | {_rate(tvm_profile.model_ms, model_flops, peak)} "
         f"| **{ort_profile.model_ms:.3f}** | {_rate(ort_profile.model_ms, model_flops, peak)} "
         f"| {tvm_profile.model_ms / ort_profile.model_ms:.2f} |",
+        "", checks(report, tvm_profile, ort_profile),
         "", "Slowest TVM kernels inside the model:", "",
         "| kernel | kind | ms | GFLOP/s (% peak) |", "|---|---|---|---|",
     ]
