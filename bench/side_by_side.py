@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import shlex
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from tuned_vs_untuned_vs_ort import CLASS, Built, build, tune
 BOARD_SCRIPT = Path(__file__).with_name("board_side_by_side.py")
 RESULTS = Path(__file__).resolve().parent / "results"
 LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnxruntime": "onnxruntime"}
+ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'"}
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 BOOTSTRAP_DRAWS = 2000
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
@@ -62,6 +64,11 @@ def parse_args() -> argparse.Namespace:
                         help="each runtime gets at least this long of calls per round (default 200)")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"output directory (default {RESULTS})")
     parser.add_argument("--keep-workdir", action="store_true")
+    parser.add_argument("--seed-database", type=Path, metavar="DIR",
+                        help="start from this class database (e.g. a kept WORKDIR/work/databases/bench-avx512): "
+                             "tuning resumes from its records")
+    parser.add_argument("--ablate-bytecode", action="store_true",
+                        help=f"also time '{ABLATIONS['tuned-bytecode']}' in the same rounds")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
     return parser.parse_args()
 
@@ -128,14 +135,26 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     threads = board.threads or fleet.device_class(CLASS).profile.runtime_threads
     rows = []
     tuning_on = args.trials_per_task > 0
+    if args.seed_database:
+        seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
     with running_fleet(fleet):
         tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
         for spec, model in zip(specs, fleet.models):
-            built = build(fleet, model, workdir, tuned=tuning_on)
+            built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)
             rows.append(measure(board, built, spec, threads, args, workdir))
             say(summary_line(rows[-1]))
     report = make_report(args, facts, fleet, threads, tune_s, class_result, rows)
     write_results(args.results, report)
+
+
+def seed_database(source: Path, into: Path) -> None:
+    from edgetune.tune.database import ClassDatabasePaths
+
+    paths, target = ClassDatabasePaths(source), ClassDatabasePaths(into)
+    into.mkdir(parents=True, exist_ok=True)
+    for name in ("workload", "tuning_record"):
+        shutil.copyfile(getattr(paths, name), getattr(target, name))
+    say(f"database seeded from {source}")
 
 
 # ---------------------------------------------------------------- on the board
@@ -185,7 +204,8 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
     outputs = {label: [np.array(o, np.float64) for o in outs] for label, outs in data["outputs"].items()}
     best = "tuned" if "tuned" in outputs else "untuned"
     ratios = {}
-    for num, den in (("untuned", "tuned"), ("onnxruntime", "tuned"), ("onnxruntime", "untuned")):
+    for num, den in (("untuned", "tuned"), ("onnxruntime", "tuned"), ("onnxruntime", "untuned"),
+                     *((label, "tuned") for label in ABLATIONS)):
         if num in samples and den in samples:
             ratios[f"{num}/{den}"] = round_ratio(samples[num], samples[den])
     return {
@@ -233,7 +253,7 @@ def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def summary_line(row: dict) -> str:
-    parts = [f"{LABELS[k]} {v['median_ms']:.3f} ms" for k, v in row["stats"].items()]
+    parts = [f"{LABELS.get(k, k)} {v['median_ms']:.3f} ms" for k, v in row["stats"].items()]
     ratio = row["ratios"].get("onnxruntime/tuned")
     return f"{row['model']}: " + ", ".join(parts) + (f"; tuned vs onnxruntime {ratio['median']:.2f}x" if ratio else "")
 
@@ -317,6 +337,12 @@ def markdown(report: dict) -> str:
         lines.append(f"| {row['model']} | {row['kind']} | {gflop} | {row['tasks']} ({row['tasks_tuned']}) | "
                      f"{row['trials'] or '-'} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
                      f"{ratio('untuned/tuned')} | {ratio('onnxruntime/tuned')} | {rate('tuned')} | {rate('onnxruntime')} |")
+    for label, what in ABLATIONS.items():
+        for row in report["rows"]:
+            if label in row["stats"]:
+                x, r = row["stats"][label], row["ratios"][f"{label}/tuned"]
+                lines += ["", f"Ablation, {row['model']}: {what}: {x['median_ms']:.3f} ms [{x['p25_ms']:.3f}-{x['p75_ms']:.3f}]; "
+                              f"tuned (compiled) is {r['median']:.2f}x [{r['ci95'][0]:.2f}-{r['ci95'][1]:.2f}] as fast."]
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
     return "\n".join(lines) + "\n"
