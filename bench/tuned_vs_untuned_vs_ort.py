@@ -145,8 +145,10 @@ def tune(fleet):
     return elapsed, class_result
 
 
-def build(fleet, model, workdir: Path) -> Built:
-    """Tuned and untuned libraries, built and exported the way the artifact release does."""
+def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = False) -> Built:
+    """Tuned (unless `tuned` is False) and untuned libraries, built and exported the way the
+    artifact release does; with `bytecode`, also the tuned module under the bytecode VM
+    ("tuned-bytecode", an ablation of `exec_mode="compiled"`)."""
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
     from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
@@ -165,8 +167,11 @@ def build(fleet, model, workdir: Path) -> Built:
     export = SharedLibraryExport(str(out), profile.cross_compiler)
     libraries = {
         "untuned": Path(export(build_untuned(prepared, target))),
-        "tuned": Path(export(apply_database_and_build(prepared, database, target))),
     }
+    if tuned:
+        libraries["tuned"] = Path(export(apply_database_and_build(prepared, database, target)))
+    if tuned and bytecode:
+        libraries["tuned-bytecode"] = Path(export(apply_database_and_build(prepared, database, target, "bytecode")))
     inputs = reference_inputs(model)
     expected = reference_outputs(model, inputs)
     if model.onnx is not None:

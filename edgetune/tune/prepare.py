@@ -54,11 +54,12 @@ def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.
 
 
 def apply_database_and_build(
-    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target
+    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target, exec_mode: str = "compiled"
 ) -> relax.VMExecutable:
     """Step 3: the tuned executable. Kernels with a record get their best schedule and
     pre-packed weights; kernels without one stay untuned (check `count_tuned_tasks` first).
-    Export the result with `executable.export_library(path, fcompile=...)`."""
+    Export the result with `executable.export_library(path, fcompile=...)`. `exec_mode`
+    "bytecode" gives the same kernels under the bytecode VM, whose calls can be instrumented."""
     with target, database:
         applied = tvm.transform.Sequential(
             [
@@ -68,12 +69,12 @@ def apply_database_and_build(
                 relax.transform.FoldConstant(),
             ]
         )(prepared)
-        return relax.build(applied, target=target, exec_mode="compiled")
+        return relax.build(applied, target=target, exec_mode=exec_mode)
 
 
-def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:
+def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target, exec_mode: str = "compiled") -> relax.VMExecutable:
     """The same prepared module built without any record: the baseline tuning must beat."""
-    return apply_database_and_build(prepared, ms.database.MemoryDatabase(), target)
+    return apply_database_and_build(prepared, ms.database.MemoryDatabase(), target, exec_mode)
 
 
 def count_tuned_tasks(

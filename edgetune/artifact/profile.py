@@ -1,0 +1,180 @@
+"""Where a build's time goes: each TVM kernel's time inside the whole model (Relax VM
+instrumentation of a bytecode build), the VM's own builtins, and the time outside kernels;
+onnxruntime's per-node profile of the same model grouped the same way. FLOPs come from the
+TVM kernels (the model's own shapes; onnxruntime's NCHWc nodes see padded, reordered weights),
+so a kernel kind's GFLOP/s can be set against the machine's peak for both.
+
+Kinds: pointwise 1x1 convolutions, depthwise KxK, other KxK convolutions, transposed
+convolutions, matmul/dense, layout transforms (onnxruntime's NCHWc reorders), and the rest
+(element-wise, pooling, reductions). The VM instrument only fires in bytecode builds
+(`exec_mode="bytecode"`): `relax.build(..., exec_mode="compiled")` runs the same kernels
+without it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import tvm
+
+BUILTIN_PREFIX = "vm.builtin."
+PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for a kernel on pre-packed weights
+OTHER = "other kernels (element-wise, pooling, reductions)"
+LAYOUT = "layout transforms"
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    kind: str
+    flops: int  # 0: not counted (onnxruntime nodes, kernels other than convolutions and matmuls)
+    ms: float  # time per model call, median over calls
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    kernels: tuple[KernelRow, ...]
+    model_ms: float  # median model call: uninstrumented (TVM), as profiled (onnxruntime)
+    builtins_ms: float  # VM builtins (allocation, shape checks, reshapes); 0 for onnxruntime
+
+    @property
+    def kernels_ms(self) -> float:
+        return sum(k.ms for k in self.kernels)
+
+    @property
+    def outside_ms(self) -> float:
+        """Time of the model call not spent in any kernel (VM, allocation, calls, copies)."""
+        return self.model_ms - self.kernels_ms
+
+    def by_kind(self) -> dict[str, tuple[float, int]]:
+        """{kind: (ms per call, FLOPs per call)}."""
+        out: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        for kernel in self.kernels:
+            out[kernel.kind][0] += kernel.ms
+            out[kernel.kind][1] += kernel.flops
+        return {kind: (ms, flops) for kind, (ms, flops) in out.items()}
+
+
+def conv_kind(weight_shape: Sequence[int], transposed: bool = False) -> str:
+    """The kind of a convolution with an (O, I/groups, kh, kw) weight."""
+    if transposed:
+        return "conv transpose"
+    if len(weight_shape) != 4:
+        return "conv (other rank)"
+    _, per_group, kh, kw = weight_shape
+    if kh == kw == 1:
+        return "conv 1x1 (pointwise)"
+    if per_group == 1:
+        return f"conv {kh}x{kw} depthwise"
+    return f"conv {kh}x{kw}"
+
+
+def tvm_kernel_kinds(prepared: tvm.IRModule) -> dict[str, tuple[str, int]]:
+    """{kernel name: (kind, FLOPs)} of a prepared module's PrimFuncs. Convolutions and
+    matmuls count one multiply-add as 2 FLOPs (as the ONNX count does); the rest count 0."""
+    out = {}
+    for gv, func in prepared.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        name = gv.name_hint
+        shapes = [[int(d) for d in param.shape] for param in func.params]
+        if "conv2d" in name and len(shapes) >= 3:
+            transposed = "conv2d_transpose" in name
+            weight, output = shapes[1], shapes[-1]
+            flops = 2 * math.prod(shapes[0]) * math.prod(weight[1:]) if transposed else 2 * math.prod(output) * math.prod(weight[1:])
+            out[name] = (conv_kind(weight, transposed), flops)
+        elif "matmul" in name or "dense" in name:
+            out[name] = ("matmul / dense", 2 * math.prod(shapes[-1]) * shapes[0][-1])
+        else:
+            out[name] = (OTHER, 0)
+    return out
+
+
+def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, int]], calls: int) -> ModelProfile:
+    """`calls` instrumented model calls of a bytecode-built VM (each kernel timed between the
+    instrument's before and after hooks) interleaved with `calls` plain ones. Every row is a
+    median over calls (robust to a call preempted on a shared machine), the model time the
+    median plain call."""
+    function = vm[entry]
+    per_call: list[dict[str, int]] = []
+    started: dict[str, int] = {}
+
+    def instrument(_func, symbol, before, _ret, *_args):
+        now = time.perf_counter_ns()
+        if before:
+            started[symbol] = now
+        else:
+            per_call[-1][symbol] = per_call[-1].get(symbol, 0) + now - started.pop(symbol)
+        return 0
+
+    plain = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        function(*tensors)
+        plain.append(time.perf_counter_ns() - t0)
+        per_call.append({})
+        vm.set_instrument(instrument)
+        function(*tensors)
+        vm.set_instrument(None)
+    symbols = {symbol for call in per_call for symbol in call}
+    kernels = [s for s in symbols if not s.startswith(BUILTIN_PREFIX)]
+    rows = sorted((KernelRow(s, *_kind_of(s, kinds), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
+                   for s in kernels), key=lambda row: -row.ms)
+    builtins = statistics.median(sum(ns for s, ns in c.items() if s.startswith(BUILTIN_PREFIX)) for c in per_call)
+    return ModelProfile(tuple(rows), statistics.median(plain) / 1e6, builtins / 1e6)
+
+
+def _kind_of(symbol: str, kinds: dict[str, tuple[str, int]]) -> tuple[str, int]:
+    """A built kernel's (kind, FLOPs): the tuned build calls a kernel whose weights were
+    pre-packed by its prepared name plus PREPACKED_SUFFIX."""
+    return kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
+
+
+def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:
+    """onnxruntime's profile (SessionOptions.enable_profiling) as per-node rows, each the median
+    over runs, like the TVM rows; the first `skip_runs` runs (warm-up) are left out."""
+    events = json.loads(Path(profile_json).read_text())
+    runs = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if len(runs) <= skip_runs:
+        raise ValueError(f"{profile_json}: {len(runs)} model_run events, {skip_runs} to skip")
+    starts = [ts for ts, _ in runs]
+    per_run: list[dict[str, float]] = [{} for _ in runs]
+    kinds: dict[str, str] = {}
+    for event in events:
+        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+            continue
+        name = event["name"][: -len("_kernel_time")]
+        kinds.setdefault(name, _ort_kind(event.get("args", {})))
+        run = bisect.bisect_right(starts, event["ts"]) - 1
+        if run >= skip_runs:
+            per_run[run][name] = per_run[run].get(name, 0) + event["dur"]
+    counted = per_run[skip_runs:]
+    rows = sorted((KernelRow(name, kind, 0, statistics.median(r.get(name, 0) for r in counted) / 1e3)
+                   for name, kind in kinds.items()), key=lambda row: -row.ms)
+    return ModelProfile(tuple(rows), statistics.median(dur for _, dur in runs[skip_runs:]) / 1e3, 0.0)
+
+
+def _shapes(args: dict, key: str) -> list[list[int]]:
+    return [list(entry.values())[0] for entry in args.get(key, [])]
+
+
+def _ort_kind(args: dict) -> str:
+    op = args.get("op_name", "")
+    inputs = _shapes(args, "input_type_shape")
+    if op in ("ReorderInput", "ReorderOutput", "Transpose"):
+        return LAYOUT
+    if "ConvTranspose" in op:
+        return "conv transpose"
+    if "Conv" in op and len(inputs) > 1:
+        return conv_kind(inputs[1])
+    if "MatMul" in op or "Gemm" in op:
+        return "matmul / dense"
+    return OTHER

@@ -1,0 +1,78 @@
+"""The profile of bench/profile_gap.py: TVM kernel rows inside the whole model add up to the
+model's time, kernels get the right kinds and FLOPs, and onnxruntime's own profile is read into
+rows of the same kinds."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from edgetune.artifact.profile import onnxruntime_profile, profile_vm, tvm_kernel_kinds
+from edgetune.inventory.schema import Model, ModelInput
+from edgetune.tune.models import entry_function, load_model, reference_inputs
+from edgetune.tune.prepare import build_untuned, prepare
+
+TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
+# The kernel rows and the VM builtins, timed by the instrument, against uninstrumented calls
+# interleaved with them, medians over calls: they must agree within 15 % (the instrument's own
+# cost, a few microseconds per kernel, is far below that).
+SUM_MARGIN = 0.15
+
+
+def separable_cnn(path) -> Model:
+    """conv 3x3 8->16 @32x32, depthwise 3x3, pointwise 16->32, each + relu."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.1, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1] * 4, group=16),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c3"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "sep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])],
+                              initializer=[weight("w1", 16, 8, 3, 3), weight("w2", 16, 1, 3, 3), weight("w3", 32, 16, 1, 1)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return Model("sep", (ModelInput("x", (1, 8, 32, 32)),), onnx=path)
+
+
+def test_kernel_rows_add_up_to_the_model_time(tmp_path):
+    model = separable_cnn(tmp_path / "sep.onnx")
+    prepared = prepare(load_model(model), TARGET)
+    kinds = tvm_kernel_kinds(prepared)
+    assert sorted(kind for kind, _ in kinds.values() if kind.startswith("conv")) == [
+        "conv 1x1 (pointwise)", "conv 3x3", "conv 3x3 depthwise"]
+    assert sorted(flops for _, flops in kinds.values() if flops) == sorted(
+        [2 * 16 * 32 * 32 * 8 * 9, 2 * 16 * 32 * 32 * 9, 2 * 32 * 32 * 32 * 16])
+
+    vm = relax.VirtualMachine(build_untuned(prepared, TARGET, exec_mode="bytecode"), tvm.cpu())
+    tensors = [tvm.runtime.tensor(reference_inputs(model)["x"])]
+    vm[entry_function(prepared)](*tensors)
+    profile = profile_vm(vm, entry_function(prepared), tensors, kinds, calls=15)
+
+    assert {k.kind for k in profile.kernels} >= {"conv 1x1 (pointwise)", "conv 3x3", "conv 3x3 depthwise"}
+    measured = profile.kernels_ms + profile.builtins_ms
+    assert abs(measured - profile.model_ms) <= SUM_MARGIN * profile.model_ms, (measured, profile.model_ms)
+
+
+def test_onnxruntime_profile_rows_by_kind_within_the_run_time(tmp_path):
+    model = separable_cnn(tmp_path / "sep.onnx")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "ort")
+    session = ort.InferenceSession(str(model.onnx), options, providers=["CPUExecutionProvider"])
+    for _ in range(6):
+        session.run(None, reference_inputs(model))
+    profile = onnxruntime_profile(tmp_path / session.end_profiling(), skip_runs=1)
+
+    kinds = set(profile.by_kind())
+    assert {"conv 3x3", "conv 3x3 depthwise", "conv 1x1 (pointwise)"} <= kinds
+    assert 0 < profile.kernels_ms <= profile.model_ms
