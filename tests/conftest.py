@@ -101,6 +101,16 @@ def spare_fleet_yaml(tmp_path):
         lock.close()
 
 
+@pytest.fixture(scope="module")
+def sim_slot():
+    """A simulated-fleet slot for a module that builds a fleet of its own: its number N."""
+    slot, lock = _take_slot(Path("/tmp"))
+    try:
+        yield slot
+    finally:
+        lock.close()
+
+
 @pytest.fixture(scope="session")
 def sim_fleet(tmp_path_factory):
     """The loaded `Fleet` of a running simulated fleet: every board registered in its tracker."""
