@@ -65,7 +65,7 @@ from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.builder import SharedLibraryExport
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
-from edgetune.tune.target import build_target
+from edgetune.tune.target import build_target, missing_cross_compiler
 
 TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
@@ -285,6 +285,8 @@ def _build_and_measure(
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
     target = build_target(profile)
+    if missing_cross_compiler(profile):
+        raise ArtifactError(missing_cross_compiler(profile))
     database = tuning_inputs.open_database(database_dir)
     prepared = prepare(pair.mod, target)
     coverage = count_tuned_tasks(prepared, database, target)

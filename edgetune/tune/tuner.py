@@ -37,7 +37,7 @@ from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunSt
 from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import ClassEndpoint, make_runner
-from edgetune.tune.target import build_target
+from edgetune.tune.target import build_target, missing_cross_compiler
 from edgetune.tune.tasks import ClassTasks, KernelTask, class_tasks
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassRe
 def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: float) -> ClassResult:
     profile = fleet.device_class(device_class).profile
     target = build_target(profile)
+    if missing_cross_compiler(profile):
+        raise TuneError(f"class {device_class}: {missing_cross_compiler(profile)}")
     models = select_models(fleet, options.models)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     tasks = class_tasks(models, target)
