@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sim_checks import running
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.aarch64
 
@@ -42,7 +44,6 @@ deploy: {{bind: "10.231.{subnet}.1:{deploy_port}", url: "http://10.231.{subnet}.
 
 @pytest.fixture(scope="module")
 def arm_fleet(tmp_path_factory, sim_slot):
-    from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
     from edgetune.inventory import load_fleet
 
     slot = sim_slot
@@ -50,18 +51,9 @@ def arm_fleet(tmp_path_factory, sim_slot):
     (directory / "fleet.yaml").write_text(FLEET_YAML.format(
         slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, repo=REPO, klass=CLASS,
         board=BOARD, deploy_port=8470 + slot))  # fmt: skip
-    fleet = load_fleet(directory / "fleet.yaml")
-    try:
-        simulated = sim_up(fleet, progress=lambda line: print(line, file=sys.stderr))
-        assert simulated.ok, f"sim up failed: {simulated.failed}"
-        online = fleet_up(fleet, register_timeout_s=240)
-        assert online.ok, f"fleet up failed: {online.failed}"
+    with running(load_fleet(directory / "fleet.yaml"), register_timeout_s=240,
+                 progress=lambda line: print(line, file=sys.stderr)) as fleet:  # fmt: skip
         yield fleet
-    finally:
-        try:
-            fleet_down(fleet)
-        finally:
-            sim_down(fleet)
 
 
 @pytest.fixture(scope="module")
