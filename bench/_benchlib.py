@@ -336,19 +336,14 @@ def make_cnn_onnx(path: Path, seed: int = 7) -> Path:
 
 def make_mobilenet_mini_onnx(path: Path, model) -> Path:
     """The built-in `mobilenet-mini` written as ONNX with the very weights edgetune binds
-    (same nn.Module, same export order, same seed), for onnxruntime. The caller checks its
-    outputs against edgetune's reference for the built-in before trusting any timing."""
+    (`builtin_weights`), for onnxruntime. The caller checks its outputs against edgetune's
+    reference for the built-in before trusting any timing."""
     from onnx import TensorProto, helper, numpy_helper
-    from tvm.relax.frontend import nn
 
     from edgetune.tune.models import builtin
 
     inp = model.inputs[0]
-    module = builtin.BUILDERS["mobilenet-mini"](inp)
-    module.to(inp.dtype)
-    _mod, params = module.export_tvm(spec={"forward": {"x": nn.spec.Tensor(list(inp.shape), inp.dtype)}})
-    rng = np.random.default_rng(builtin.WEIGHT_SEED)
-    weights = {name: builtin._initial_weight(rng, name, param) for name, param in params}  # same order as load_builtin
+    weights = builtin.builtin_weights(model)
 
     inits = [numpy_helper.from_array(array, name) for name, array in weights.items()]
     nodes: list = []

@@ -108,13 +108,13 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def tune_once(fleet, count: int) -> Run:
-    from edgetune.tune.database import ClassDatabasePaths
-    from edgetune.tune.tuner import TuneOptions, tune_fleet
+    from edgetune.inventory.workdir import Workdir
+    from edgetune.tune import TuneOptions, tune_fleet
 
     device_class = CLASSES[count]
     # a fresh database (and cost model) for every run
-    shutil.rmtree(ClassDatabasePaths.of(fleet.workdir, device_class).directory, ignore_errors=True)
-    shutil.rmtree(Path(fleet.workdir) / "reports" / device_class, ignore_errors=True)
+    shutil.rmtree(Workdir(fleet.workdir).database(device_class), ignore_errors=True)
+    shutil.rmtree(Workdir(fleet.workdir).reports(device_class), ignore_errors=True)
     board_names = {b.name for b in fleet.boards_of(device_class)}
     say(f"tuning {device_class}: {fleet.tuning.trials_per_class} trials on {count} board(s)")
     throttled_before = cgroup_throttling(fleet)

@@ -6,7 +6,7 @@ What it does, through edgetune's own library:
 1. brings up its own simulated fleet: class `noise-avx512` (x86-avx512 profile, one board at
    cpu quota 1.0) and class `noise-v2` (x86-64-v2 profile, boards at quota 0.5 and 0.25);
 2. tunes mlp and mobilenet-mini for both classes (`tune_fleet`, --trials per class);
-3. builds each model's tuned and untuned library per class, like the artifact builder;
+3. builds each model's tuned and untuned library per class, like the artifact release;
 4. on every board, for each model and each --min-repeat-ms setting: two runs of
    `measure.compare_on_board`, --rounds interleaved rounds of --repeat samples each:
    "speed-up" (untuned vs tuned) and "null" (tuned vs the same library loaded again, whose
@@ -98,8 +98,8 @@ def tune(fleet) -> None:
 
 
 def build(fleet, device_class: str, model, workdir: Path):
-    """(entry, args, {"untuned": .so, "tuned": .so}) built like the artifact builder does."""
-    from edgetune.tune.builder import SharedLibraryExport
+    """(entry, args, {"untuned": .so, "tuned": .so}) built like the artifact release does."""
+    from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
     from edgetune.tune.models import entry_function, load_model, reference_inputs
     from edgetune.tune.prepare import apply_database_and_build, build_untuned, prepare
@@ -126,8 +126,8 @@ def measure(fleet, libraries, settings: list[int], args, out: Path) -> list[dict
     interleaved run: "speed-up" (untuned vs tuned) and "null" (tuned vs tuned-again: two loads
     of the same library, true ratio 1). The rows so far are rewritten to `out` after each. The
     class's sessions are opened per (board, model): a session ends 600 s after it opened."""
-    from edgetune.artifact.measure import board_sessions, compare_on_board
-    from edgetune.fleet.status import rpc_endpoint
+    from edgetune.artifact.measure import compare_on_board
+    from edgetune.fleet.tracker import board_sessions, rpc_endpoint
     from edgetune.inventory.schema import CompareSettings, Measurement
 
     rows = []

@@ -8,7 +8,7 @@ What it does, through edgetune's own library:
    device_profiles/x86-avx512.yaml) with `sim_up` + `fleet_up`;
 3. tunes both models for the class with `tune_fleet` (budget: --trials per model, fresh database);
 4. builds the tuned and the untuned library of each model with `prepare` +
-   `apply_database_and_build` / `build_untuned` and exports them like the artifact builder;
+   `apply_database_and_build` / `build_untuned` and exports them like the artifact release does;
 5. times, on board 1, through the tracker (`run_on_boards`; it drives both boards of the class,
    one after the other, and the table shows board 1): untuned and tuned TVM; over SSH inside
    the same board (its namespace and cgroup): onnxruntime in a python process
@@ -146,8 +146,8 @@ def tune(fleet):
 
 
 def build(fleet, model, workdir: Path) -> Built:
-    """Tuned and untuned libraries, built and exported the way the artifact builder does."""
-    from edgetune.tune.builder import SharedLibraryExport
+    """Tuned and untuned libraries, built and exported the way the artifact release does."""
+    from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
     from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
     from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
@@ -189,7 +189,7 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
     `edgetune build` does); onnxruntime runs in a block of its own (its thread pool and TVM's
     must not share the cores)."""
     from edgetune.artifact.measure import run_on_boards
-    from edgetune.fleet.status import rpc_endpoint
+    from edgetune.fleet.tracker import rpc_endpoint
     from edgetune.inventory.schema import CompareSettings, Measurement
 
     endpoint = rpc_endpoint(fleet, CLASS)

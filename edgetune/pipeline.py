@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edgetune.artifact.builder import BuildReport, build_artifacts
+from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact.signing import init_keys
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 from edgetune.inventory import Fleet
-from edgetune.tune.tuner import TuneOptions, TuneResult, tune_fleet
+from edgetune.tune import TuneOptions, TuneResult, tune_fleet
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]

@@ -142,7 +142,7 @@ def built_fleet(sim_fleet, tmp_path_factory):
     built for every class: real signed artifacts with baselines measured on the boards."""
     import dataclasses
 
-    from edgetune.artifact.builder import build_artifacts
+    from edgetune.artifact.release import build_artifacts
     from edgetune.artifact.signing import init_keys
     from edgetune.inventory.schema import ArtifactSettings
     from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class

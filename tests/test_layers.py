@@ -64,3 +64,25 @@ def test_the_agent_imports_nothing_of_the_host_side():
             top = name.split(".")[0]
             assert top not in HOST_PACKAGES - {"tvm"}, f"{path.name}:{line} imports {name}"
             assert not name.startswith(("edgetune.fleet", "edgetune.inventory", "edgetune.tune", "edgetune.deploy")), f"{path.name}:{line} imports {name}"
+
+
+def test_no_import_circle_between_modules():
+    """A module never imports, directly or through others (lazy imports count too), a module
+    that imports it back: each piece lives in the one module the others build on."""
+    modules = {module_name(path): path for path in SOURCES}
+    graph = {
+        module: {name for name, _ in imports(path) if name in modules and name != module}
+        for module, path in modules.items()
+    }
+    circles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            module, route = stack.pop()
+            for name in graph[module]:
+                if name == start:
+                    circles.append(" -> ".join((*route, name)))
+                elif name not in seen:
+                    seen.add(name)
+                    stack.append((name, (*route, name)))
+    assert not circles, "import circles:\n" + "\n".join(sorted(circles))

@@ -6,11 +6,11 @@ Modules, one role each:
 - `store`: versions (never reused), staging + fsync + atomic rename, tarballs, the signed index;
 - `verify`: check a version directory or tarball against its manifest, its signature and what
   the caller expects it to be; check the store's signed index;
-- `builder`: build, measure and check every (model, class), then commit (`edgetune build`);
+- `release`: build, measure and check every (model, class), then commit (`edgetune build`);
 - `measure`: run libraries on every board of a class through the tracker;
 - `reference`, `tuning_inputs`, `files`, `codec`: reference data, what comes from tuning,
   tree walks and tarballs, canonical and strict JSON (fsynced writes: `edgetune.durable`).
-This package imports only the light modules; `builder` and `measure` need TVM and the fleet.
+This package imports only the light modules; `release` and `measure` need TVM and the fleet.
 """
 
 from edgetune.artifact.manifest import SCHEMA, SCHEMA_VERSION, Manifest

@@ -17,6 +17,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.artifact.manifest import TuningStats
 from edgetune.errors import ArtifactError
 from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 from edgetune.tune import database as tune_db
 
 SUMMARY_NAME = "summary.json"
@@ -40,7 +41,7 @@ def open_database(snapshot_dir: Path) -> ms.database.JSONDatabase:
 
 
 def report_dir(fleet: Fleet, device_class: str, model: str) -> Path:
-    return Path(fleet.workdir) / "reports" / device_class / model
+    return Workdir(fleet.workdir).report(device_class, model)
 
 
 def copy_report(fleet: Fleet, device_class: str, model: str, dest: Path) -> TuningStats:

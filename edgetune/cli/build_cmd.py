@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_build(args: argparse.Namespace) -> int:
-    from edgetune.artifact.builder import build_artifacts
+    from edgetune.artifact.release import build_artifacts
 
     report = build_artifacts(load_checked_fleet(args), classes=args.classes, models=args.models)
     print(report.table())

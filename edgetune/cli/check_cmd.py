@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
 from edgetune.inventory import Fleet
-from edgetune.inventory.plan import plan_fleet
+from edgetune.inventory.fleet_plan import plan_fleet
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

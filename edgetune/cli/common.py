@@ -15,7 +15,7 @@ def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
 
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:
     """Load and fully validate the inventory (including TVM targets) before anything starts."""
-    from edgetune.tune.target import check_targets
+    from edgetune.tune import check_targets
 
     fleet = load_fleet(args.fleet)
     check_targets(fleet)

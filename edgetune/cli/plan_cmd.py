@@ -8,7 +8,7 @@ import json
 from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
-from edgetune.inventory.plan import FleetPlan, plan_fleet
+from edgetune.inventory.fleet_plan import FleetPlan, plan_fleet
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

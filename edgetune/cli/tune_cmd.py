@@ -27,8 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_tune(args: argparse.Namespace) -> int:
-    from edgetune.tune.plan import plan_tuning
-    from edgetune.tune.tuner import TuneOptions, tune_fleet
+    from edgetune.tune import TuneOptions, plan_tuning, tune_fleet
 
     fleet = load_checked_fleet(args)
     classes = tuple(args.classes) if args.classes else None

@@ -2,10 +2,11 @@
 and the simulated local fleet. One module per role:
 
 - `ssh`: a lazy, strictly host-key-checked paramiko session per board (`BoardSession.run`).
-- `tracker`: TVM's rpc_tracker on the host, started in its own process group, and queried.
+- `tracker`: TVM's rpc_tracker on the host, started in its own process group, queried, and
+  asked for board sessions; `RpcEndpoint` / `rpc_endpoint`: where a device class is reached.
 - `board`: preflight a board and start/stop its rpc_server over SSH.
 - `lifecycle`: `fleet_up` / `fleet_down` over all boards in parallel (`GroupResult`).
-- `status`: `fleet_status`, `tracker_status`, `rpc_endpoint` (read-only).
+- `status`: `fleet_status`, `tracker_status` (read-only).
 - `trust`: `trust_board`, the operator's explicit acceptance of a host key.
 - `sim`, `cgroups`: `sim_up` / `sim_down`, real boards in network namespaces on this machine.
 - `state`, `process`, `parallel`, `errors`: state file, host processes, fan-out, error types.
@@ -14,7 +15,8 @@ and the simulated local fleet. One module per role:
 from edgetune.fleet.lifecycle import fleet_down, fleet_up
 from edgetune.fleet.parallel import GroupResult
 from edgetune.fleet.sim import sim_down, sim_up
-from edgetune.fleet.status import BoardStatus, ClassStatus, RpcEndpoint, fleet_status, rpc_endpoint, tracker_status
+from edgetune.fleet.status import BoardStatus, ClassStatus, fleet_status, tracker_status
+from edgetune.fleet.tracker import RpcEndpoint, board_sessions, rpc_endpoint
 from edgetune.fleet.trust import trust_board
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "ClassStatus",
     "GroupResult",
     "RpcEndpoint",
+    "board_sessions",
     "fleet_down",
     "fleet_status",
     "fleet_up",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Callable
 
 import tvm
@@ -22,6 +21,7 @@ from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, start_tracker, stop_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
+from edgetune.inventory.workdir import Workdir
 
 REGISTER_TIMEOUT_S = 60.0
 REGISTER_POLL_S = 0.5
@@ -66,7 +66,7 @@ def _ensure_trackers(fleet: Fleet, state: FleetState, progress: Progress) -> dic
     for tracker in (fleet.tracker(name) for name in sorted({board.tracker for board in fleet.boards})):
         record = state.trackers.get(tracker.name)
         if not tracker_alive(record):
-            record = start_tracker(tracker, Path(fleet.workdir) / "logs")
+            record = start_tracker(tracker, Workdir(fleet.workdir).logs)
             progress(f"tracker {tracker.name} started at {record.address} (pid {record.pid})")
         records[tracker.name] = record
     return records

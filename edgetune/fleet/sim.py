@@ -35,6 +35,7 @@ from edgetune.fleet.process import running, spawn_detached, stop_group, wait_unt
 from edgetune.fleet.ssh import known_hosts_name, record_host_key
 from edgetune.fleet.state import read_state, state_path, write_state
 from edgetune.inventory.schema import Board, Fleet
+from edgetune.inventory.workdir import Workdir
 
 SSHD = Path("/usr/sbin/sshd")
 SSHD_READY_TIMEOUT_S = 10.0
@@ -185,7 +186,7 @@ def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
         netns=f"edgetune-{fleet.name}-{board.name}",
         veth=f"et{digest[:12]}",  # interface names are limited to 15 characters
         cgroup=f"edgetune-{fleet.name}-{board.name}",
-        dir=Path(fleet.workdir) / "sim" / board.name,
+        dir=Workdir(fleet.workdir).sim_board(board.name),
         root=rootfs.board_root(fleet.sim.cache, fleet.name, board.name) if emulated else None,
     )
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from edgetune.durable import write_atomic
 from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 
 
 _DEPLOYED_LOCK = threading.Lock()
@@ -56,7 +57,7 @@ class FleetState:
 
 
 def state_path(fleet: Fleet, name: str) -> Path:
-    return Path(fleet.workdir) / "state" / f"{name}.json"
+    return Workdir(fleet.workdir).state_file(name)
 
 
 def load_fleet_state(fleet: Fleet) -> FleetState:

@@ -1,17 +1,17 @@
-"""Read-only views of a running fleet: per-board status, per-tracker queues, and where an
-RPC runner finds a device class (`rpc_endpoint`). Nothing here starts or stops anything.
+"""Read-only views of a running fleet: per-board status and per-tracker queues. Nothing here
+starts or stops anything.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from edgetune.errors import EdgetuneError, FleetError
+from edgetune.errors import EdgetuneError
 from edgetune.fleet import board as remote
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state
-from edgetune.fleet.tracker import ClassQueue, TrackerSummary, query_tracker, tracker_alive
+from edgetune.fleet.tracker import TrackerSummary, query_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
 
 
@@ -42,15 +42,6 @@ class ClassStatus:
     pending: int
 
 
-@dataclass(frozen=True)
-class RpcEndpoint:
-    """What `RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key)` needs."""
-
-    host: str
-    port: int
-    key: str
-
-
 def fleet_status(fleet: Fleet) -> list[BoardStatus]:
     """Every board, in inventory order: reachable over SSH, registered, versions, firmware."""
     state = load_fleet_state(fleet)
@@ -73,27 +64,9 @@ def tracker_status(fleet: Fleet) -> list[ClassStatus]:
     rows = []
     for name, summary in sorted(_summaries(state).items()):
         for device_class in sorted({b.device_class for b in fleet.boards if b.tracker == name}):
-            registered = len(summary.servers.get(device_class, ()))
-            queue = summary.queues.get(device_class, ClassQueue(0, 0))
-            busy = max(registered - queue.free, 0)
-            rows.append(ClassStatus(name, state.trackers[name].address, device_class, registered, queue.free, busy, queue.pending))
+            load = summary.load(device_class)
+            rows.append(ClassStatus(name, state.trackers[name].address, device_class, load.registered, load.free, load.busy, load.pending))
     return rows
-
-
-def rpc_endpoint(fleet: Fleet, device_class: str) -> RpcEndpoint:
-    """The tracker address and key through which the boards of `device_class` are measured:
-    the tracker `fleet up` started (its recorded port), or, if edgetune did not start it, the
-    inventory's tracker address and port."""
-    boards = fleet.boards_of(device_class)
-    if not boards:
-        raise FleetError(f"no board of class '{device_class}' in {fleet.path}")
-    tracker = fleet.tracker(boards[0].tracker)
-    record = load_fleet_state(fleet).trackers.get(tracker.name)
-    if record is None:
-        return RpcEndpoint(tracker.public_address, tracker.port, device_class)
-    if not tracker_alive(record):
-        raise FleetError(f"tracker '{tracker.name}' is not running; run `edgetune fleet up -f {fleet.path}`")
-    return RpcEndpoint(record.host, record.port, device_class)
 
 
 def _summaries(state: FleetState) -> dict[str, TrackerSummary]:

@@ -41,6 +41,7 @@ from edgetune.inventory.schema import (
     Tracker,
     TuningPolicy,
 )
+from edgetune.inventory.workdir import Workdir
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
@@ -486,7 +487,7 @@ def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
         bind_host=host,
         port=int(port),
         url=url.rstrip("/"),
-        tokens_dir=_directory(tokens_dir, base) if tokens_dir.value is not None else workdir / "deploy" / "tokens",
+        tokens_dir=_directory(tokens_dir, base) if tokens_dir.value is not None else Workdir(workdir).tokens,
         keep_releases=keep,
     )
 

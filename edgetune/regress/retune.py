@@ -14,11 +14,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from edgetune.artifact.builder import build_artifacts
+from edgetune.artifact.release import build_artifacts
 from edgetune.inventory.schema import Fleet
 from edgetune.regress.check import SLOWER, RegressReport
-from edgetune.tune.tuner import TuneOptions, class_task_list, recorded_trials, tune_class
-from edgetune.tune.plan import select_models
+from edgetune.tune import TuneOptions, class_task_list, recorded_trials, select_models, tune_class
 
 
 @dataclass(frozen=True)

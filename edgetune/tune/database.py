@@ -34,7 +34,10 @@ from typing import Iterator
 
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
+from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 
@@ -47,7 +50,7 @@ class ClassDatabasePaths:
 
     @classmethod
     def of(cls, workdir: Path, device_class: str) -> "ClassDatabasePaths":
-        return cls(Path(workdir) / "databases" / device_class)
+        return cls(Workdir(workdir).database(device_class))
 
     @property
     def workload(self) -> Path:
@@ -91,23 +94,9 @@ def repair_lines(path: Path) -> int:
     tail_complete = bool(tail.strip()) and _parses(tail)
     repaired = b"".join(line + b"\n" for line in kept + ([tail] if tail_complete else []))
     if repaired != data:
-        _replace(path, repaired)
+        write_atomic(path, repaired)
     blank = sum(len(line) + 1 for line in lines if not line.strip())
     return blank + (0 if tail_complete else len(tail))
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.repair-{os.getpid()}")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager
@@ -186,6 +175,11 @@ def read_trials(paths: ClassDatabasePaths) -> list[TrialRecord]:
 def trials_per_workload(paths: ClassDatabasePaths) -> Counter[str]:
     """How many trials (failed ones included) each workload hash already has."""
     return Counter(trial.workload_hash for trial in read_trials(paths))
+
+
+def recorded_trials(fleet: Fleet, device_class: str) -> Counter[str]:
+    """Trials per workload hash in the class's database."""
+    return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
 
 
 def _json_lines(path: Path) -> list:

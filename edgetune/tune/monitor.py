@@ -8,7 +8,6 @@ PyMeasureCallback after the default ones); the task scheduler itself is TVM's.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -19,8 +18,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from edgetune.durable import replaced_atomically
+from edgetune.fleet.tracker import RpcEndpoint, class_load
 from edgetune.tune.report import progress_line
-from edgetune.tune.runner import ClassEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,17 @@ class BoardGuardRunner(PyRunner):
     """The class's RPCRunner, behind a check that the tracker still has a board of the class:
     without one, a batch fails at once instead of waiting out every session timeout."""
 
-    def __init__(self, endpoint: ClassEndpoint, runner: ms.runner.RPCRunner) -> None:
+    def __init__(self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner) -> None:
         super().__init__()
         self.endpoint = endpoint
+        self.boards = boards
         self.runner = runner
         self.boards_lost = False
 
     def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
-        registered, _busy = self.endpoint.boards_online()
-        if registered == 0:
+        if class_load(self.endpoint).registered == 0:
             self.boards_lost = True
-            message = (f"no board of class {self.endpoint.device_class} is registered with the "
-                       f"tracker {self.endpoint.tracker_host}:{self.endpoint.tracker_port}")
+            message = f"no board of class {self.endpoint.key} is registered with the tracker {self.endpoint.address}"
             return [FailedFuture(message) for _ in runner_inputs]
         return self.runner.run(runner_inputs)
 
@@ -114,10 +113,10 @@ class RunMonitor(PyMeasureCallback):
             self._stop(task_scheduler, NO_BOARDS)
         elif self.time_limit_s and time.monotonic() - self.state.started > self.time_limit_s:
             self._stop(task_scheduler, f"time limit of {self.time_limit_s:g} s reached")
-        registered, busy = self.runner.endpoint.boards_online()
+        busy = class_load(self.runner.endpoint).busy
         log.info(progress_line(
             self.state.device_class, self.state.trials, self.state.budget, len(self.state.best),
-            len(set(self.state.task_hashes)), self.state.estimates(), busy, self.runner.endpoint.boards,
+            len(set(self.state.task_hashes)), self.state.estimates(), busy, self.runner.boards,
         ))
 
     def _stop(self, task_scheduler, reason: str) -> None:
@@ -131,8 +130,6 @@ def save_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:
     """Save atomically, so that a SIGKILL mid-save leaves the previous model. TVM names the
     booster file `model.bin`, so xgboost warns on every save that it picks its default format
     (UBJSON), which is the format TVM's `load` reads back: that warning is noise, not news."""
-    tmp = path.with_name(path.name + ".tmp")
-    with warnings.catch_warnings():
+    with replaced_atomically(path) as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*Saving model in the UBJSON format as default", category=UserWarning)
         cost_model.save(str(tmp))
-    os.replace(tmp, path)

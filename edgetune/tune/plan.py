@@ -17,9 +17,10 @@ from typing import Callable, Mapping
 
 from tabulate import tabulate
 
-from edgetune.inventory.plan import split_budget
+from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
-from edgetune.tune.tasks import KernelTask
+from edgetune.tune.database import recorded_trials
+from edgetune.tune.tasks import KernelTask, class_task_list
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,6 @@ def plan_tuning(
     """The plan for the selected classes and models (default: all). `tasks_of` and `done_of`
     default to extracting the tasks with TVM and counting the class database's records;
     nothing is measured and no machine is touched."""
-    from edgetune.tune.tuner import class_task_list, recorded_trials
-
     selected_models = select_models(fleet, models)
     return TuningPlan(
         tuple(

@@ -9,7 +9,7 @@ TVM_NOTES 'Tuning and build pipeline', verified on these machines:
    the weight layout rewrites out, fold them into pre-packed constants, and compile with the
    VM control flow as native code (`exec_mode="compiled"`).
 
-The artifact builder calls `prepare`, then `apply_database_and_build` (or `build_untuned`)
+The artifact release (`edgetune.artifact.release`) calls `prepare`, then `apply_database_and_build` (or `build_untuned`)
 and `count_tuned_tasks`. Every function takes the class's `tvm.target.Target`.
 """
 

@@ -10,7 +10,6 @@ it exists once every kernel of the model has a measured schedule.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
 from tabulate import tabulate  # noqa: E402
 
+from edgetune.durable import write_atomic  # noqa: E402
 from edgetune.tune.database import TrialRecord  # noqa: E402
 from edgetune.tune.tasks import KernelTask  # noqa: E402
 
@@ -143,8 +143,8 @@ def write_model_report(
         "stopped": run.stopped,
         "firmware": {**previous.get("firmware", {}), **run.firmware},  # per board, as of its last run
     }
-    _write_atomic(summary_path, json.dumps(summary, indent=2, sort_keys=True))
-    _write_atomic(directory / "table.txt", format_table(rows))
+    write_atomic(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(directory / "table.txt", (format_table(rows) + "\n").encode())
     plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point)
     return summary_path
 
@@ -188,9 +188,3 @@ def progress_line(
     best = "  ".join(f"{m} {v * 1e3:.3f} ms" if v is not None else f"{m} -" for m, v in estimates.items())
     return (f"[{device_class}] trials {trials}/{budget}  tasks {tasks_done}/{tasks}  "
             f"best est. {best}  boards busy {boards_busy}/{boards}")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)

@@ -14,9 +14,10 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from edgetune.inventory.schema import Model
+from edgetune.inventory.schema import Fleet, Model
 from edgetune.tune.models import load_model
 from edgetune.tune.prepare import extract_tasks, prepare
+from edgetune.tune.target import build_target
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,8 @@ def class_tasks(models: tuple[Model, ...], target: tvm.target.Target) -> ClassTa
         for key in extracted
     )
     return ClassTasks(prepared=prepared, tasks=tasks, extracted=extracted)
+
+
+def class_task_list(fleet: Fleet, device_class: str, models: tuple[Model, ...]) -> tuple[KernelTask, ...]:
+    """The tasks of `models` on the class's target."""
+    return class_tasks(models, build_target(fleet.device_class(device_class).profile)).tasks

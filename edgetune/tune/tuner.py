@@ -20,7 +20,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -28,17 +27,19 @@ from edgetune.errors import EdgetuneError, TuneError
 from edgetune.fleet.board import read_firmware
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.inventory.schema import Fleet, Model
+from edgetune.fleet.tracker import rpc_endpoint
+from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
-from edgetune.tune.builder import make_builder
+from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
 from edgetune.tune.database import ClassDatabasePaths, locked_database, read_trials, trials_per_workload
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
 from edgetune.tune.plan import ClassPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
-from edgetune.tune.runner import ClassEndpoint, make_runner
+from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.target import build_target, missing_cross_compiler
-from edgetune.tune.tasks import ClassTasks, KernelTask, class_tasks
+from edgetune.tune.tasks import ClassTasks, class_tasks
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +98,6 @@ class TuneResult:
                 "classes": [{**asdict(c), "ok": c.ok} for c in self.classes]}
 
 
-def class_task_list(fleet: Fleet, device_class: str, models: tuple[Model, ...]) -> tuple[KernelTask, ...]:
-    target = build_target(fleet.device_class(device_class).profile)
-    return class_tasks(models, target).tasks
-
-
-def recorded_trials(fleet: Fleet, device_class: str) -> Mapping[str, int]:
-    return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
-
-
 def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult:
     """Tune the selected classes (concurrently, one process each) and return per-class results."""
     plan = plan_tuning(fleet, options.classes, options.models)
@@ -148,11 +140,11 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     spent = borrowed = 0
     stopped = None
     if plan.remaining > 0:
-        endpoint = ClassEndpoint.of(fleet, device_class)
-        if endpoint.wait_for_boards() == 0:
+        endpoint = rpc_endpoint(fleet, device_class)
+        if wait_for_boards(endpoint) == 0:
             raise TuneError(
                 f"class {device_class}: no board is registered with the tracker "
-                f"{endpoint.tracker_host}:{endpoint.tracker_port} under key {device_class!r}; "
+                f"{endpoint.address} under key {device_class!r}; "
                 f"start the boards (`edgetune fleet up`) and re-run `edgetune tune --class {device_class}`"
             )
         with (
@@ -160,7 +152,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             locked_database(paths) as database,  # one process tunes or repairs a class at a time
         ):
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
-            runner = BoardGuardRunner(endpoint, make_runner(endpoint, profile.measurement))
+            boards = len(fleet.boards_of(device_class))
+            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement))
             donor = plan.borrow_from if options.borrow else None
             if donor:
                 borrowed = _borrow(fleet, donor, plan, tasks, database, target, builder, runner, scratch)
@@ -254,7 +247,7 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
         stopped=stopped,
         firmware=_firmware(fleet, device_class) if trials_run else {},
     )
-    directory = Path(fleet.workdir) / "reports" / device_class
+    directory = Workdir(fleet.workdir).reports(device_class)
     return tuple(
         str(write_model_report(directory / model, model, tasks.tasks, trials, run))
         for model in plan.models

@@ -58,7 +58,7 @@ def arm_fleet(tmp_path_factory, sim_slot):
 
 @pytest.fixture(scope="module")
 def arm_built(arm_fleet):
-    from edgetune.artifact.builder import build_artifacts
+    from edgetune.artifact.release import build_artifacts
     from edgetune.artifact.signing import init_keys
     from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
@@ -84,7 +84,7 @@ def test_the_board_is_an_aarch64_machine_over_ssh(arm_fleet):
 
 
 def test_arm_artifact_is_an_aarch64_library_verified_on_the_board(arm_built):
-    from edgetune.artifact.builder import board_speedups
+    from edgetune.artifact.release import board_speedups
     from edgetune.artifact.manifest import LIBRARY_NAME
     from edgetune.artifact.signing import load_public_key
     from edgetune.artifact.store import ArtifactStore

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import yaml
 
-from edgetune.artifact import builder
-from edgetune.artifact.builder import board_speedups, build_artifacts
+from edgetune.artifact import release
+from edgetune.artifact.release import board_speedups, build_artifacts
 from edgetune.artifact.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
-from edgetune.artifact.measure import board_sessions, run_library
+from edgetune.artifact.measure import run_library
 from edgetune.artifact.reference import read_npz
 from edgetune.artifact.signing import init_keys, load_public_key
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact.verify import verify_artifact
 from edgetune.cli import main
-from edgetune.fleet.status import rpc_endpoint
+from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 from edgetune.inventory.dump import fleet_to_dict
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
@@ -70,8 +70,8 @@ def test_build_makes_a_verified_artifact_per_model(built):
         for timing in (board.tuned, board.untuned):
             assert timing.samples == len(timing.samples_ms) == compare.rounds * compare.repeat
             assert timing.min_ms <= timing.median_ms <= timing.max_ms
-    assert all(speedup.low > builder.GATE_MIN_SPEEDUP for speedup in board_speedups(manifest.boards).values())
-    assert outcome.least_speedup > builder.GATE_MIN_SPEEDUP
+    assert all(speedup.low > release.GATE_MIN_SPEEDUP for speedup in board_speedups(manifest.boards).values())
+    assert outcome.least_speedup > release.GATE_MIN_SPEEDUP
     index = json.loads((Path(fleet.artifacts.dir) / "index.json").read_bytes())
     assert [(e["model"], e["version"]) for e in index["versions"]] == [("mlp", 1)]
 
@@ -102,9 +102,9 @@ def test_artifact_library_runs_on_a_board_and_matches(built):
 def test_output_mismatch_fails_that_artifact_and_keeps_v1(built, monkeypatch):
     fleet, _ = built
     v1_tarball = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS).tarball.read_bytes()
-    wrong = builder.reference_outputs
-    monkeypatch.setattr(builder, "reference_outputs", lambda m, i: [o + 1.0 for o in wrong(m, i)])
-    monkeypatch.setattr(builder, "TOLERANCE", Tolerance(rtol=1e-4, atol=2e-5))  # new inputs
+    wrong = release.reference_outputs
+    monkeypatch.setattr(release, "reference_outputs", lambda m, i: [o + 1.0 for o in wrong(m, i)])
+    monkeypatch.setattr(release, "TOLERANCE", Tolerance(rtol=1e-4, atol=2e-5))  # new inputs
     report = build_artifacts(fleet, classes=[CLASS])
     (outcome,) = report.outcomes
     assert outcome.status == "failed" and "output differs from the reference" in outcome.error

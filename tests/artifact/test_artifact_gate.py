@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from edgetune.artifact.builder import gate_refusal
+from edgetune.artifact.release import gate_refusal
 from edgetune.artifact.manifest import Timing
 
 from tests_samples import sample_manifest

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 
 from edgetune.artifact.measure import interleave, run_on_boards
-from edgetune.fleet.status import RpcEndpoint
+from edgetune.fleet.tracker import RpcEndpoint
 from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
 from edgetune.tune.models import entry_function
 from tvm.script import ir as I, relax as R

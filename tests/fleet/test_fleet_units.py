@@ -4,8 +4,10 @@ Real sockets and files where possible; paramiko is mocked only for the auth-fail
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -14,6 +16,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from edgetune import durable
 from edgetune.errors import FleetError
 from edgetune.fleet import board as remote
 from edgetune.fleet.errors import (
@@ -28,7 +31,7 @@ from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, _RefuseUnknownHost, fingerprint, record_host_key
 from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
-from edgetune.fleet.tracker import TrackerSummary
+from edgetune.fleet.tracker import ClassLoad, TrackerSummary
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Board, SshSettings
 
@@ -153,8 +156,12 @@ def test_auth_failure_message(tmp_path, monkeypatch):
 FACTS = remote.BoardFacts("3.11.7", "0.27.0", None, 10_000, "fw")
 
 
-def test_preflight_accepts_a_matching_board(tmp_path):
-    remote.check_ready(make_board(tmp_path), FACTS, "0.27.0")
+def test_preflight_accepts_a_matching_board_down_to_the_least_free_space(tmp_path):
+    board = make_board(tmp_path)
+    just_enough = dataclasses.replace(FACTS, free_mb=remote.MIN_FREE_MB)
+    assert remote.check_ready(board, just_enough, "0.27.0") is None
+    with pytest.raises(BoardNotReady, match=f"only {remote.MIN_FREE_MB - 1} MB free in {board.workdir}"):
+        remote.check_ready(board, dataclasses.replace(just_enough, free_mb=remote.MIN_FREE_MB - 1), "0.27.0")
 
 
 @pytest.mark.parametrize(
@@ -180,6 +187,8 @@ def test_tracker_summary_parsing():
     assert summary.servers == {"fast": ("10.0.0.2", "10.0.0.3")}
     assert summary.registered("fast", "10.0.0.3") and not summary.registered("slow", "10.0.0.3")
     assert summary.queues["fast"].free == 1
+    assert summary.load("fast") == ClassLoad(registered=2, free=1, busy=1, pending=0)
+    assert summary.load("slow") == ClassLoad(registered=0, free=0, busy=0, pending=0)
 
 
 def test_one_failing_board_does_not_stop_the_others(tmp_path):
@@ -203,10 +212,43 @@ def test_one_failing_board_does_not_stop_the_others(tmp_path):
     assert not result.ok
 
 
-def test_state_round_trip_is_atomic(fleet):
+def test_state_round_trip(fleet):
     state = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9190, 42)}, {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")})
     save_fleet_state(fleet, state)
     assert load_fleet_state(fleet) == state
     files = list((fleet.workdir / "state").iterdir())
     assert [f.name for f in files] == ["fleet.json"]
     assert json.loads(files[0].read_text())["trackers"]["host"]["port"] == 9190
+
+
+@pytest.mark.parametrize("crash", ["mid-write", "at-rename"])
+def test_state_write_that_crashes_keeps_the_old_state_and_no_temp_file(fleet, monkeypatch, crash):
+    """A write that dies half-way through the data, or when renaming it into place, leaves the
+    previous state readable as it was and no temporary file in the state folder."""
+    old = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9190, 42)})
+    save_fleet_state(fleet, old)
+    state_dir = fleet.workdir / "state"
+    real_write, real_replace = os.write, os.replace
+
+    def write_half_then_die(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def die_at_rename(src, dst):
+        if Path(dst).parent == state_dir:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst)
+
+    if crash == "mid-write":
+        monkeypatch.setattr(durable.os, "write", write_half_then_die)
+    else:
+        monkeypatch.setattr(durable.os, "replace", die_at_rename)
+    new = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9191, 43)}, {"b": BoardRecord(7, "10.0.0.1:9191", "c", "3.11", "0.27", "fw")})
+    with pytest.raises(OSError):
+        save_fleet_state(fleet, new)
+    monkeypatch.undo()
+
+    assert load_fleet_state(fleet) == old
+    assert [f.name for f in state_dir.iterdir()] == ["fleet.json"]
+    save_fleet_state(fleet, new)
+    assert load_fleet_state(fleet) == new

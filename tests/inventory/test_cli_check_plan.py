@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from edgetune.cli import main
-from edgetune.inventory.plan import split_budget
+from edgetune.inventory.fleet_plan import split_budget
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,10 @@ from tvm import relax
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.models.builtin import builtin_weights
 from edgetune.tune.prepare import build_untuned, prepare
 
+import numpy_models
 from conftest import conv_model
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
@@ -26,12 +28,21 @@ def run(mod: tvm.IRModule, model: Model, inputs: dict) -> np.ndarray:
 
 @pytest.mark.parametrize("builtin,shape", [("mlp", (1, 64)), ("mobilenet-mini", (1, 3, 32, 32)),
                                            ("transformer-block", (1, 8, 32))])
-def test_builtin_models_are_deterministic_and_match_reference(builtin, shape):
+def test_builtin_models_are_deterministic_and_match_numpy(builtin, shape):
+    """TVM's build of each built-in, and the reference output edgetune ships with its artifacts,
+    both agree with the model written again in NumPy, on the reference input and on two more
+    (one wide enough to drive ReLU6 into its clip)."""
     model = Model(builtin, (ModelInput("x", shape),), builtin=builtin)
     inputs = reference_inputs(model)
     assert np.array_equal(inputs["x"], reference_inputs(model)["x"])
-    np.testing.assert_allclose(run(load_model(model), model, inputs), reference_outputs(model, inputs)[0],
-                               rtol=1e-4, atol=1e-5)
+    rng = np.random.default_rng(1)
+    others = [rng.standard_normal(shape).astype("float32"), rng.uniform(-8.0, 8.0, shape).astype("float32")]
+    weights = {name: w.astype(np.float64) for name, w in builtin_weights(model).items()}
+    mod = load_model(model)
+    for x in [inputs["x"], *others]:
+        expected = numpy_models.FORWARD[builtin](weights, x.astype(np.float64))
+        np.testing.assert_allclose(run(mod, model, {"x": x}), expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(reference_outputs(model, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
 
 
 def test_onnx_model_is_frozen_preprocessed_and_matches_onnxruntime(tmp_path):

@@ -113,6 +113,17 @@ def load_builtin(model: Model) -> tvm.IRModule:
             f"model {model.name!r}: built-in {model.builtin!r} takes one input of rank "
             f"{EXPECTED_RANK[model.builtin]}; fix its `inputs` in fleet.yaml"
         )
+    mod, weights = _export(model)
+    mod = relax.transform.BindParams("forward", {name: tvm.runtime.tensor(w) for name, w in weights.items()})(mod)
+    return relax.transform.DeadCodeElimination(["forward"])(mod)
+
+
+def builtin_weights(model: Model) -> dict[str, np.ndarray]:
+    """The weights `load_builtin` binds, by parameter name (`fc1.weight`, `block2.depthwise.bias`, ...)."""
+    return _export(model)[1]
+
+
+def _export(model: Model) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     inp = model.inputs[0]
     module = BUILDERS[model.builtin](inp)
     module.to(inp.dtype)
@@ -120,12 +131,7 @@ def load_builtin(model: Model) -> tvm.IRModule:
         spec={"forward": {"x": nn.spec.Tensor(list(inp.shape), inp.dtype)}}
     )
     rng = np.random.default_rng(WEIGHT_SEED)
-    weights = {
-        name: tvm.runtime.tensor(_initial_weight(rng, name, param))
-        for name, param in params
-    }
-    mod = relax.transform.BindParams("forward", weights)(mod)
-    return relax.transform.DeadCodeElimination(["forward"])(mod)
+    return mod, {name: _initial_weight(rng, name, param) for name, param in params}
 
 
 def _initial_weight(rng: np.random.Generator, name: str, param: nn.Parameter) -> np.ndarray:

@@ -19,7 +19,9 @@ class ModelBudget:
 
 
 @dataclass(frozen=True)
-class ClassPlan:
+class FleetClassPlan:
+    """One device class's part of the fleet plan (before any model is imported)."""
+
     device_class: str
     profile: str
     target: dict
@@ -36,7 +38,7 @@ class ClassPlan:
 @dataclass(frozen=True)
 class FleetPlan:
     fleet: str
-    classes: tuple[ClassPlan, ...]
+    classes: tuple[FleetClassPlan, ...]
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -61,7 +63,7 @@ def plan_fleet(fleet: Fleet) -> FleetPlan:
         boards = fleet.boards_of(device_class.name)
         budget = split_budget(fleet.tuning.trials_for(device_class.name), weights)
         classes.append(
-            ClassPlan(
+            FleetClassPlan(
                 device_class=device_class.name,
                 profile=device_class.profile.name,
                 target=device_class.profile.target_json(),

@@ -60,9 +60,9 @@ from edgetune.artifact.signing import load_private_key
 from edgetune.artifact.store import ArtifactStore, Staging
 from edgetune.artifact.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
 from edgetune.errors import ArtifactError, EdgetuneError
-from edgetune.fleet.status import rpc_endpoint
+from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
-from edgetune.tune.builder import SharedLibraryExport
+from edgetune.tune.candidate_builder import SharedLibraryExport
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
 from edgetune.tune.target import build_target, missing_cross_compiler
