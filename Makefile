@@ -58,7 +58,9 @@ check: setup
 plan: setup
 	$(PY) -m edgetune plan -f $(FLEET)
 
+# A fleet with an emulated aarch64 board (`arch: aarch64`) needs the ARM packages too.
 tune-fleet: setup
+	@if grep -q "arch: *aarch64" $(FLEET); then $(MAKE) --no-print-directory arm-packages; fi
 	$(PY) -m edgetune tune-fleet -f $(FLEET)
 
 clean:
