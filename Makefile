@@ -8,7 +8,9 @@ FLEET ?= fleet.yaml
 STAMP := $(VENV)/.edgetune-installed
 SYSTEM_PACKAGES := openssh-server iproute2 procps
 
-.PHONY: setup system-packages test test-slow tune-fleet check plan bench clean
+ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+
+.PHONY: setup system-packages arm-packages test test-slow test-arm tune-fleet check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -29,11 +31,26 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# What an emulated aarch64 board needs (qemu-user, debootstrap) and what ARM builds need (the
+# aarch64 cross compiler).
+arm-packages:
+	@missing=""; \
+	for pkg in $(ARM_PACKAGES); do dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "ok installed" || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root: apt-get install$$missing)"; exit 1; fi; \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 test: setup
 	$(PY) -m pytest -q tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests
+
+# The emulated aarch64 board; the first run also builds its root file system (cached).
+test-arm: setup arm-packages
+	$(PY) -m pytest -q -m aarch64 tests/arm
 
 check: setup
 	$(PY) -m edgetune check -f $(FLEET)
@@ -41,7 +58,9 @@ check: setup
 plan: setup
 	$(PY) -m edgetune plan -f $(FLEET)
 
+# A fleet with an emulated aarch64 board (`arch: aarch64`) needs the ARM packages too.
 tune-fleet: setup
+	@if grep -q "arch: *aarch64" $(FLEET); then $(MAKE) --no-print-directory arm-packages; fi
 	$(PY) -m edgetune tune-fleet -f $(FLEET)
 
 # The side-by-side bench (bench/side_by_side.py; see bench/README.md): its own simulated fleet,

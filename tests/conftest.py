@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sim_checks import running
+
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8
 
@@ -101,10 +103,19 @@ def spare_fleet_yaml(tmp_path):
         lock.close()
 
 
+@pytest.fixture(scope="module")
+def sim_slot():
+    """A simulated-fleet slot for a module that builds a fleet of its own: its number N."""
+    slot, lock = _take_slot(Path("/tmp"))
+    try:
+        yield slot
+    finally:
+        lock.close()
+
+
 @pytest.fixture(scope="session")
 def sim_fleet(tmp_path_factory):
     """The loaded `Fleet` of a running simulated fleet: every board registered in its tracker."""
-    from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
     from edgetune.fleet.errors import SimError
     from edgetune.fleet.sim import check_prerequisites
     from edgetune.inventory import load_fleet
@@ -118,17 +129,10 @@ def sim_fleet(tmp_path_factory):
     slot, lock = _take_slot(Path("/tmp"))
     fleet = load_fleet(write_fleet_yaml(tmp_path_factory.mktemp("sim-fleet"), slot))
     try:
-        simulated = sim_up(fleet)
-        assert simulated.ok, f"sim up failed: {simulated.failed}"
-        online = fleet_up(fleet)
-        assert online.ok, f"fleet up failed: {online.failed}"
-        yield fleet
+        with running(fleet):
+            yield fleet
     finally:
-        try:
-            fleet_down(fleet)
-        finally:
-            sim_down(fleet)
-            lock.close()
+        lock.close()
 
 
 @pytest.fixture(scope="session")

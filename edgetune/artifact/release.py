@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 import tvm
@@ -65,7 +65,7 @@ from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
-from edgetune.tune.target import build_target
+from edgetune.tune.target import build_target, missing_cross_compiler
 
 TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
@@ -243,7 +243,8 @@ def build_pair(
             return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path)
         with store.stage(model.name, device_class.name) as staging:
             manifest = _build_and_measure(pair, inputs, database_dir, staging, progress)
-            refusal = gate_refusal(manifest, fleet.path)
+            emulated = [b.name for b in fleet.boards if b.simulated is not None and b.simulated.emulated]
+            refusal = gate_refusal(manifest, fleet.path, emulated)
             if refusal is not None:
                 return BuildOutcome.from_manifest("refused", manifest, None, error=refusal)
             result = store.commit(staging, manifest, key)
@@ -256,12 +257,13 @@ def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
     return {b.board: ratio_of_medians(b.untuned.samples_ms, b.tuned.samples_ms) for b in boards}
 
 
-def gate_refusal(manifest: Manifest, fleet_path: Path) -> str | None:
+def gate_refusal(manifest: Manifest, fleet_path: Path, emulated: Collection[str] = ()) -> str | None:
     """Why the tuned build must not be published (None: it may). It must be faster than the
     untuned build beyond noise on every board: the interval of untuned / tuned above
-    `GATE_MIN_SPEEDUP`."""
+    `GATE_MIN_SPEEDUP`. Boards in `emulated` run under qemu-user, whose timings are not a real
+    board's: there it must only not be slower beyond noise (the interval not wholly below 1)."""
     speedups = board_speedups(manifest.boards)
-    not_faster = [b for b in manifest.boards if not speedups[b.board].above(GATE_MIN_SPEEDUP)]
+    not_faster = [b for b in manifest.boards if not _passes_gate(speedups[b.board], b.board in emulated)]
     if not not_faster:
         return None
     measured = "; ".join(
@@ -273,12 +275,16 @@ def gate_refusal(manifest: Manifest, fleet_path: Path) -> str | None:
     inputs = manifest.inputs
     return (
         f"the tuned build is not faster than the untuned one beyond noise (the interval of untuned/tuned must lie "
-        f"above {GATE_MIN_SPEEDUP:g} on every board; {measured}); "
+        f"above {GATE_MIN_SPEEDUP:g} on every board, and not below 1 on emulated ones; {measured}); "
         f"{hits.tasks_with_record} of {hits.tasks_with_record + len(hits.tasks_without_record)} kernels have a "
         f"tuning record, {manifest.tuning.trials} trials; nothing was published for this pair: tune the class "
         f"with a larger budget (raise tuning.trials_per_class, then `edgetune tune -f {fleet_path} --class "
         f"{inputs.device_class} --model {inputs.model}`) and build again"
     )
+
+
+def _passes_gate(speedup: RatioEstimate, emulated: bool) -> bool:
+    return not speedup.below(1.0) if emulated else speedup.above(GATE_MIN_SPEEDUP)
 
 
 def _build_and_measure(
@@ -287,6 +293,8 @@ def _build_and_measure(
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
     target = build_target(profile)
+    if missing_cross_compiler(profile):
+        raise ArtifactError(missing_cross_compiler(profile))
     database = tuning_inputs.open_database(database_dir)
     prepared = prepare(pair.mod, target)
     coverage = count_tuned_tasks(prepared, database, target)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import TrackerRecord
-from edgetune.fleet.sim import sim_firmware_file
+from edgetune.fleet.sim import sim_firmware_file_on_board
 from edgetune.inventory.schema import Board, Fleet
 
 RPC_SERVER_MODULE = "tvm.exec.rpc_server"
@@ -61,7 +61,7 @@ def firmware_command(fleet: Fleet, board: Board) -> str:
     command = fleet.device_class(board.device_class).profile.firmware_command
     if board.simulated is None:
         return command
-    return f"{command}; cat {shlex.quote(str(sim_firmware_file(fleet, board)))} 2>/dev/null || true"
+    return f"{command}; cat {shlex.quote(sim_firmware_file_on_board(fleet, board))} 2>/dev/null || true"
 
 
 def read_firmware(session: BoardSession, fleet: Fleet) -> str:

@@ -3,7 +3,8 @@
 For every board marked `simulated`, `sim_up` makes a namespace with a veth into the fleet's
 bridge and the board's address, runs its own OpenSSH server there (own host key, config and
 authorized_keys under `<workdir>/sim/<board>/`), and caps its CPU through a cgroup holding
-that sshd. Host keys made here are recorded in known_hosts (we made them, so we may trust
+that sshd. An emulated board (`arch: aarch64`) also gets its own copy of a cached arm64 root
+file system (fleet/rootfs.py), which its sshd enters with ChrootDirectory. Host keys made here are recorded in known_hosts (we made them, so we may trust
 them); a key that exists already is never re-trusted over a different recorded one.
 Everything we create is named after the fleet and marked as ours (interface alias
 `edgetune:<fleet>`); `sim_down` removes exactly that. Both are idempotent; sshd PIDs are
@@ -27,7 +28,7 @@ from typing import Callable
 
 import paramiko
 
-from edgetune.fleet import cgroups
+from edgetune.fleet import cgroups, rootfs
 from edgetune.fleet.errors import HostKeyMismatch, SimError
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.process import running, spawn_detached, stop_group, wait_until
@@ -53,6 +54,7 @@ class SimBoard:
     veth: str  # host end of the veth pair; the board end is eth0
     cgroup: str
     dir: Path
+    root: Path | None  # an emulated board's root file system; None: it shares this machine's
 
     @property
     def sshd_config(self) -> Path:
@@ -62,10 +64,23 @@ class SimBoard:
     def host_key(self) -> Path:
         return self.dir / "host_ed25519"
 
+    @property
+    def firmware_file(self) -> Path:
+        """The firmware version `sim_firmware` gave the board, as this host sees the file."""
+        if self.root is None:
+            return self.dir / "firmware"
+        return self.root / rootfs.FIRMWARE_FILE.lstrip("/")
+
 
 def sim_firmware_file(fleet: Fleet, board: Board) -> Path:
-    """Where a simulated board keeps the firmware version `sim_firmware` gave it."""
-    return _sim_board(fleet, board).dir / "firmware"
+    """Where a simulated board keeps its firmware version, as this host sees the file."""
+    return _sim_board(fleet, board).firmware_file
+
+
+def sim_firmware_file_on_board(fleet: Fleet, board: Board) -> str:
+    """The same file, as the board's own commands see it."""
+    sim = _sim_board(fleet, board)
+    return str(sim.firmware_file) if sim.root is None else rootfs.FIRMWARE_FILE
 
 
 def sim_firmware(fleet: Fleet, board_name: str, version: str, cpu_quota: float | None = None) -> None:
@@ -83,8 +98,8 @@ def sim_firmware(fleet: Fleet, board_name: str, version: str, cpu_quota: float |
     pid = read_state(state_path(fleet, "sim")).get("sshd_pids", {}).get(board_name)
     if not running(pid, str(sim.sshd_config)):
         raise SimError(f"{board_name} is not up: run `edgetune sim up -f {fleet.path}` first")
-    sim.dir.mkdir(parents=True, exist_ok=True)
-    (sim.dir / "firmware").write_text(f"sim-firmware {version}\n")
+    sim.firmware_file.parent.mkdir(parents=True, exist_ok=True)
+    sim.firmware_file.write_text(f"sim-firmware {version}\n")
     if cpu_quota is not None:
         cgroups.apply_quota(sim.cgroup, cpu_quota, pid)
 
@@ -104,6 +119,7 @@ def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
     if not plan:
         return GroupResult()
     _check_collisions(fleet, plan)
+    tarballs = _emulation_roots(fleet, plan, progress)
     _ensure_bridge(fleet)
     for key in sorted({sim.board.ssh.key for sim in plan}):
         _ensure_client_key(Path(key))
@@ -112,7 +128,7 @@ def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
     by_name = {sim.board.name: sim for sim in plan}
     # one board at a time: they share known_hosts; each takes a few ms
     result = for_each_board(
-        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name)), workers=1
+        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), tarballs), workers=1
     )
     write_state(state_file, {"sshd_pids": {**recorded, **result.succeeded}})
     ready = for_each_board([sim.board for sim in plan if sim.board.name in result.succeeded], _await_sshd)
@@ -164,13 +180,24 @@ def check_prerequisites() -> None:
 
 def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
     digest = hashlib.sha1(f"{fleet.name}/{board.name}".encode()).hexdigest()
+    emulated = board.simulated is not None and board.simulated.emulated
     return SimBoard(
         board=board,
         netns=f"edgetune-{fleet.name}-{board.name}",
         veth=f"et{digest[:12]}",  # interface names are limited to 15 characters
         cgroup=f"edgetune-{fleet.name}-{board.name}",
         dir=Workdir(fleet.workdir).sim_board(board.name),
+        root=rootfs.board_root(fleet.sim.cache, fleet.name, board.name) if emulated else None,
     )
+
+
+def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...], progress: Progress) -> dict[str, Path]:
+    """Per emulated architecture in the fleet, the cached root file system (built if missing)."""
+    tarballs = {}
+    for arch in sorted({sim.board.simulated.arch for sim in plan if sim.root is not None}):
+        rootfs.check_emulation(arch)
+        tarballs[arch] = rootfs.cached_root(fleet.sim.cache, arch, progress)
+    return tarballs
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -237,8 +264,10 @@ def _keygen(path: Path, comment: str) -> None:
                    capture_output=True)  # fmt: skip
 
 
-def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None) -> int:
+def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None, tarballs: dict[str, Path]) -> int:
     _ensure_netns(fleet, sim)
+    if sim.root is not None:
+        rootfs.ensure_board_root(tarballs[sim.board.simulated.arch], sim.root)
     _ensure_sshd_files(sim)
     if not running(sshd_pid, str(sim.sshd_config)):
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
@@ -285,6 +314,7 @@ def _ensure_sshd_files(sim: SimBoard) -> None:
         "PermitRootLogin prohibit-password\n"
         "StrictModes no\n"
         "Subsystem sftp internal-sftp\n"
+        + (f"ChrootDirectory {sim.root}\n" if sim.root is not None else "")
     )
 
 
@@ -337,7 +367,9 @@ def _board_down(fleet: Fleet, sim: SimBoard, sshd_pid: int | None) -> str:
         _ip("link", "del", sim.veth, check=False)  # usually already gone with the namespace
     if cgroups.remove(sim.cgroup):
         removed.append(f"cgroup {sim.cgroup}")
-    (sim.dir / "firmware").unlink(missing_ok=True)
+    if sim.root is not None and rootfs.remove_board_root(sim.root):
+        removed.append(f"root file system {sim.root}")
+    sim.firmware_file.unlink(missing_ok=True)
     return "removed " + ", ".join(removed) if removed else "nothing to remove"
 
 

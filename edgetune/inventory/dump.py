@@ -63,7 +63,7 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
         },
     }
     if fleet.sim is not None:
-        data["sim"] = {"bridge": fleet.sim.bridge, "host_address": fleet.sim.host_address}
+        data["sim"] = {"bridge": fleet.sim.bridge, "host_address": fleet.sim.host_address, "cache": str(fleet.sim.cache)}
     data["regress"] = {"threshold": fleet.regress.threshold, "confidence": fleet.regress.confidence}
     if fleet.deploy is not None:
         d = fleet.deploy
@@ -102,7 +102,7 @@ def _board(board: Board) -> dict[str, Any]:
         "token_env": board.token_env,
     }
     if board.simulated is not None:
-        data["simulated"] = {"cpu_quota": board.simulated.cpu_quota}
+        data["simulated"] = {"cpu_quota": board.simulated.cpu_quota, "arch": board.simulated.arch}
     return data
 
 

@@ -76,6 +76,7 @@ MAX_RANK = 8
 MAX_ELEMENTS = 2**31 - 1  # per input tensor, and per dimension
 MAX_THREADS = 1024
 MAX_CPU_QUOTA = 64.0  # cores
+SIM_ARCHES = ("x86_64", "aarch64")
 MAX_TRIALS = 1_000_000
 MAX_TRIALS_PER_ITER = 10_000
 MAX_WEIGHT = 1e6
@@ -104,7 +105,7 @@ def load_fleet(path: str | Path) -> Fleet:
     root.mapping(FLEET_KEYS)
     base = path.parent
     workdir = _directory(root.child("workdir", ".edgetune"), base)
-    sim = _sim_settings(root.child("sim", None))
+    sim = _sim_settings(root.child("sim", None), base)
     trackers = _trackers(root.child("trackers"))
     ssh = _ssh(root.child("ssh", {}), base, SshSettings())
     classes = _device_classes(root.child("device_classes"), base)
@@ -150,10 +151,10 @@ def load_profile(path: Path) -> DeviceProfile:
 
 
 # -- fleet sections ---------------------------------------------------------------------------
-def _sim_settings(node: Node) -> SimSettings | None:
+def _sim_settings(node: Node, base: Path) -> SimSettings | None:
     if node.value is None:
         return None
-    node.mapping(("bridge", "host_address"))
+    node.mapping(("bridge", "host_address", "cache"))
     bridge = node.get("bridge", str)
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,15}", bridge):
         raise node.child("bridge").error(f"'{bridge}' is not a valid interface name (1-15 letters, digits, '-' or '_')")
@@ -164,7 +165,8 @@ def _sim_settings(node: Node) -> SimSettings | None:
         raise node.child("host_address").error(f"'{host_address}' is not an IPv4 address with prefix, e.g. 10.231.7.1/24") from None
     if interface.network.prefixlen == 32:
         raise node.child("host_address").error("needs a prefix length that leaves room for boards, e.g. /24")
-    return SimSettings(bridge=bridge, host_address=host_address)
+    cache = _path(node.child("cache"), base) if node.has("cache") else SimSettings.cache
+    return SimSettings(bridge=bridge, host_address=host_address, cache=cache)
 
 
 def _trackers(node: Node) -> tuple[Tracker, ...]:
@@ -258,6 +260,7 @@ def _boards(
                 f"'{device_class}' is not a declared device class (declared: {', '.join(class_names)})"
             )
         simulated = _simulation(item.child("simulated", None), sim)
+        _check_board_arch(item, simulated, next(c for c in classes if c.name == device_class))
         board = Board(
             name=_name(item, "name"),
             address=_board_address(item, simulated, sim),
@@ -273,6 +276,18 @@ def _boards(
         )
         boards.append(board)
     return tuple(boards)
+
+
+def _check_board_arch(item: Node, simulated: Simulation | None, device_class: DeviceClass) -> None:
+    """An emulated board runs what its class's target compiles for, and nothing else."""
+    if simulated is None or not simulated.emulated:
+        return
+    triple = str(device_class.profile.target.get("mtriple", ""))
+    if not triple.startswith(simulated.arch):
+        raise item.child("simulated").child("arch").error(
+            f"an {simulated.arch} board needs a device class whose profile targets {simulated.arch}; class "
+            f"'{device_class.name}' ({device_class.profile.path}) targets '{triple or 'the host'}'"
+        )
 
 
 def _board_tracker(item: Node, tracker_names: list[str]) -> str:
@@ -291,10 +306,11 @@ def _board_tracker(item: Node, tracker_names: list[str]) -> str:
 def _simulation(node: Node, sim: SimSettings | None) -> Simulation | None:
     if node.value is None:
         return None
-    node.mapping(("cpu_quota",))
+    node.mapping(("cpu_quota", "arch"))
     if sim is None:
         raise node.error("a simulated board needs the top-level 'sim' section (bridge, host_address)")
-    return Simulation(cpu_quota=node.positive("cpu_quota", float, MAX_CPU_QUOTA, 1.0))
+    return Simulation(cpu_quota=node.positive("cpu_quota", float, MAX_CPU_QUOTA, 1.0),
+                      arch=node.choice("arch", SIM_ARCHES, "x86_64"))
 
 
 def _board_address(item: Node, simulated: Simulation | None, sim: SimSettings | None) -> str:
@@ -313,9 +329,10 @@ def _board_address(item: Node, simulated: Simulation | None, sim: SimSettings | 
 
 
 def _board_path(item: Node, key: str, base: Path, simulated: Simulation | None) -> str:
-    """Paths on the board. Simulated boards share this machine's files, so relative paths are
-    resolved against fleet.yaml's folder; real boards need absolute paths."""
-    if simulated is not None:
+    """Paths on the board. Simulated x86 boards share this machine's files, so relative paths
+    are resolved against fleet.yaml's folder; real and emulated boards (which have a root file
+    system of their own) need absolute paths."""
+    if simulated is not None and not simulated.emulated:
         return str(_path(item.child(key), base))
     value = item.get(key, str)
     if not value.startswith("/"):
@@ -326,7 +343,7 @@ def _board_path(item: Node, key: str, base: Path, simulated: Simulation | None) 
 def _board_workdir(item: Node, base: Path, simulated: Simulation | None) -> str:
     """A simulated board's workdir is on this machine, so it must be a folder or makeable."""
     workdir = _board_path(item, "workdir", base, simulated)
-    if simulated is not None:
+    if simulated is not None and not simulated.emulated:
         _check_directory(item.child("workdir"), Path(workdir))
     return workdir
 

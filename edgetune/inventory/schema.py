@@ -106,6 +106,11 @@ class Simulation:
     """A board that `edgetune sim up` creates on this machine (a network namespace + sshd)."""
 
     cpu_quota: float  # fraction of one core, e.g. 0.5
+    arch: str = "x86_64"  # aarch64: an arm64 root file system run under qemu-user (see fleet/rootfs.py)
+
+    @property
+    def emulated(self) -> bool:
+        return self.arch != "x86_64"
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,7 @@ class SimSettings:
 
     bridge: str
     host_address: str  # the bridge's address, with prefix length, e.g. 10.231.0.1/24
+    cache: Path = Path("/var/cache/edgetune")  # emulated boards' root file systems (kept by `sim down`)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+
 import tvm
 from tvm.target import codegen
 
 from edgetune.errors import InventoryError
 from edgetune.inventory.reader import display_path
 from edgetune.inventory.schema import DeviceProfile, Fleet
+
+CROSS_COMPILER_PACKAGES = {"aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
 
 
 def build_target(profile: DeviceProfile) -> tvm.target.Target:
@@ -32,3 +36,14 @@ def check_targets(fleet: Fleet) -> None:
     """Build the target of every device class, so that a bad profile fails before anything runs."""
     for device_class in fleet.device_classes:
         build_target(device_class.profile)
+
+
+def missing_cross_compiler(profile: DeviceProfile) -> str | None:
+    """Why libraries for `profile` cannot be linked on this host (None: they can)."""
+    compiler = profile.cross_compiler
+    if compiler is None or shutil.which(compiler) is not None:
+        return None
+    package = CROSS_COMPILER_PACKAGES.get(compiler)
+    how = f" (Debian: apt-get install {package}, or `make arm-packages`)" if package else ""
+    return (f"{display_path(profile.path)}: cross_compiler: '{compiler}' is not installed on this host, so no library "
+            f"can be linked for profile '{profile.name}'; install it{how}")

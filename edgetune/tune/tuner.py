@@ -44,7 +44,7 @@ from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
-from edgetune.tune.target import build_target
+from edgetune.tune.target import build_target, missing_cross_compiler
 from edgetune.tune.tasks import ClassTasks, class_tasks
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,8 @@ def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassRe
 def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: float) -> ClassResult:
     profile = fleet.device_class(device_class).profile
     target = build_target(profile)
+    if missing_cross_compiler(profile):
+        raise TuneError(f"class {device_class}: {missing_cross_compiler(profile)}")
     models = select_models(fleet, options.models)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     tasks = class_tasks(models, target)

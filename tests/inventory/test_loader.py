@@ -84,6 +84,19 @@ def test_base_fleet_is_valid(fleet_dir):
     assert fleet.models[1].inputs[0].dtype == "float32"
 
 
+def test_emulated_aarch64_board_has_its_own_root_and_round_trips(fleet_dir):
+    data = base_fleet(fleet_dir)
+    data["sim"]["cache"] = "cache"
+    data["boards"].append({"name": "arm-1", "address": "10.231.99.31", "device_class": "rpi4", "python": "/opt/tvm/bin/python",
+                           "workdir": "/root/edgetune", "simulated": {"arch": "aarch64"}})
+    fleet = load_fleet(write(fleet_dir, data))
+    board = fleet.board("arm-1")
+    assert board.simulated.emulated and board.workdir == "/root/edgetune"  # a path inside its own root
+    assert fleet.sim.cache == fleet_dir / "cache"
+    again = load_fleet(write(fleet_dir, fleet_to_dict(fleet), "again.yaml"))
+    assert again.replace(path=fleet.path) == fleet
+
+
 def test_deploy_section_pins_and_token_sources(fleet_dir):
     data = base_fleet(fleet_dir)
     data["deploy"] = {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470/"}
@@ -211,6 +224,12 @@ BAD_FLEETS = [
     ("tracker-ambiguous", lambda d: (d["trackers"].append({"name": "lab", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9290}),
                                      d["boards"][1].pop("tracker")),
      "fleet.yaml: boards[1].tracker: required when the fleet has several trackers (declared: host, lab)"),
+    ("sim-arch-unknown", _set("boards[0].simulated", {"arch": "riscv64"}),
+     "fleet.yaml: boards[0].simulated.arch: 'riscv64' is not allowed (allowed: x86_64, aarch64)"),
+    ("sim-arch-not-the-profile's", _set("boards[0].simulated", {"arch": "aarch64"}),
+     "fleet.yaml: boards[0].simulated.arch: an aarch64 board needs a device class whose profile targets aarch64; class 'avx512'"),
+    ("emulated-board-relative-path", lambda d: d["boards"][0].update(device_class="rpi4", simulated={"arch": "aarch64"}),
+     "fleet.yaml: boards[0].workdir: must be an absolute path on the board, got 'w/b1'"),
     ("quota-not-number", _set("boards[0].simulated", {"cpu_quota": "half"}), "fleet.yaml: boards[0].simulated.cpu_quota: must be a number, got str 'half'"),
     ("deploy-bind-no-port", _set("deploy", {"bind": "10.231.99.1", "url": "http://10.231.99.1:8470"}),
      "fleet.yaml: deploy.bind: '10.231.99.1' is not ADDRESS:PORT"),
