@@ -50,3 +50,28 @@ def qdq_model(path: Path, rate_branch: bool = False) -> Path:
     else:
         nodes.append(helper.make_node("Identity", [current], ["y"]))
     return save(path, nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])], weights)
+
+
+def write_conv_model(path: Path) -> Path:
+    """conv 3x3 (3->8) + relu + flatten + matmul (512->10): a real ONNX graph with weights."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.2, "w_conv"),
+        numpy_helper.from_array(rng.standard_normal(8).astype("float32") * 0.1, "b_conv"),
+        numpy_helper.from_array(rng.standard_normal((512, 10)).astype("float32") * 0.05, "w_fc"),
+        numpy_helper.from_array(np.array([1, 512], dtype="int64"), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w_conv", "b_conv"], ["conv"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("Reshape", ["relu", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w_fc"], ["logits"]),
+    ]
+    return save(path, nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], weights)  # fmt: skip
+
+
+def conv_model(path: Path, name: str = "convnet"):
+    from edgetune.inventory.schema import Model, ModelInput
+
+    return Model(name=name, inputs=(ModelInput("image", (1, 3, 16, 16)),), onnx=write_conv_model(path))

@@ -97,13 +97,18 @@ def _install_tvm(root: Path, arch: str, progress: Progress) -> None:
         raise SimError(f"the {arch} root file system imports TVM {got}, this host runs {version('apache-tvm')}")
 
 
+def boards_dir(cache: Path) -> Path:
+    """Where the emulated boards' own root file systems are unpacked."""
+    return cache / "boards"
+
+
 def board_root(cache: Path, fleet_name: str, board_name: str) -> Path:
-    return cache / "boards" / f"{fleet_name}-{board_name}"
+    return boards_dir(cache) / f"{fleet_name}-{board_name}"
 
 
 def ensure_board_root(tarball: Path, root: Path) -> None:
     """Unpack the cached root file system for one board (once) and mount its /proc and /dev."""
-    _check_chroot_path(root.parent)
+    check_chroot_path(root.parent)
     if not (root / _COMPLETE).exists():
         _unmount(root)
         shutil.rmtree(root, ignore_errors=True)
@@ -147,7 +152,7 @@ def _mounts_under(root: Path) -> list[str]:
     return [point for point in points if point.startswith(prefix)]
 
 
-def _check_chroot_path(folder: Path) -> None:
+def check_chroot_path(folder: Path) -> None:
     """sshd's ChrootDirectory refuses a root below a folder that is not root's alone."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o755)
     for part in [folder.resolve(), *folder.resolve().parents]:

@@ -119,7 +119,7 @@ def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
     if not plan:
         return GroupResult()
     _check_collisions(fleet, plan)
-    tarballs = _emulation_roots(fleet, plan, progress)
+    roots = _emulation_roots(fleet, plan, progress)
     _ensure_bridge(fleet)
     for key in sorted({sim.board.ssh.key for sim in plan}):
         _ensure_client_key(Path(key))
@@ -128,7 +128,7 @@ def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
     by_name = {sim.board.name: sim for sim in plan}
     # one board at a time: they share known_hosts; each takes a few ms
     result = for_each_board(
-        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), tarballs), workers=1
+        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), roots), workers=1
     )
     write_state(state_file, {"sshd_pids": {**recorded, **result.succeeded}})
     ready = for_each_board([sim.board for sim in plan if sim.board.name in result.succeeded], _await_sshd)
@@ -191,13 +191,18 @@ def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
     )
 
 
-def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...], progress: Progress) -> dict[str, Path]:
-    """Per emulated architecture in the fleet, the cached root file system (built if missing)."""
-    tarballs = {}
+def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...], progress: Progress) -> dict[str, Path | SimError]:
+    """Per emulated architecture in the fleet, the cached root file system (built if missing),
+    or why this host cannot have it: only that architecture's boards fail then."""
+    roots: dict[str, Path | SimError] = {}
     for arch in sorted({sim.board.simulated.arch for sim in plan if sim.root is not None}):
-        rootfs.check_emulation(arch)
-        tarballs[arch] = rootfs.cached_root(fleet.sim.cache, arch, progress)
-    return tarballs
+        try:
+            rootfs.check_emulation(arch)
+            rootfs.check_chroot_path(rootfs.boards_dir(fleet.sim.cache))
+            roots[arch] = rootfs.cached_root(fleet.sim.cache, arch, progress)
+        except SimError as err:
+            roots[arch] = err
+    return roots
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -264,10 +269,13 @@ def _keygen(path: Path, comment: str) -> None:
                    capture_output=True)  # fmt: skip
 
 
-def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None, tarballs: dict[str, Path]) -> int:
+def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None, roots: dict[str, Path | SimError]) -> int:
+    tarball = roots.get(sim.board.simulated.arch)
+    if isinstance(tarball, SimError):
+        raise SimError(f"{sim.board.name}: {tarball}")
     _ensure_netns(fleet, sim)
     if sim.root is not None:
-        rootfs.ensure_board_root(tarballs[sim.board.simulated.arch], sim.root)
+        rootfs.ensure_board_root(tarball, sim.root)
     _ensure_sshd_files(sim)
     if not running(sshd_pid, str(sim.sshd_config)):
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)

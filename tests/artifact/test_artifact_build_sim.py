@@ -28,7 +28,7 @@ from edgetune.inventory.dump import fleet_to_dict
 from edgetune.inventory.schema import ArtifactSettings
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
-from onnx_models import conv_model
+from onnx_samples import conv_model
 
 CLASS = "gw-fast"
 

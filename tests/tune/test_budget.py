@@ -26,7 +26,7 @@ from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
 from conftest import Loopback
-from onnx_models import conv_model
+from onnx_samples import conv_model
 from fleets import AVX512, make_fleet, mlp
 
 PER_ITER = 4

@@ -16,7 +16,7 @@ from edgetune.tune.models.builtin import builtin_weights
 from edgetune.tune.prepare import build_untuned, prepare
 
 import numpy_models
-from onnx_models import conv_model
+from onnx_samples import conv_model
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 

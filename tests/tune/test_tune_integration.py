@@ -22,7 +22,7 @@ from edgetune.tune.target import build_target
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from conftest import Loopback
-from onnx_models import conv_model
+from onnx_samples import conv_model
 from fleets import AVX512, V2, make_fleet
 
 TRIALS_PER_CLASS = 48
