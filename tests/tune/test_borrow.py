@@ -17,7 +17,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.tune.database import ClassDatabasePaths, read_trials
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
-from conftest import Loopback
+from loopback_boards import Loopback
 from fleets import AVX512, V2, make_fleet, mlp
 
 BUDGET = 24  # mlp: 2 tasks of 12 trials; the borrower seeds each with 4 of the donor's best

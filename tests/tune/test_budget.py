@@ -25,7 +25,7 @@ from edgetune.tune.target import build_target
 from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
-from conftest import Loopback
+from loopback_boards import Loopback
 from onnx_samples import conv_model
 from fleets import AVX512, make_fleet, mlp
 

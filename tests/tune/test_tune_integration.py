@@ -21,7 +21,7 @@ from edgetune.tune.prepare import apply_database_and_build, build_untuned, count
 from edgetune.tune.target import build_target
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
-from conftest import Loopback
+from loopback_boards import Loopback
 from onnx_samples import conv_model
 from fleets import AVX512, V2, make_fleet
 

@@ -1,0 +1,81 @@
+"""A loopback TVM tracker with rpc_servers on 127.0.0.1 that a test can kill (for fault
+tests, which must not harm the shared `sim_fleet`); the `loopback` fixture of tests/tune."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+class Loopback:
+    """A tracker and rpc_servers on 127.0.0.1, each in its own process group."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.servers: dict[str, subprocess.Popen] = {}
+        self.tracker = self._spawn("tracker", ["tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                                               "--port", str(self.port), "--port-end", str(self.port + 1)])
+        _wait_port(self.port)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.directory / f"{name}.log", "w")
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def start_board(self, name: str, key: str) -> None:
+        self.servers[name] = self._spawn(name, [
+            "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
+            "--host", "127.0.0.1", "--custom-addr", "127.0.0.1"])
+
+    def wait_registered(self, count: int, timeout_s: float = 120.0) -> None:
+        """Wait for `count` rpc_servers on the tracker; on a loaded 2-core CI machine a cold
+        `import tvm` in two processes at once has taken more than 30 s."""
+        from tvm import rpc
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(rpc.connect_tracker("127.0.0.1", self.port).summary()["server_info"]) >= count:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"fewer than {count} rpc_servers registered after {timeout_s} s\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}"
+                         for log in sorted(self.directory.glob("*.log")))
+
+    def kill_board(self, name: str) -> None:
+        _kill_group(self.servers.pop(name))
+
+    def close(self) -> None:
+        for process in [*self.servers.values(), self.tracker]:
+            _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
