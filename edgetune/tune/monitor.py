@@ -139,10 +139,20 @@ class RunMonitor(PyMeasureCallback):
         ))
 
 
+# TVM names the booster file `model.bin`, so xgboost warns on every save and load that it
+# picks, or guesses, its default format (UBJSON), which is the format TVM reads back: noise.
+_XGB_FORMAT_WARNINGS = r".*(Saving model in the UBJSON format as default|Unknown file format: `bin`)"
+
+
 def save_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:
-    """Save atomically, so that a SIGKILL mid-save leaves the previous model. TVM names the
-    booster file `model.bin`, so xgboost warns on every save that it picks its default format
-    (UBJSON), which is the format TVM's `load` reads back: that warning is noise, not news."""
+    """Save atomically, so that a SIGKILL mid-save leaves the previous model."""
     with replaced_atomically(path) as tmp, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*Saving model in the UBJSON format as default", category=UserWarning)
+        warnings.filterwarnings("ignore", message=_XGB_FORMAT_WARNINGS, category=UserWarning)
         cost_model.save(str(tmp))
+
+
+def load_cost_model(cost_model: ms.cost_model.XGBModel, path: Path) -> None:
+    """Load what `save_cost_model` saved into `cost_model`."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_XGB_FORMAT_WARNINGS, category=UserWarning)
+        cost_model.load(str(path))

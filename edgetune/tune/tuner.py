@@ -39,7 +39,7 @@ from edgetune.tune.budget import TaskLedger
 from edgetune.tune.database import (
     ClassDatabasePaths, append_run, locked_database, read_trials, throughput, trials_per_workload,
 )
-from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, save_cost_model
+from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, load_cost_model, save_cost_model
 from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan_tuning, select_models
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
@@ -207,7 +207,7 @@ def _cost_model(paths: ClassDatabasePaths, search: SearchSettings) -> ms.cost_mo
     """The class's XGBoost cost model, as the last run left it."""
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=search.num_threads)
     if paths.cost_model.exists():
-        cost_model.load(str(paths.cost_model))
+        load_cost_model(cost_model, paths.cost_model)
     return cost_model
 
 

@@ -38,11 +38,11 @@ def verdicts(report) -> dict[str, str]:
 
 
 def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
-    for _ in range(3):
-        report = regress(deployed, models=[MODEL])
-        assert verdicts(report) == dict.fromkeys(BOARDS, "ok"), [v.to_json() for v in report.verdicts]
-        assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
-        assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
+    """One check here; twenty in a row are the slow-marked test below."""
+    report = regress(deployed, models=[MODEL])
+    assert verdicts(report) == dict.fromkeys(BOARDS, "ok"), [v.to_json() for v in report.verdicts]
+    assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
+    assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
 
 
 @pytest.fixture

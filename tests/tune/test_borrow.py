@@ -10,11 +10,13 @@ measurements it ran.
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, read_trials
+from edgetune.tune.monitor import load_cost_model
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from loopback_boards import Loopback
@@ -90,7 +92,9 @@ def test_borrowed_trials_count_against_the_budget_and_a_rerun_spends_none(borrow
 def test_borrowed_trials_train_the_borrowers_cost_model(borrowing):
     fleet, results, _ = borrowing
     model = ms.cost_model.XGBModel()
-    model.load(str(ClassDatabasePaths.of(fleet.workdir, "classb").cost_model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # xgboost's format guess is not printed on every load
+        load_cost_model(model, ClassDatabasePaths.of(fleet.workdir, "classb").cost_model)
     # every trial of the run, the re-measured borrowed schedules included, is in its training data
     assert sum(len(group.costs) for group in model.data.values()) == results["classb"].trials_run
 
