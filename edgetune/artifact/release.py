@@ -243,7 +243,7 @@ def build_pair(
             return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path)
         with store.stage(model.name, device_class.name) as staging:
             manifest = _build_and_measure(pair, inputs, database_dir, staging, progress)
-            emulated = [b.name for b in fleet.boards if b.simulated is not None and b.simulated.emulated]
+            emulated = [b.name for b in fleet.boards if b.emulated]
             refusal = gate_refusal(manifest, fleet.path, emulated)
             if refusal is not None:
                 return BuildOutcome.from_manifest("refused", manifest, None, error=refusal)
@@ -293,8 +293,9 @@ def _build_and_measure(
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
     target = build_target(profile)
-    if missing_cross_compiler(profile):
-        raise ArtifactError(missing_cross_compiler(profile))
+    unlinkable = missing_cross_compiler(profile)
+    if unlinkable:
+        raise ArtifactError(unlinkable)
     database = tuning_inputs.open_database(database_dir)
     prepared = prepare(pair.mod, target)
     coverage = count_tuned_tasks(prepared, database, target)

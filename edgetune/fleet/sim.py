@@ -180,14 +180,13 @@ def check_prerequisites() -> None:
 
 def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
     digest = hashlib.sha1(f"{fleet.name}/{board.name}".encode()).hexdigest()
-    emulated = board.simulated is not None and board.simulated.emulated
     return SimBoard(
         board=board,
         netns=f"edgetune-{fleet.name}-{board.name}",
         veth=f"et{digest[:12]}",  # interface names are limited to 15 characters
         cgroup=f"edgetune-{fleet.name}-{board.name}",
         dir=Workdir(fleet.workdir).sim_board(board.name),
-        root=rootfs.board_root(fleet.sim.cache, fleet.name, board.name) if emulated else None,
+        root=rootfs.board_root(fleet.sim.cache, fleet.name, board.name) if board.emulated else None,
     )
 
 

@@ -134,6 +134,11 @@ class Board:
     pin: Mapping[str, int] = field(default_factory=FrozenMap)  # model -> artifact version this board runs (over its class's pin)
     token_env: str | None = None  # its download token comes from this variable instead of a file
 
+    @property
+    def emulated(self) -> bool:
+        """A simulated board of another architecture, run under qemu-user (its timings are qemu's)."""
+        return self.simulated is not None and self.simulated.emulated
+
 
 @dataclass(frozen=True)
 class ValueRange:

@@ -137,8 +137,9 @@ def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassRe
 def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: float) -> ClassResult:
     profile = fleet.device_class(device_class).profile
     target = build_target(profile)
-    if missing_cross_compiler(profile):
-        raise TuneError(f"class {device_class}: {missing_cross_compiler(profile)}")
+    unlinkable = missing_cross_compiler(profile)
+    if unlinkable:
+        raise TuneError(f"class {device_class}: {unlinkable}")
     models = select_models(fleet, options.models)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     tasks = class_tasks(models, target)
