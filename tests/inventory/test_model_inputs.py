@@ -25,7 +25,7 @@ def fleet_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def save_encoder(path):
+def save_encoder(path, ids_dims=("batch", "sequence")):
     """input_ids (int64 [batch, sequence]) and a scalar sample rate, as exported models have them."""
     table = numpy_helper.from_array(np.ones((2, 4), np.float32), "table")
     graph = helper.make_graph(
@@ -33,7 +33,7 @@ def save_encoder(path):
          helper.make_node("Cast", ["sr"], ["sr_float"], to=TensorProto.FLOAT),
          helper.make_node("Mul", ["embedded", "sr_float"], ["out"])],
         "encoder",
-        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "sequence"]),
+        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, list(ids_dims)),
          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
         initializer=[table],
@@ -128,6 +128,16 @@ def test_check_exits_2_naming_both_sides_and_listing_the_graphs_inputs(fleet_dir
     assert err.startswith("error: fleet.yaml: models[1].inputs: model 'encoder'")
     assert declared in err and graph in err
     assert "The graph's inputs are: token_type_ids: int64[batch, sequence]; sr: int64[]" in err
+
+
+def test_dynamic_dimensions_written_as_minus_one_are_not_fixed_sizes(fleet_dir, capsys):
+    """Paddle2ONNX writes a dynamic dimension as dim_value -1 (PaddleOCR's models: x[-1, 3, ?, ?])."""
+    write(fleet_dir, encoder_fleet(fleet_dir, GOOD_INPUTS))
+    save_encoder(fleet_dir / "encoder.onnx", ids_dims=(-1, 8))
+    assert main(["check", "-f", "fleet.yaml"]) == 0, capsys.readouterr().err
+    save_encoder(fleet_dir / "encoder.onnx", ids_dims=(-1, 7))
+    assert main(["check", "-f", "fleet.yaml"]) == 2
+    assert "declared with shape [1, 8] but the graph fixes it to token_type_ids: int64[?, 7]" in capsys.readouterr().err
 
 
 def test_import_prints_an_entry_check_accepts_as_is(fleet_dir, capsys):

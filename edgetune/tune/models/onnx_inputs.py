@@ -59,8 +59,15 @@ def _graph_input(value: onnx.ValueInfoProto) -> GraphInput:
     dtype = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))) if tensor.elem_type else None
     if not tensor.HasField("shape"):
         return GraphInput(value.name, None, dtype)
-    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
-    return GraphInput(value.name, dims, dtype)
+    return GraphInput(value.name, tuple(_dim(d) for d in tensor.shape.dim), dtype)
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A size, a dynamic dimension's name, or None. Exporters such as Paddle2ONNX write a
+    dynamic dimension as dim_value -1 (or 0), not as a dim_param: that is no fixed size."""
+    if dim.HasField("dim_value") and dim.dim_value > 0:
+        return dim.dim_value
+    return dim.dim_param or None
 
 
 def input_mismatches(model: Model, graph: list[GraphInput]) -> list[str]:
