@@ -75,3 +75,30 @@ def conv_model(path: Path, name: str = "convnet"):
     from edgetune.inventory.schema import Model, ModelInput
 
     return Model(name=name, inputs=(ModelInput("image", (1, 3, 16, 16)),), onnx=write_conv_model(path))
+
+
+def write_separable_block(path: Path) -> Path:
+    """A depthwise-separable block as mobile CNNs have it: conv 3x3 (3->16, stride 2) +
+    Clip(0, 6) (ReLU6), depthwise 3x3 + HardSwish, pointwise 1x1 (16->32) + Clip with only a
+    lower bound, global average pool. Clip and HardSwish are the activations the ONNX
+    frontend lowers without a layout rule (edgetune.tune.layout)."""
+    rng = np.random.default_rng(1)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype("float32") * 0.3, "w_stem"),
+        numpy_helper.from_array(rng.standard_normal((16, 1, 3, 3)).astype("float32") * 0.3, "w_dw"),
+        numpy_helper.from_array(rng.standard_normal((32, 16, 1, 1)).astype("float32") * 0.3, "w_pw"),
+        numpy_helper.from_array(rng.standard_normal(32).astype("float32") * 0.1, "b_pw"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w_stem"], ["stem"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Clip", ["stem", "zero", "six"], ["relu6"]),
+        helper.make_node("Conv", ["relu6", "w_dw"], ["dw"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("HardSwish", ["dw"], ["hswish"]),
+        helper.make_node("Conv", ["hswish", "w_pw", "b_pw"], ["pw"]),
+        helper.make_node("Clip", ["pw", "zero"], ["relu"]),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pooled"]),
+    ]
+    return save(path, nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
+                [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 32, 1, 1])], weights)

@@ -111,6 +111,7 @@ def _model(model) -> dict[str, Any]:
         "name": model.name,
         "inputs": [_input(i) for i in model.inputs],
         "weight": model.weight,
+        "layout": model.layout,
     }
     if model.reference_input:
         data["reference_input"] = str(model.reference_input)

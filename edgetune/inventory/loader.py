@@ -21,6 +21,7 @@ from edgetune.inventory.reader import Node, check_unique, check_version, display
 from edgetune.inventory.schema import (
     BUILTIN_MODELS,
     DTYPES,
+    LAYOUTS,
     QUANTIZED_WEIGHTS,
     FixedValue,
     FrozenMap,
@@ -59,7 +60,7 @@ DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
 MAX_KEEP_RELEASES = 100
 SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
-MODEL_KEYS = ("name", "builtin", "onnx", "inputs", "weight", "reference_input", "quantized_weights")
+MODEL_KEYS = ("name", "builtin", "onnx", "inputs", "weight", "reference_input", "quantized_weights", "layout")
 INTEGER_LIMITS = {"int8": (-(2**7), 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 FLOAT_LIMITS = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MEASUREMENT_KEYS = ("number", "repeat", "min_repeat_ms", "cooldown_ms", "compare", "enable_cpu_cache_flush")
@@ -374,6 +375,7 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
                 weight=item.positive("weight", float, MAX_WEIGHT, 1.0),
                 reference_input=_reference_input(reference, base, inputs) if reference.value is not None else None,
                 quantized_weights=item.choice("quantized_weights", QUANTIZED_WEIGHTS, "keep"),
+                layout=item.choice("layout", LAYOUTS, "NCHW"),
             )
         )
     return tuple(models)

@@ -168,6 +168,7 @@ class ModelInput:
 
 
 QUANTIZED_WEIGHTS = ("keep", "float")  # int8 weights of quantized models: kept, or widened to float32
+LAYOUTS = ("NCHW", "NHWC")  # the layout convolutions are compiled in (NCHW: as the graph has them)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ class Model:
     weight: float = 1.0
     reference_input: Path | None = None  # an .npz with one array per declared input
     quantized_weights: str = "keep"
+    layout: str = "NCHW"
 
     @property
     def fed_inputs(self) -> tuple[ModelInput, ...]:

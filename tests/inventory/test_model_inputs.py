@@ -182,3 +182,14 @@ def test_reference_values_are_compared_as_the_file_stores_them(fleet_dir):
     np.savez(fleet_dir / "ref.npz", token_type_ids=np.zeros((1, 8), np.int64), gain=np.float32(0.1))
     fleet = load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, [*GOOD_INPUTS, gain], reference_input="ref.npz")))
     assert fleet.models[1].reference_input == fleet_dir / "ref.npz"
+
+
+def test_layout_is_validated_and_round_trips(fleet_dir):
+    data = base_fleet(fleet_dir)
+    data["models"][0]["layout"] = "NHWC"
+    fleet = load_fleet(write(fleet_dir, data))
+    assert fleet.models[0].layout == "NHWC" and fleet.models[1].layout == "NCHW"
+    assert fleet_to_dict(fleet)["models"][0]["layout"] == "NHWC"
+    data["models"][0]["layout"] = "nchw16c"
+    with pytest.raises(InventoryError, match=r"fleet.yaml: models\[0\].layout: .*'nchw16c'.*NCHW, NHWC"):
+        load_fleet(write(fleet_dir, data))

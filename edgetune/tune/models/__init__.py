@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 
 from edgetune.inventory.schema import Model
+from edgetune.tune.layout import convert_layout
 from edgetune.tune.models.builtin import load_builtin
 from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs
 from edgetune.tune.models.reference_values import reference_inputs
@@ -22,8 +23,9 @@ __all__ = ["entry_function", "load_model", "reference_inputs", "reference_output
 
 def load_model(model: Model) -> tvm.IRModule:
     """The model as a Relax IRModule (function `main` for ONNX, `forward` for built-ins),
-    weights bound as constants. Raises TuneError naming the model when it cannot be imported."""
-    return load_onnx(model) if model.onnx is not None else load_builtin(model)
+    weights bound as constants, convolutions in the model's `layout`. Raises TuneError naming
+    the model when it cannot be imported."""
+    return convert_layout(load_onnx(model) if model.onnx is not None else load_builtin(model), model.layout)
 
 
 def entry_function(mod: tvm.IRModule) -> str:
