@@ -45,7 +45,9 @@ from tuned_vs_untuned_vs_ort import CLASS, Built, build, tune
 BOARD_SCRIPT = Path(__file__).with_name("board_side_by_side.py")
 RESULTS = Path(__file__).resolve().parent / "results"
 LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnxruntime": "onnxruntime"}
-ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'"}
+ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'",
+             "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
+NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 BOOTSTRAP_DRAWS = 2000
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
@@ -69,6 +71,9 @@ def parse_args() -> argparse.Namespace:
                              "tuning resumes from its records")
     parser.add_argument("--ablate-bytecode", action="store_true",
                         help=f"also time '{ABLATIONS['tuned-bytecode']}' in the same rounds")
+    parser.add_argument("--ablate-layout", action="store_true",
+                        help=f"also tune every model with layout: NHWC and time it as '{ABLATIONS['tuned-nhwc']}' "
+                             "in the same rounds (doubles the tuning)")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
     return parser.parse_args()
 
@@ -86,6 +91,14 @@ class ModelSpec:
     entry: dict  # fleet.yaml models: entry
     kind: str
     tasks: int
+    nhwc_tasks: int
+
+    def fleet_entries(self, ablate_layout: bool) -> list[dict]:
+        """The model, weighted by its task count; with `ablate_layout`, its NHWC twin too."""
+        entries = [dict(self.entry, weight=self.tasks)]
+        if ablate_layout:
+            entries.append(dict(self.entry, name=self.entry["name"] + NHWC_SUFFIX, layout="NHWC", weight=self.nhwc_tasks))
+        return entries
 
 
 def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
@@ -96,6 +109,13 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
     from edgetune.inventory.schema import Model, ModelInput
 
     target = build_target(load_profile(PROFILE_AVX512))
+
+    def tasks(entry: dict, layout: str) -> int:
+        inputs = tuple(ModelInput(i["name"], tuple(i["shape"]), i["dtype"]) for i in entry["inputs"])
+        onnx = Path(entry["onnx"]) if "onnx" in entry else None
+        model = Model(entry["name"], inputs, onnx=onnx, builtin=entry.get("builtin"), layout=layout)
+        return len(extract_tasks(prepare(load_model(model), target), target))
+
     specs = []
     for name in names:
         if name == "cnn":
@@ -103,18 +123,16 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
             inp, shape = ONNX_CNN_INPUT
             entry = {"name": "cnn", "onnx": str(workdir / "cnn.onnx"),
                      "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
-            specs.append(ModelSpec(entry, "built-in bench CNN (ONNX), 32x32", BUILTIN_TASKS["cnn"]))
+            kind = "built-in bench CNN (ONNX), 32x32"
         elif name == "mobilenet-mini":
             inp, shape = MOBILENET_MINI_INPUT
             entry = {"name": name, "builtin": name, "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
-            specs.append(ModelSpec(entry, "built-in mobilenet-mini, 64x64", BUILTIN_TASKS[name]))
+            kind = "built-in mobilenet-mini, 64x64"
         else:
             (real,) = real_models.by_name([name])
-            entry = real.fleet_entry(real_models.fetch(real))
-            model = Model(name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=Path(entry["onnx"]))
-            tasks = len(extract_tasks(prepare(load_model(model), target), target))
-            specs.append(ModelSpec(entry, real.kind, tasks))
-        say(f"model {name}: {specs[-1].tasks} tasks")
+            entry, kind = real.fleet_entry(real_models.fetch(real)), real.kind
+        specs.append(ModelSpec(entry, kind, tasks(entry, "NCHW"), tasks(entry, "NHWC")))
+        say(f"model {name}: {specs[-1].tasks} tasks (NHWC: {specs[-1].nhwc_tasks})")
     return specs
 
 
@@ -123,8 +141,8 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
     facts = machine_facts()
     specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
-    models = [dict(s.entry, weight=s.tasks) for s in specs]
-    total_tasks = sum(s.tasks for s in specs)
+    models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout)]
+    total_tasks = sum(m["weight"] for m in models)
     tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
               "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
     boards = [BoardSpec("sbs-1", CLASS, 1.0, 21)]
@@ -139,12 +157,35 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
         seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
     with running_fleet(fleet):
         tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
-        for spec, model in zip(specs, fleet.models):
+        for spec in specs:
+            model = next(m for m in fleet.models if m.name == spec.entry["name"])
             built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)
+            if args.ablate_layout and tuning_on:
+                twin = next(m for m in fleet.models if m.name == model.name + NHWC_SUFFIX)
+                built.libraries["tuned-nhwc"] = tuned_library(fleet, twin, workdir)
             rows.append(measure(board, built, spec, threads, args, workdir))
             say(summary_line(rows[-1]))
     report = make_report(args, facts, fleet, threads, tune_s, class_result, rows)
     write_results(args.results, report)
+
+
+def tuned_library(fleet, model, workdir: Path) -> Path:
+    """`model`'s tuned build, exported as the artifact release exports it."""
+    from edgetune.tune.candidate_builder import SharedLibraryExport
+    from edgetune.tune.database import ClassDatabasePaths, open_database
+    from edgetune.tune.models import load_model
+    from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, prepare
+    from edgetune.tune.target import build_target
+
+    profile = fleet.device_class(CLASS).profile
+    target = build_target(profile)
+    prepared = prepare(load_model(model), target)
+    database = open_database(ClassDatabasePaths.of(fleet.workdir, CLASS))
+    coverage = count_tuned_tasks(prepared, database, target)
+    say(f"building {model.name}: tuned ({coverage.tuned}/{coverage.total} kernels with a record)")
+    out = workdir / "libs" / model.name
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(SharedLibraryExport(str(out), profile.cross_compiler)(apply_database_and_build(prepared, database, target)))
 
 
 def seed_database(source: Path, into: Path) -> None:
@@ -205,7 +246,7 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
     best = "tuned" if "tuned" in outputs else "untuned"
     ratios = {}
     for num, den in (("untuned", "tuned"), ("onnxruntime", "tuned"), ("onnxruntime", "untuned"),
-                     *((label, "tuned") for label in ABLATIONS)):
+                     *(("tuned", label) for label in ABLATIONS), *(("onnxruntime", label) for label in ABLATIONS)):
         if num in samples and den in samples:
             ratios[f"{num}/{den}"] = round_ratio(samples[num], samples[den])
     return {
@@ -337,15 +378,30 @@ def markdown(report: dict) -> str:
         lines.append(f"| {row['model']} | {row['kind']} | {gflop} | {row['tasks']} ({row['tasks_tuned']}) | "
                      f"{row['trials'] or '-'} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
                      f"{ratio('untuned/tuned')} | {ratio('onnxruntime/tuned')} | {rate('tuned')} | {rate('onnxruntime')} |")
-    for label, what in ABLATIONS.items():
-        for row in report["rows"]:
-            if label in row["stats"]:
-                x, r = row["stats"][label], row["ratios"][f"{label}/tuned"]
-                lines += ["", f"Ablation, {row['model']}: {what}: {x['median_ms']:.3f} ms [{x['p25_ms']:.3f}-{x['p75_ms']:.3f}]; "
-                              f"tuned (compiled) is {r['median']:.2f}x [{r['ci95'][0]:.2f}-{r['ci95'][1]:.2f}] as fast."]
+    lines += ablation_table(report)
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
     return "\n".join(lines) + "\n"
+
+
+def ablation_table(report: dict) -> list[str]:
+    """One row per (model, ablation) timed in the run: the same model, class and rounds."""
+    rows = [(row, label) for label in ABLATIONS for row in report["rows"] if label in row["stats"]]
+    if not rows:
+        return []
+    lines = ["", "Ablations (timed in the same rounds as the row above them):", "",
+             "| model | variant | ms | tuned/variant | onnxruntime/variant | variant GFLOP/s (% peak) |", "|---|---|---|---|---|---|"]
+    for row, label in rows:
+        x, r = row["stats"][label], row["ratios"]
+
+        def ratio(key):
+            y = r.get(key)
+            return f"{y['median']:.2f}x [{y['ci95'][0]:.2f}-{y['ci95'][1]:.2f}]" if y else "n/a"
+
+        rate = f"{x['gflops']:.1f} ({x['pct_of_peak']:.0f} %)" if "gflops" in x else "n/a"
+        lines.append(f"| {row['model']} | {ABLATIONS[label]} | {x['median_ms']:.3f} [{x['p25_ms']:.3f}-{x['p75_ms']:.3f}] | "
+                     f"{ratio(f'tuned/{label}')} | {ratio(f'onnxruntime/{label}')} | {rate} |")
+    return lines
 
 
 def plot(report: dict, path: Path) -> None:
