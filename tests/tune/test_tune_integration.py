@@ -1,4 +1,5 @@
-"""Tuning for real on two device classes: one built-in model (mlp) and one ONNX model.
+"""Tuning for real on two device classes: one built-in model (mlp) and one ONNX model, whose
+convolutions are compiled channels-last (`layout: NHWC`).
 
 Runs on the simulated fleet (`sim_fleet`) when this machine can make one, else on a loopback
 tracker with two rpc_servers per class. One module-scoped run serves every assertion.
@@ -6,6 +7,7 @@ tracker with two rpc_servers per class. One module-scoped run serves every asser
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -16,7 +18,7 @@ from tvm import relax
 
 from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
-from edgetune.tune.models import entry_function, load_model, reference_inputs
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
 from edgetune.tune.target import build_target
 from edgetune.tune.tuner import TuneOptions, tune_fleet
@@ -31,7 +33,8 @@ TRIALS_PER_CLASS = 48
 @pytest.fixture(scope="module")
 def tuned(request, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tune")
-    models = (Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"), conv_model(workdir / "conv.onnx"))
+    models = (Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"),
+              dataclasses.replace(conv_model(workdir / "conv.onnx"), layout="NHWC"))
     policy = TuningPolicy(TRIALS_PER_CLASS, {}, 8, 16, 600, {})
     loopback = None
     try:
@@ -105,3 +108,18 @@ def test_tuned_build_is_faster_than_untuned(tuned):
     print(f"{device_class} mlp: untuned {timings['untuned'] * 1e3:.3f} ms, tuned {timings['tuned'] * 1e3:.3f} ms")
     np.testing.assert_allclose(outputs["tuned"], outputs["untuned"], rtol=1e-4, atol=1e-5)
     assert timings["tuned"] < 0.7 * timings["untuned"]
+
+
+def test_tuned_nhwc_onnx_model_answers_what_onnxruntime_answers(tuned):
+    fleet, first, _, _ = tuned
+    model = fleet.models[1]
+    assert model.layout == "NHWC"
+    for result in first.classes:
+        target = build_target(fleet.device_class(result.device_class).profile)
+        database = open_database(ClassDatabasePaths.of(fleet.workdir, result.device_class))
+        prepared = prepare(load_model(model), target)
+        assert count_tuned_tasks(prepared, database, target).complete
+        vm = relax.VirtualMachine(apply_database_and_build(prepared, database, target), tvm.cpu())
+        inputs = reference_inputs(model)
+        got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["image"])).numpy()
+        np.testing.assert_allclose(got, reference_outputs(model, inputs)[0], rtol=1e-4, atol=1e-5)
