@@ -18,7 +18,6 @@ import os
 import resource
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -53,13 +52,15 @@ def say(message: str) -> None:
 # ---------------------------------------------------------------- process and machine state
 
 
-def terminate_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that `finally` blocks tear the fleet down."""
+def tune_or_stop(fleet, options):
+    """`tune_fleet`; a SIGTERM or Ctrl-C during it ends the tuning after its rounds in flight
+    (`edgetune.tune.stop`) and then the bench, through the same clean-up path."""
+    from edgetune.tune import stop_requested, tune_fleet
 
-    def handler(signum, _frame):
-        raise SystemExit(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
+    result = tune_fleet(fleet, options)
+    if stop_requested():
+        raise SystemExit("stopped during tuning (the tuning database keeps every measured trial)")
+    return result
 
 
 def quiet_xgboost_save_warning() -> None:
@@ -103,11 +104,12 @@ def remove_workdir(workdir: Path, keep: bool) -> None:
 
 def bench_main(prefix: str, args, run) -> None:
     """What every bench does around its `run(args, workdir)`: one bench at a time, a fresh
-    workdir (kept with --keep-workdir), SIGTERM through the same clean-up path."""
-    terminate_on_sigterm()
+    workdir (kept with --keep-workdir), SIGTERM and Ctrl-C through the same clean-up path."""
+    from edgetune.tune import stop_on_signals
+
     quiet_xgboost_save_warning()
     started = time.monotonic()
-    with bench_lock():
+    with stop_on_signals(), bench_lock():
         workdir = make_workdir(prefix)
         say(f"workdir {workdir}")
         try:

@@ -27,18 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _benchlib import (
-    bench_main,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
+    bench_main,
     BoardSpec,
-    CpuSnapshot,
-    RecordWatcher,
-    load_now,
     cgroup_throttling,
+    CpuSnapshot,
+    load_now,
     machine_facts,
     make_cnn_onnx,
+    RecordWatcher,
     running_fleet,
     say,
+    tune_or_stop,
     write_fleet_yaml,
 )
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
 def tune_once(fleet, count: int) -> Run:
     from edgetune.inventory.workdir import Workdir
-    from edgetune.tune import TuneOptions, tune_fleet
+    from edgetune.tune import TuneOptions
 
     device_class = CLASSES[count]
     # a fresh database (and cost model) for every run
@@ -120,7 +121,7 @@ def tune_once(fleet, count: int) -> Run:
     throttled_before = cgroup_throttling(fleet)
     before = CpuSnapshot.now()
     with RecordWatcher(ClassDatabasePaths.of(fleet.workdir, device_class).tuning_record) as watcher:
-        result = tune_fleet(fleet, TuneOptions(classes=(device_class,), borrow=False))
+        result = tune_or_stop(fleet, TuneOptions(classes=(device_class,), borrow=False))
     after = CpuSnapshot.now()
     throttled_after = cgroup_throttling(fleet)
     (class_result,) = result.classes

@@ -33,12 +33,13 @@ from pathlib import Path
 from _benchlib import (
     PROFILE_AVX512,
     REPO,
-    BoardSpec,
     bench_main,
+    BoardSpec,
     load_now,
     machine_facts,
     running_fleet,
     say,
+    tune_or_stop,
     write_fleet_yaml,
 )
 
@@ -87,10 +88,10 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def tune(fleet) -> None:
-    from edgetune.tune.tuner import TuneOptions, tune_fleet
+    from edgetune.tune.tuner import TuneOptions
 
     started = time.monotonic()
-    result = tune_fleet(fleet, TuneOptions(borrow=False))
+    result = tune_or_stop(fleet, TuneOptions(borrow=False))
     failed = [c.error for c in result.classes if not c.ok]
     if failed:
         raise SystemExit(f"tuning failed: {failed}")

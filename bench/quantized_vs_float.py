@@ -30,7 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from _benchlib import PROFILE_AVX512, BoardSpec, bench_main, load_now, machine_facts, running_fleet, save_onnx, say, write_fleet_yaml
+from _benchlib import (
+    PROFILE_AVX512,
+    BoardSpec,
+    bench_main,
+    load_now,
+    machine_facts,
+    running_fleet,
+    save_onnx,
+    say,
+    tune_or_stop,
+    write_fleet_yaml,
+)
 
 CLASS = "bench-avx512"
 TOKENS, SIZES = 8, (1024, 2048, 2048, 1024)
@@ -94,11 +105,11 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def tune(fleet) -> float:
-    from edgetune.tune.tuner import TuneOptions, tune_fleet
+    from edgetune.tune.tuner import TuneOptions
 
     say(f"tuning {CLASS}: {fleet.tuning.trials_per_class} trials for {len(fleet.models)} variants")
     started = time.monotonic()
-    (result,) = tune_fleet(fleet, TuneOptions(borrow=False)).classes
+    (result,) = tune_or_stop(fleet, TuneOptions(borrow=False)).classes
     if not result.ok:
         raise SystemExit(f"tuning failed: {result.error}")
     return time.monotonic() - started

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from _benchlib import (
-    bench_main,
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
+    bench_main,
     BoardSpec,
     load_now,
     machine_facts,
@@ -48,6 +48,7 @@ from _benchlib import (
     say,
     stage_ort_files,
     time_ort_on_board,
+    tune_or_stop,
     write_fleet_yaml,
 )
 
@@ -130,12 +131,12 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def tune(fleet):
-    from edgetune.tune.tuner import TuneOptions, tune_fleet
+    from edgetune.tune.tuner import TuneOptions
 
     say(f"tuning class {CLASS}: {fleet.tuning.trials_per_class} trials "
         f"({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
     started = time.monotonic()
-    result = tune_fleet(fleet, TuneOptions(borrow=False))
+    result = tune_or_stop(fleet, TuneOptions(borrow=False))
     elapsed = time.monotonic() - started
     (class_result,) = result.classes
     if not class_result.ok:

@@ -31,6 +31,12 @@ class ArtifactError(EdgetuneError):
     exit_code = 5
 
 
+class Interrupted(EdgetuneError):
+    """The user stopped the run (Ctrl-C, SIGTERM); what was finished is kept."""
+
+    exit_code = 130
+
+
 class DeployError(EdgetuneError):
     """An artifact could not be served, downloaded, installed or rolled out."""
 

@@ -15,7 +15,8 @@ from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact.signing import init_keys
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 from edgetune.inventory import Fleet
-from edgetune.tune import TuneOptions, TuneResult, tune_fleet
+from edgetune.errors import Interrupted
+from edgetune.tune import TuneOptions, TuneResult, stop_requested, tune_fleet
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -61,6 +62,9 @@ def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
         result.tuning = tune_fleet(fleet, TuneOptions())
         for line in _tuning_lines(result.tuning):
             progress(line)
+        if stop_requested():
+            raise Interrupted("stopped on request during tuning: every measured trial is kept and nothing was "
+                              "built; run `make tune-fleet` again to go on from there")
         _ensure_signing_key(fleet, progress)
         progress("== build: artifacts, measured on the boards, signed")
         result.build = build_artifacts(fleet, progress=progress)

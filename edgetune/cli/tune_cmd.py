@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_tune(args: argparse.Namespace) -> int:
-    from edgetune.tune import TuneOptions, plan_tuning, tune_fleet
+    from edgetune.tune import TuneOptions, plan_tuning, stop_on_signals, stop_requested, tune_fleet
 
     fleet = load_checked_fleet(args)
     classes = tuple(args.classes) if args.classes else None
@@ -36,7 +36,9 @@ def drive_tune(args: argparse.Namespace) -> int:
         plan = plan_tuning(fleet, classes, models)
         print(plan.to_json() if args.json else plan.format())
         return 0
-    result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow))
+    with stop_on_signals():
+        result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow))
+        stopped = stop_requested()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
@@ -46,6 +48,9 @@ def drive_tune(args: argparse.Namespace) -> int:
                   f"budget {c.budget}, {c.tuning_time_s:.0f} s; {status}")
             for summary in c.summaries:
                 print(f"  report: {summary}")
+    if stopped:
+        print(f"{stopped} (`edgetune tune`)", file=sys.stderr)
+        return 130
     if not result.ok:
         print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
               "(finished trials are kept)", file=sys.stderr)

@@ -17,8 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def drive_tune_fleet(args: argparse.Namespace) -> int:
     from edgetune.pipeline import run_pipeline
+    from edgetune.tune import stop_on_signals
 
-    result = run_pipeline(load_checked_fleet(args), progress=print)
+    with stop_on_signals():
+        result = run_pipeline(load_checked_fleet(args), progress=print)
     if result.build is not None:
         print()
         print(result.build.table())

@@ -6,6 +6,7 @@ Modules, one role each:
 - `models`: the inventory's models (ONNX or built-in) as Relax modules, reference input/output;
 - `prepare`, `target`, `intrinsics`: the Relax pipeline before tuning and building, the TVM target;
 - `tasks`, `plan`: the class's deduplicated kernels and the trial budget (`tune --dry-run`);
+- `stop`: a stop asked for by a signal, read before every round;
 - `tuner`: runs the classes (`tune_fleet`, `tune_class`) with `candidate_builder` (MetaSchedule's
   builds of candidates on the host), `runner` (the RPCRunner on the class's boards), `monitor`
   (progress, cost model, stop), `borrow` (seeding from a donor class);
@@ -36,6 +37,8 @@ _PUBLIC = {
     "count_tuned_tasks": "prepare",
     "build_target": "target",
     "check_targets": "target",
+    "stop_on_signals": "stop",
+    "stop_requested": "stop",
     "class_task_list": "tasks",
     "TuneOptions": "tuner",
     "TuneResult": "tuner",

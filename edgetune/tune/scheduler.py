@@ -19,6 +19,7 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from edgetune.tune.budget import choose_task, stop_at_knee
 from edgetune.tune.monitor import RunState
+from edgetune.tune.stop import stop_requested
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,10 @@ class BudgetScheduler(PyTaskScheduler):
         return self._outer().tasks_
 
     def _choose(self) -> int | None:
-        """Stop on time or without boards, stop tasks at their knee, then `choose_task`."""
+        """Stop on request, on time or without boards, stop tasks at their knee, then `choose_task`."""
         state, tasks = self.state, self._tasks()
+        if state.stopped is None:
+            state.stopped = stop_requested()
         if state.stopped is None and state.out_of_time():
             state.stopped = f"time limit of {state.time_limit_s:g} s reached"
         if state.stopped:

@@ -44,6 +44,7 @@ from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
+from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
 from edgetune.tune.target import build_target, missing_cross_compiler
 from edgetune.tune.tasks import ClassTasks, class_tasks
 
@@ -111,15 +112,20 @@ def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult
         log.warning("warning: %s", warning)
     names = [c.device_class for c in plan.classes]
     results: dict[str, ClassResult] = {}
-    for stage in _stages(fleet, names, options.borrow):
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=len(stage), mp_context=context) as pool:
-            futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
-            for name, future in futures.items():
-                try:
-                    results[name] = future.result()
-                except Exception as err:  # the class process died (e.g. a TVM crash)
-                    results[name] = ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {err}")
+    with tuning():
+        for stage in _stages(fleet, names, options.borrow):
+            if stop_requested():  # a class that borrows from a stopped one does not start
+                results.update({name: ClassResult(name, 0, 0, 0, 0, 0.0, (), stopped=STOPPED) for name in stage})
+                continue
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
+                                     initializer=adopt, initargs=(stop_event(),)) as pool:
+                futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
+                for name, future in futures.items():
+                    try:
+                        results[name] = future.result()
+                    except Exception as err:  # the class process died (e.g. a TVM crash)
+                        results[name] = ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {err}")
     return TuneResult(plan, tuple(results[n] for n in names))
 
 

@@ -1,8 +1,10 @@
 """Faults on a loopback fleet of the test's own (the shared sim_fleet must not be harmed):
-SIGKILL of `edgetune tune` mid-run then a resumed run, and a board dying mid-run."""
+SIGKILL of `edgetune tune` mid-run then a resumed run, Ctrl-C mid-run, and a board dying
+mid-run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,7 +51,8 @@ def _wait_for_records(paths: ClassDatabasePaths, count: int, timeout_s: float = 
         time.sleep(0.5)
 
 
-def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
+def _one_board_fleet(loopback, tmp_path: Path) -> tuple[Path, ClassDatabasePaths]:
+    """fleet.yaml of one loopback board (class classa, mlp, BUDGET trials) and its database."""
     loopback.start_board("a1", "classa")  # the loader refuses two boards at one address
     loopback.wait_registered(1)
     (tmp_path / "id").write_text(FAKE_PRIVATE_KEY)
@@ -58,7 +61,11 @@ def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
     fleet_yaml = tmp_path / "fleet.yaml"
     fleet_yaml.write_text(FLEET_YAML.format(port=loopback.port, port_end=loopback.port + 1, dir=tmp_path,
                                             repo=REPO, python=sys.executable, budget=BUDGET))
-    paths = ClassDatabasePaths(tmp_path / "work" / "databases" / "classa")
+    return fleet_yaml, ClassDatabasePaths(tmp_path / "work" / "databases" / "classa")
+
+
+def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
+    fleet_yaml, paths = _one_board_fleet(loopback, tmp_path)
     command = [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml), "--json"]
     run = subprocess.Popen(command, cwd=REPO, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,6 +93,34 @@ def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
     assert len(open_database(paths)) == total
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)
     assert '"trials_run": 0' in again.stdout
+
+
+def test_ctrl_c_stops_after_the_round_in_flight_keeping_its_trials_and_report(loopback, tmp_path):
+    """Ctrl-C reaches the terminal's whole process group: `edgetune tune` and its class process."""
+    fleet_yaml, paths = _one_board_fleet(loopback, tmp_path)
+    command = [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml)]
+    run = subprocess.Popen(command, cwd=REPO, start_new_session=True, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_records(paths, 8)
+        os.killpg(run.pid, signal.SIGINT)
+        sent = time.monotonic()
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    print(f"stopped {time.monotonic() - sent:.1f} s after SIGINT")
+    assert run.returncode == 130, stderr[-2000:]
+    assert "SIGINT: tuning stops after the rounds in flight" in stderr
+    assert "stopped on request" in stdout and "every measured trial is kept; re-run to resume" in stderr
+    kept = _records(paths)
+    assert 8 <= kept < BUDGET
+    summary = json.loads((tmp_path / "work" / "reports" / "classa" / "mlp" / "summary.json").read_text())
+    assert summary["trials"] == kept
+    plan = subprocess.run([*command, "--dry-run", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    (planned,) = json.loads(plan.stdout)["classes"]
+    assert planned["done"] == kept and planned["remaining"] == BUDGET - kept
 
 
 def test_board_dying_mid_run_does_not_stop_its_class(loopback, tmp_path):
