@@ -51,6 +51,7 @@ from edgetune.tune.tuner import SearchSettings  # noqa: E402
 # (height, width, channels in, channels out) of the kernels compared
 SHAPES = [(14, 14, 256, 256), (7, 7, 256, 512), (28, 28, 128, 128), (56, 56, 64, 64)]
 TRIALS_PER_ROUND = 8
+FAILED_S = 1e9  # MetaSchedule records a candidate that failed to build or run as 1e10 s
 
 
 def sgemm_peak_gflops(size: int = 1024, calls: int = 30) -> float:
@@ -160,7 +161,8 @@ def main() -> None:
             for arm, mod in (("stock", without_rule(marked)), ("rule", marked)):
                 started = time.time()
                 records[arm] = tune(mod, target, args.trials, work / f"{'x'.join(map(str, shape))}-{arm}")
-                say(f"{shape} {arm}: {len(records[arm])} measured trials in {time.time() - started:.0f} s")
+                failed = sum(min(float(s) for s in r.run_secs) >= FAILED_S for r in records[arm])
+                say(f"{shape} {arm}: {len(records[arm])} trials ({failed} failed) in {time.time() - started:.0f} s")
             for trials in sorted({TRIALS_PER_ROUND, args.trials}):
                 kernels = {arm: Kernel(best_after(records[arm], trials), target) for arm in records}
                 for _ in range(args.rounds):  # interleaved: stock, rule, stock, rule, ...

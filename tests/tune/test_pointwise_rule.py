@@ -5,6 +5,7 @@ it answers what onnxruntime answers."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
@@ -15,7 +16,8 @@ from edgetune.tune.models import entry_function, load_model, reference_inputs, r
 from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, extract_tasks, prepare
 from edgetune.tune.schedule_rules.pointwise import RULE
 
-from onnx_samples import write_separable_block
+from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save, write_separable_block
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # 16 lanes
@@ -37,6 +39,19 @@ def test_only_the_pointwise_convolution_of_an_nhwc_model_is_marked(tmp_path):
     assert len(marked) == 1 and len(other_convolutions) == 2  # the 3x3 stem and the depthwise 3x3
     weights = [tuple(int(d) for d in p.shape) for p in marked[0].dispatched[0]["main"].params[1:2]]
     assert weights == [(32, 1, 1, 16)]
+
+
+@pytest.mark.parametrize("stride, marked", [(1, True), (2, False)])
+def test_a_lone_pointwise_convolution_is_marked_only_with_stride_1(tmp_path, stride, marked):
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32"), "w")
+    size = 16 // stride
+    path = save(tmp_path / "pointwise.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride, stride])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, size, size])], [weight])  # fmt: skip
+    model = Model("pointwise", (ModelInput("x", (1, 16, 16, 16)),), onnx=path, layout="NHWC")
+    prepared = prepare(load_model(model), AVX512)
+    assert (RULE in prepared.script()) == marked
+    assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
 
 
 def test_nchw_models_are_not_marked(tmp_path):
