@@ -69,8 +69,8 @@ def annotate_pointwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
         return mod
     annotated = mod
     for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc):
-            continue
+        if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
+            continue  # not a kernel with a root block: nothing MetaSchedule would schedule
         sch = s_tir.Schedule(func)
         conv = _pointwise_convolution(sch, unit, list(func.params))
         if conv is None:
@@ -88,25 +88,13 @@ def _pointwise_convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) 
     """The function's convolution block if the function is exactly an NHWC pointwise
     convolution (a copy of its input at most before it, element-wise blocks after it, the
     last one writing the function's only output)."""
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    blocks = _top_blocks(sch)
     reductions = [b for b in blocks if _has_reduction(sch, b)]
-    if len(reductions) != 1:
+    if len(reductions) != 1 or not _is_pointwise(sch.get(reductions[0]), unit):
         return None
     conv = reductions[0]
-    block = sch.get(conv)
-    if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
-        return None
-    out_shape = _shape(block.writes[0].source)
-    data_shape, weight_shape = (_shape(region.source) for region in block.reads)
-    if len(out_shape) != 4 or len(data_shape) != 4:
-        return None
-    batch, height, width, channels_out = out_shape
-    channels_in = data_shape[3]
-    if data_shape != (batch, height, width, channels_in) or weight_shape != (channels_out, 1, 1, channels_in):
-        return None
-    if channels_out % unit.lanes or not _row_tiles(width):
-        return None
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(block))
+    out_shape = _shape(sch.get(conv).writes[0].source)
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(conv)))
     producers, consumers = blocks[:position], blocks[position + 1 :]
     if not all(_is_plain_copy(sch, b) for b in producers):
         return None
@@ -114,6 +102,27 @@ def _pointwise_convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) 
         return None
     outputs = [b for b in blocks if _writes_parameter(sch, b, params)]
     return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
+
+
+def _is_pointwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
+    """A float32 NHWC convolution with OHWI 1x1 weights whose output has its input's size (stride
+    1, no padding), with image rows and output channels that the register tiles divide."""
+    if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
+        return False
+    output = block.writes[0].source
+    out_shape = _shape(output)
+    data_shape, weight_shape = (_shape(region.source) for region in block.reads)
+    if len(out_shape) != 4 or len(data_shape) != 4 or None in out_shape + data_shape or output.dtype != "float32":
+        return False  # the tiles are sized for float32 lanes and static shapes
+    batch, height, width, channels_out = out_shape
+    channels_in = data_shape[3]
+    return (data_shape == (batch, height, width, channels_in) and weight_shape == (channels_out, 1, 1, channels_in)
+            and channels_out % unit.lanes == 0 and bool(_row_tiles(width)))  # fmt: skip
+
+
+def _top_blocks(sch: s_tir.Schedule) -> list[s_tir.SBlockRV]:
+    """The blocks right under the function's root block."""
+    return sch.get_child_blocks(sch.get_sblock(sch.mod["main"].body.block.name_hint))
 
 
 def _has_reduction(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
@@ -128,7 +137,7 @@ def _is_plain_copy(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
 
 def _is_elementwise(sch: s_tir.Schedule, block: s_tir.SBlockRV, shape: tuple[int, ...]) -> bool:
     b = sch.get(block)
-    extents = tuple(int(iv.dom.extent) for iv in b.iter_vars)
+    extents = tuple(int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else None for iv in b.iter_vars)
     spatial = all(iv.iter_type == tvm.tirx.IterVar.DataPar for iv in b.iter_vars)
     return spatial and extents == shape and len(b.writes) == 1 and _shape(b.writes[0].source) == shape
 
@@ -138,8 +147,9 @@ def _writes_parameter(sch: s_tir.Schedule, block: s_tir.SBlockRV, params: list) 
     return any(written.same_as(param) for param in params)
 
 
-def _shape(buffer: tvm.tirx.Buffer) -> tuple[int, ...]:  # a TensorRegion's source is its buffer
-    return tuple(int(dim) for dim in buffer.shape)
+def _shape(buffer: tvm.tirx.Buffer) -> tuple[int | None, ...]:  # a TensorRegion's source is its buffer
+    """The buffer's dimensions, None for each symbolic one (dynamic shapes are never matched)."""
+    return tuple(int(dim) if isinstance(dim, tvm.tirx.IntImm) else None for dim in buffer.shape)
 
 
 @dataclass(frozen=True)
@@ -212,8 +222,7 @@ def _fold_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockRV:
     writes the output from accumulators in registers (scope "local")."""
     for producer in sch.get_producers(conv):
         sch.compute_inline(producer)
-    root = sch.get_sblock("root")
-    *epilogue, output = [b for b in sch.get_child_blocks(root) if not sch.get(b).same_as(sch.get(conv))] or [None]
+    *epilogue, output = [b for b in _top_blocks(sch) if not sch.get(b).same_as(sch.get(conv))] or [None]
     for block in epilogue:
         sch.compute_inline(block)
     if output is None:
