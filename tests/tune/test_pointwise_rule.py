@@ -79,7 +79,7 @@ def test_the_rule_spaces_are_register_tiled_micro_kernels_with_the_epilogue_in_t
         tile = len(loops) - 4  # the loops above the reduction loop: the output tile
         assert [loop.same_as(other) for loop, other in zip(loops[:tile], output_loops)] == [True] * tile
         assert output_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
-        assert sch.get(sch.get_loops(conv)[-4]).extent == 16  # the reduction: 16 input channels
+        assert int(sch.get(sch.get_loops(conv)[-4]).extent) == 16  # the reduction: 16 input channels
 
 
 def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):

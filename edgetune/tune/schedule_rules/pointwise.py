@@ -160,7 +160,7 @@ class RegisterTile:
     vectors: int
 
     def registers(self) -> int:
-        return self.rows * self.vectors + self.vectors  # accumulators + one weight row
+        return self.rows * self.vectors + self.vectors  # accumulators + the weight vectors of one k
 
 
 def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[RegisterTile]:
