@@ -5,6 +5,8 @@ In NHWC the channels are innermost: a pointwise convolution becomes a GEMM whose
 channels are contiguous, so its micro-kernel vectorizes over them, and a depthwise convolution
 vectorizes across channels instead of across a short image row. The model keeps its inputs
 and outputs as declared: one transpose at each end (bench/README.md has the measurements).
+`prepare` then hands the pointwise kernels to a GEMM micro-kernel schedule rule
+(edgetune.tune.schedule_rules.pointwise).
 
 Relax's ConvertLayout moves every operator that has a layout rule. Clips have none in TVM
 0.27: `relax.clip`, and the ONNX frontend's Clip, which it emits as calls of TIR `maximum` and

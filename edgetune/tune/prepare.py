@@ -1,8 +1,9 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: legalize and fuse the model (Relax's "zero" pipeline) and mark constant weights
-   layout-free, so that MetaSchedule's RewriteLayout can pre-pack them;
+1. `prepare`: legalize and fuse the model (Relax's "zero" pipeline), mark constant weights
+   layout-free, so that MetaSchedule's RewriteLayout can pre-pack them, and mark the kernels
+   of NHWC pointwise convolutions for the micro-kernel rule (edgetune.tune.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
    construction, TVM_NOTES pitfall 2);
 3. `apply_database_and_build`: apply the class database to the same prepared module, split
@@ -21,6 +22,8 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.tune.schedule_rules.pointwise import annotate_pointwise
+
 
 @dataclass(frozen=True)
 class TaskCoverage:
@@ -36,9 +39,10 @@ class TaskCoverage:
 
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """Step 1: legalize, fuse and mark weights layout-free (needs weights bound as constants)."""
+    """Step 1: legalize, fuse, mark weights layout-free (needs weights bound as constants) and
+    mark NHWC pointwise convolutions for the micro-kernel rule."""
     with target:
-        return tvm.transform.Sequential(
+        fused = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
@@ -46,6 +50,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
+    return annotate_pointwise(fused, target)
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:

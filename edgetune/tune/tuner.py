@@ -195,6 +195,8 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
 
 def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, paths: ClassDatabasePaths,
                    search: SearchSettings) -> list[ms.TuneContext]:
+    """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
+    gets the rule registered by edgetune.tune.schedule_rules (imported with prepare)."""
     load_cpu_intrinsics()
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],

@@ -1,0 +1,1 @@
+"""MetaSchedule schedule rules of edgetune, registered as TVM global functions when imported."""
