@@ -16,6 +16,7 @@ from edgetune.inventory import load_fleet
 from edgetune.inventory.dump import fleet_to_dict
 from edgetune.inventory.schema import FixedValue, ValueRange
 
+from onnx_samples import write_separable_block
 from test_loader import base_fleet, write
 
 
@@ -193,3 +194,12 @@ def test_layout_is_validated_and_round_trips(fleet_dir):
     data["models"][0]["layout"] = "nchw16c"
     with pytest.raises(InventoryError, match=r"fleet.yaml: models\[0\].layout: .*'nchw16c'.*NCHW, NHWC"):
         load_fleet(write(fleet_dir, data))
+
+
+def test_import_suggests_the_channels_last_layout_for_graphs_with_convolutions(fleet_dir, capsys):
+    write_separable_block(fleet_dir / "separable.onnx")
+    save_encoder(fleet_dir / "encoder.onnx")
+    assert main(["import", "separable.onnx"]) == 0
+    assert "    # layout: NHWC  # channels-last convolutions" in capsys.readouterr().out
+    assert main(["import", "encoder.onnx"]) == 0
+    assert "layout" not in capsys.readouterr().out
