@@ -331,12 +331,17 @@ def _log_to_stderr() -> None:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         root.propagate = False  # TVM configures the root logger too: print once
-    # MetaSchedule sets its console handler to its logger's level and logs everything to the
-    # class's logs/ directory regardless: keep its per-batch tables off the console.
+    quiet_meta_schedule_logger()
+
+
+def quiet_meta_schedule_logger() -> None:
+    """Call before making MetaSchedule's tune contexts in a process whose logging others set up.
+    MetaSchedule sets its console handler to its logger's level and logs everything to the
+    class's logs/ directory regardless: keep its per-batch tables off the console. Its logging
+    set-up lists this logger's handlers by name and crashes on one without a name (pytest's
+    capture handlers, for one): it owns this logger, so it keeps only its own."""
     meta_schedule = logging.getLogger("tvm.s_tir.meta_schedule")
     meta_schedule.setLevel(logging.WARNING)
-    # Its logging set-up lists this logger's handlers by name and crashes on one without a name
-    # (pytest's capture handlers, for one): it owns this logger, so it keeps only its own.
     for handler in [h for h in meta_schedule.handlers if h.get_name() is None]:
         meta_schedule.removeHandler(handler)
 

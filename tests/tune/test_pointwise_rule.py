@@ -15,6 +15,7 @@ from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, extract_tasks, prepare
 from edgetune.tune.schedule_rules.pointwise import RULE
+from edgetune.tune.tuner import quiet_meta_schedule_logger
 
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
@@ -86,6 +87,7 @@ def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
     model = separable(tmp_path, "NHWC")
     prepared = prepare(load_model(model), HOST)
     (task,), _ = marked_tasks(prepared, HOST)
+    quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [task], work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
         strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),
