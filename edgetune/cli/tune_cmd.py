@@ -7,6 +7,7 @@ import json
 import sys
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.errors import Interrupted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,8 +50,7 @@ def drive_tune(args: argparse.Namespace) -> int:
             for summary in c.summaries:
                 print(f"  report: {summary}")
     if stopped:
-        print(f"{stopped} (`edgetune tune`)", file=sys.stderr)
-        return 130
+        raise Interrupted(stopped)
     if not result.ok:
         print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
               "(finished trials are kept)", file=sys.stderr)
