@@ -4,10 +4,13 @@ onnxruntime's per-node profile, grouped by kernel kind, with GFLOP/s and % of th
 single-thread fp32 GEMM peak, and the time outside kernels as rows of their own.
 
     .venv/bin/python bench/profile_gap.py --model pplcnet-orientation --database WORKDIR/work/databases/bench-avx512
+    .venv/bin/python bench/profile_gap.py --model pplcnet-orientation --layout NHWC --database ...
 
 --database: a class's tuning database (e.g. of `side_by_side.py --keep-workdir`); without it the
-untuned build is profiled. Runs in this process on this machine, 1 thread for all (TVM, onnxruntime,
-OpenBLAS); writes bench/results/profile_MODEL.{json,md}.
+untuned build is profiled. --layout: the layout the model's convolutions are compiled in (as
+`models[].layout`; side_by_side.py --ablate-layout tunes the NHWC twin in the same database). Runs
+in this process on this machine, 1 thread for all (TVM, onnxruntime, OpenBLAS); writes
+bench/results/profile_MODEL[-nhwc].{json,md}.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help=", ".join(m.name for m in real_models.MODELS))
     parser.add_argument("--database", type=Path, help="tuning database directory (default: profile untuned)")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="models[].layout (default NCHW)")
     parser.add_argument("--calls", type=int, default=30, help="profiled model calls per runtime (default 30)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     return parser.parse_args()
@@ -60,7 +64,7 @@ def main() -> None:
 
     (real,) = real_models.by_name([args.model])
     path = real_models.fetch(real)
-    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=path)
+    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=path, layout=args.layout)
     target = build_target(load_profile(PROFILE_AVX512))
     prepared = prepare(load_model(model), target)
     database = open_database(ClassDatabasePaths(args.database)) if args.database else ms.database.MemoryDatabase()
@@ -74,7 +78,7 @@ def main() -> None:
         vm[entry](*tensors)
     gemm = gemm_gflops()
     say(f"profiling TVM: {args.calls} instrumented calls interleaved with {args.calls} plain ones")
-    tvm_profile = profile_vm(vm, entry, tensors, tvm_kernel_kinds(prepared), args.calls)
+    tvm_profile = profile_vm(vm, entry, tensors, tvm_kernel_kinds(prepared, args.layout), args.calls)
 
     say(f"profiling onnxruntime: {args.calls} calls")
     with tempfile.TemporaryDirectory(prefix="edgetune-ortprof-") as tmp:
@@ -93,15 +97,16 @@ def main() -> None:
                                   inputs, args.calls)
     peak = max(gemm + gemm_gflops())  # the fastest call: other work on the machine only slows calls down
 
-    report = {"model": real.name, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    report = {"model": real.name, "layout": args.layout, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
               "machine": machine_facts(), "database": str(args.database) if args.database else None,
               "kernels_with_record": [coverage.tuned, coverage.total], "peak_gflops": peak, "calls": args.calls,
               "tvm": _as_json(tvm_profile), "onnxruntime": _as_json(ort_profile), "onnxruntime_unprofiled_ms": ort_plain_ms,
               "versions": {"onnxruntime": ort.__version__, "tvm": tvm.__version__, "numpy": np.__version__}}
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / f"profile_{real.name}.json").write_text(json.dumps(report, indent=1))
+    stem = f"profile_{real.name}" + ("-nhwc" if args.layout == "NHWC" else "")
+    (args.results / f"{stem}.json").write_text(json.dumps(report, indent=1))
     text = markdown(report, tvm_profile, ort_profile)
-    (args.results / f"profile_{real.name}.md").write_text(text)
+    (args.results / f"{stem}.md").write_text(text)
     print(text)
 
 
@@ -149,7 +154,7 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
     model_flops = sum(k.flops for k in tvm_profile.kernels)
     kinds = sorted(set(tvm_kinds) | set(ort_kinds), key=lambda k: -(tvm_kinds.get(k, (0, 0))[0]))
     lines = [
-        f"# Profile: {report['model']} ({report['kind']})", "",
+        f"# Profile: {report['model']} ({report['kind']}), TVM's convolutions {report['layout']}", "",
         f"{report['date_utc']} UTC; {report['machine']}; 1 thread for TVM, onnxruntime and OpenBLAS, in one "
         f"process on the host. TVM: {report['kernels_with_record'][0]}/{report['kernels_with_record'][1]} "
         f"kernels with a tuning record, bytecode VM (same kernels as the shipped compiled build), each kernel timed "

@@ -77,8 +77,9 @@ def conv_kind(weight_shape: Sequence[int], transposed: bool = False) -> str:
     return f"conv {kh}x{kw}"
 
 
-def tvm_kernel_kinds(prepared: tvm.IRModule) -> dict[str, tuple[str, int]]:
-    """{kernel name: (kind, FLOPs)} of a prepared module's PrimFuncs. Convolutions and
+def tvm_kernel_kinds(prepared: tvm.IRModule, layout: str = "NCHW") -> dict[str, tuple[str, int]]:
+    """{kernel name: (kind, FLOPs)} of a prepared module's PrimFuncs, compiled in the model's
+    `layout` (NHWC: OHWI convolution weights; transposed convolutions stay IOHW). Convolutions and
     matmuls count one multiply-add as 2 FLOPs (as the ONNX count does); the rest count 0."""
     out = {}
     for gv, func in prepared.functions.items():
@@ -89,6 +90,8 @@ def tvm_kernel_kinds(prepared: tvm.IRModule) -> dict[str, tuple[str, int]]:
         if "conv2d" in name and len(shapes) >= 3:
             transposed = "conv2d_transpose" in name
             weight, output = shapes[1], shapes[-1]
+            if layout == "NHWC" and not transposed:
+                weight = [weight[0], weight[3], weight[1], weight[2]]  # OHWI -> OIHW
             flops = 2 * math.prod(shapes[0]) * math.prod(weight[1:]) if transposed else 2 * math.prod(output) * math.prod(weight[1:])
             out[name] = (conv_kind(weight, transposed), flops)
         elif "matmul" in name or "dense" in name:

@@ -5,6 +5,7 @@ rows of the same kinds."""
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
@@ -21,7 +22,7 @@ TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1}
 SUM_MARGIN = 0.15
 
 
-def separable_cnn(path) -> Model:
+def separable_cnn(path, layout: str = "NCHW") -> Model:
     """conv 3x3 8->16 @32x32, depthwise 3x3, pointwise 16->32, each + relu."""
     rng = np.random.default_rng(0)
 
@@ -40,17 +41,23 @@ def separable_cnn(path) -> Model:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])],
                               initializer=[weight("w1", 16, 8, 3, 3), weight("w2", 16, 1, 3, 3), weight("w3", 32, 16, 1, 1)])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return Model("sep", (ModelInput("x", (1, 8, 32, 32)),), onnx=path)
+    return Model("sep", (ModelInput("x", (1, 8, 32, 32)),), onnx=path, layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_kernels_get_their_kinds_and_flops_in_either_layout(tmp_path, layout):
+    prepared = prepare(load_model(separable_cnn(tmp_path / "sep.onnx", layout)), TARGET)
+    kinds = tvm_kernel_kinds(prepared, layout)
+    assert sorted(kind for kind, _ in kinds.values() if kind.startswith("conv")) == [
+        "conv 1x1 (pointwise)", "conv 3x3", "conv 3x3 depthwise"]
+    assert sorted(flops for _, flops in kinds.values() if flops) == sorted(
+        [2 * 16 * 32 * 32 * 8 * 9, 2 * 16 * 32 * 32 * 9, 2 * 32 * 32 * 32 * 16])
 
 
 def test_kernel_rows_add_up_to_the_model_time(tmp_path):
     model = separable_cnn(tmp_path / "sep.onnx")
     prepared = prepare(load_model(model), TARGET)
     kinds = tvm_kernel_kinds(prepared)
-    assert sorted(kind for kind, _ in kinds.values() if kind.startswith("conv")) == [
-        "conv 1x1 (pointwise)", "conv 3x3", "conv 3x3 depthwise"]
-    assert sorted(flops for _, flops in kinds.values() if flops) == sorted(
-        [2 * 16 * 32 * 32 * 8 * 9, 2 * 16 * 32 * 32 * 9, 2 * 32 * 32 * 32 * 16])
 
     vm = relax.VirtualMachine(build_untuned(prepared, TARGET, exec_mode="bytecode"), tvm.cpu())
     tensors = [tvm.runtime.tensor(reference_inputs(model)["x"])]
