@@ -1,7 +1,8 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: legalize and fuse the model (Relax's "zero" pipeline), mark constant weights
+1. `prepare`: legalize (sigmoid the fast way, edgetune.tune.fast_math) and fuse the model
+   (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them, and mark the kernels
    of NHWC pointwise convolutions for the micro-kernel rule (edgetune.tune.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
@@ -22,6 +23,7 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.tune.fast_math import legalize_fast_math
 from edgetune.tune.schedule_rules.pointwise import annotate_pointwise
 
 
@@ -46,6 +48,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
             [
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
+                legalize_fast_math(),
                 relax.get_pipeline("zero"),
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
