@@ -104,8 +104,7 @@ def _convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> tuple[s
     if lanes is None:
         return None
     out_shape = _shape(sch.get(conv).writes[0].source)
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(conv)))
-    producers, consumers = blocks[:position], blocks[position + 1 :]
+    producers, consumers = _around(sch, conv)
     if not all(_is_input_padding(sch, b) for b in producers):
         return None
     if not all(_is_elementwise(sch, b, out_shape) for b in consumers):
@@ -144,6 +143,13 @@ def _lane_choices(unit: VectorUnit) -> list[int]:
 def _top_blocks(sch: s_tir.Schedule) -> list[s_tir.SBlockRV]:
     """The blocks right under the function's root block."""
     return sch.get_child_blocks(sch.get_sblock(sch.mod["main"].body.block.name_hint))
+
+
+def _around(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> tuple[list[s_tir.SBlockRV], list[s_tir.SBlockRV]]:
+    """The top blocks before the convolution and those after it."""
+    blocks = _top_blocks(sch)
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(conv)))
+    return blocks[:position], blocks[position + 1 :]
 
 
 def _has_reduction(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
@@ -253,9 +259,7 @@ def _inline_input_copy(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> None:
 def _fold_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockRV:
     """Inline the epilogue: one block left after the convolution, which writes the output from
     accumulators in registers (scope "local")."""
-    blocks = _top_blocks(sch)
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(conv)))
-    *epilogue, output = blocks[position + 1 :] or [None]
+    *epilogue, output = _around(sch, conv)[1] or [None]
     for block in epilogue:
         sch.compute_inline(block)
     if output is None:
