@@ -40,6 +40,8 @@ VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rule reads, set 
 VECTOR_REGISTERS = "edgetune.vector_registers"
 MIN_ROWS, MAX_ROWS, MAX_TILE_CHANNELS = 4, 8, 64
 MIN_LANES = 4
+# 3-channel stems: stock MetaSchedule was faster (bench/pointwise_kernel.py, YOLOv8n's 320x320 stem)
+MIN_CHANNELS_IN = 4
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,8 @@ def _convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> tuple[s
 
 
 def _tile_lanes(block: tvm.s_tir.SBlock, unit: VectorUnit) -> int | None:
-    """For a float32 NHWC convolution with groups 1 and OHWI weights (any kernel size, stride
-    and padding), the widest vector (the unit's, or a half or a quarter of it, at least 4
+    """For a float32 NHWC convolution with groups 1, OHWI weights (any kernel size, stride and
+    padding) and at least MIN_CHANNELS_IN input channels, the widest vector (the unit's, or a half or a quarter of it, at least 4
     lanes) that divides its output channels, if the register tiles also divide its image rows."""
     if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
         return None
@@ -130,7 +132,7 @@ def _tile_lanes(block: tvm.s_tir.SBlock, unit: VectorUnit) -> int | None:
     channels_in = data_shape[3]
     if data_shape[0] != batch or len(weight_shape) != 4 or (weight_shape[0], weight_shape[3]) != (channels_out, channels_in):
         return None  # not groups 1 (a depthwise weight has 1 input channel per group)
-    if not _row_tiles(width):
+    if channels_in < MIN_CHANNELS_IN or not _row_tiles(width):
         return None
     return next((lanes for lanes in _lane_choices(unit) if channels_out % lanes == 0), None)
 
