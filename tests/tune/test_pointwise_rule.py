@@ -70,7 +70,9 @@ def test_a_lone_convolution_is_marked_whatever_its_kernel_size_and_stride(tmp_pa
 
 @pytest.mark.parametrize("group", [4, 16])
 def test_grouped_and_depthwise_convolutions_are_not_marked(tmp_path, group):
-    assert RULE not in prepare(load_model(convolutions(tmp_path, 16, (16, 3, 1), group=group)), AVX512).script()
+    prepared = prepare(load_model(convolutions(tmp_path, 16, (16, 3, 1), group=group)), AVX512)
+    assert RULE not in prepared.script()
+    assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
 
 
 def test_nchw_models_are_not_marked(tmp_path):
