@@ -1,8 +1,10 @@
-"""The micro-kernel rule of NHWC pointwise convolutions (edgetune.tune.schedule_rules.pointwise):
-which kernels `prepare` marks, what the rule's schedules look like, and that a model tuned with
-it answers what onnxruntime answers."""
+"""The micro-kernel rule of NHWC convolutions with groups 1, pointwise and KxK
+(edgetune.tune.schedule_rules.pointwise): which kernels `prepare` marks, what the rule's
+schedules look like, and that a model tuned with it answers what onnxruntime answers."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -35,23 +37,41 @@ def marked_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> tuple[lis
     return marked, [t for t in tasks if "conv2d" in t.task_name and t not in marked]
 
 
-def test_only_the_pointwise_convolution_of_an_nhwc_model_is_marked(tmp_path):
+def convolutions(tmp_path, channels_in: int, *layers: tuple[int, int, int], group: int = 1) -> Model:
+    """Convolutions of a 16x16 image, each (channels out, kernel size, stride), one after the
+    other with a ReLU between them, padded to keep the image size at stride 1."""
+    rng, nodes, weights, channels, size, current = np.random.default_rng(0), [], [], channels_in, 16, "x"
+    for index, (channels_out, kernel, stride) in enumerate(layers):
+        weight = rng.standard_normal((channels_out, channels // group, kernel, kernel)) / np.sqrt(channels * kernel**2)
+        weights.append(numpy_helper.from_array(weight.astype("float32"), f"w{index}"))
+        nodes += [helper.make_node("Conv", [current, f"w{index}"], [f"conv{index}"], strides=[stride, stride],
+                                   pads=[kernel // 2] * 4, group=group),
+                  helper.make_node("Relu", [f"conv{index}"], [f"y{index}"])]  # fmt: skip
+        channels, size, current = channels_out, size // stride, f"y{index}"
+    path = save(tmp_path / "convolutions.onnx", nodes,
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels_in, 16, 16])],
+                [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, channels, size, size])], weights)  # fmt: skip
+    return Model("convolutions", (ModelInput("x", (1, channels_in, 16, 16)),), onnx=path, layout="NHWC")
+
+
+def test_only_the_pointwise_convolution_of_a_separable_block_is_marked(tmp_path):
     marked, other_convolutions = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
-    assert len(marked) == 1 and len(other_convolutions) == 2  # the 3x3 stem and the depthwise 3x3
+    assert len(marked) == 1 and len(other_convolutions) == 2  # the 3-channel 3x3 stem and the depthwise 3x3
     weights = [tuple(int(d) for d in p.shape) for p in marked[0].dispatched[0]["main"].params[1:2]]
     assert weights == [(32, 1, 1, 16)]
 
 
-@pytest.mark.parametrize("stride, marked", [(1, True), (2, False)])
-def test_a_lone_pointwise_convolution_is_marked_only_with_stride_1(tmp_path, stride, marked):
-    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32"), "w")
-    size = 16 // stride
-    path = save(tmp_path / "pointwise.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride, stride])],
-                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, size, size])], [weight])  # fmt: skip
-    model = Model("pointwise", (ModelInput("x", (1, 16, 16, 16)),), onnx=path, layout="NHWC")
-    prepared = prepare(load_model(model), AVX512)
-    assert (RULE in prepared.script()) == marked
+@pytest.mark.parametrize("kernel, stride", [(1, 1), (1, 2), (3, 1), (3, 2), (5, 1)])
+def test_a_lone_convolution_is_marked_whatever_its_kernel_size_and_stride(tmp_path, kernel, stride):
+    prepared = prepare(load_model(convolutions(tmp_path, 16, (32, kernel, stride))), AVX512)
+    assert RULE in prepared.script()
+    assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
+
+
+@pytest.mark.parametrize("group", [4, 16])
+def test_grouped_and_depthwise_convolutions_are_not_marked(tmp_path, group):
+    prepared = prepare(load_model(convolutions(tmp_path, 16, (16, 3, 1), group=group)), AVX512)
+    assert RULE not in prepared.script()
     assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
 
 
@@ -61,51 +81,70 @@ def test_nchw_models_are_not_marked(tmp_path):
     assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 3
 
 
-def test_the_rule_spaces_are_register_tiled_micro_kernels_with_the_epilogue_in_the_tile(tmp_path):
-    (task,), _ = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
-    context = ms.TuneContext(mod=task.dispatched[0], target=AVX512, space_generator="post-order-apply",
+@pytest.mark.parametrize("channels_out, kernel, stride, lanes, register", [
+    (32, 1, 1, 16, "zmm"), (24, 3, 2, 8, "ymm"), (40, 3, 1, 8, "ymm"), (36, 1, 1, 4, "xmm")])  # fmt: skip
+def test_the_rule_spaces_are_register_tiled_micro_kernels_of_the_widest_vectors_that_fit(
+    tmp_path, channels_out, kernel, stride, lanes, register
+):
+    (task,), _ = marked_tasks(prepare(load_model(convolutions(tmp_path, 16, (channels_out, kernel, stride))), AVX512), AVX512)
+    for sch in design_spaces(task, AVX512):
+        conv = sch.get_sblock("conv2d_nhwc")
+        *padding, output = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not sch.get(b).same_as(sch.get(conv))]
+        assert [sch.get(b).name_hint for b in padding] in ([], ["pad_temp"]), sch.mod.script()
+        loops = [sch.get(loop) for loop in sch.get_loops(conv)]
+        lane, vectors, rows = loops[-1], loops[-2], loops[-3]
+        assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == lanes
+        assert vectors.kind == rows.kind == tvm.tirx.ForKind.UNROLLED
+        assert 4 <= int(rows.extent) <= 8 and int(rows.extent) * int(vectors.extent) <= 32
+        assert [int(loop.extent) for loop in loops[-6:-3]] == [kernel, kernel, 16]  # the reduction around the tile
+        output_loops = [sch.get(loop) for loop in sch.get_loops(output)]
+        tile = len(loops) - 6  # the loops above the reduction: the output tile, which the output block shares
+        assert [loop.same_as(other) for loop, other in zip(loops[:tile], output_loops)] == [True] * tile
+        assert output_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+        assembly = tvm.compile(sch.mod, target=AVX512).mod.inspect_source("asm")
+        assert set(re.findall(r"vfmadd\d+ps\s+[^\n]*%([xyz]mm)", assembly)) == {register}
+
+
+def test_the_epilogue_is_folded_into_the_tile(tmp_path):
+    (pointwise,), _ = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
+    for sch in design_spaces(pointwise, AVX512):
+        names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        assert len(names) == 2, sch.mod.script()  # the convolution and the output: bias, clip inlined
+
+
+def design_spaces(task: ms.ExtractedTask, target: tvm.target.Target) -> list[tvm.s_tir.Schedule]:
+    context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
     spaces = context.generate_design_space()
     assert spaces
-    for sch in spaces:
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-        assert len(blocks) == 2, sch.mod.script()  # input copy and epilogue blocks inlined
-        conv, output = blocks
-        loops = [sch.get(loop) for loop in sch.get_loops(conv)]
-        lane, vectors, rows = loops[-1], loops[-2], loops[-3]
-        assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 16
-        assert vectors.kind == rows.kind == tvm.tirx.ForKind.UNROLLED
-        assert 4 <= int(rows.extent) <= 8
-        output_loops = [sch.get(loop) for loop in sch.get_loops(output)]
-        tile = len(loops) - 4  # the loops above the reduction loop: the output tile
-        assert [loop.same_as(other) for loop, other in zip(loops[:tile], output_loops)] == [True] * tile
-        assert output_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
-        assert int(sch.get(sch.get_loops(conv)[-4]).extent) == 16  # the reduction: 16 input channels
+    return spaces
 
 
 def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
-    model = separable(tmp_path, "NHWC")
+    model = convolutions(tmp_path, 8, (24, 3, 2), (16, 1, 1))
     prepared = prepare(load_model(model), HOST)
-    (task,), _ = marked_tasks(prepared, HOST)
+    tasks, _ = marked_tasks(prepared, HOST)
+    assert len(tasks) == 2  # the padded 3x3 stride-2 convolution and the pointwise one
     quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        [task], work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
+        tasks, work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
         strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),
     )  # fmt: skip
     database = ms.database.MemoryDatabase()
     ms.tune.tune_tasks(
-        tasks=contexts, task_weights=[1.0], work_dir=str(tmp_path), max_trials_global=4, max_trials_per_task=4,
+        tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=str(tmp_path), max_trials_global=8, max_trials_per_task=4,
         num_trials_per_iter=4, builder=make_builder(str(tmp_path), None, 1),
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1)),
         database=database, cost_model=ms.cost_model.RandomModel(),
     )  # fmt: skip
-    assert count_tuned_tasks(prepared, database, HOST).tuned == 1
-    (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
-    assert "sch.sample_perfect_tile(" in str(record.trace) and "sch.vectorize(" in str(record.trace)
+    assert count_tuned_tasks(prepared, database, HOST).tuned == 2
+    for task in tasks:
+        (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
+        assert "sch.sample_perfect_tile(" in str(record.trace) and "sch.vectorize(" in str(record.trace)
 
     inputs = reference_inputs(model)
     vm = relax.VirtualMachine(apply_database_and_build(prepared, database, HOST), tvm.cpu())
-    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["image"])).numpy()
+    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
     expected = reference_outputs(model, inputs)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     assert float(np.abs(expected).max()) > 0.1
