@@ -74,8 +74,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ablate-layout", action="store_true",
                         help=f"also tune every model with layout: NHWC and time it as '{ABLATIONS['tuned-nhwc']}' "
                              "in the same rounds (doubles the tuning)")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                        help="models[].layout of every model's main rows (default NCHW, the graph as it is)")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.ablate_layout and args.layout != "NCHW":
+        parser.error("--ablate-layout compares NCHW rows with their NHWC twins: leave --layout at NCHW")
+    return args
 
 
 def main() -> None:
@@ -93,8 +98,10 @@ class ModelSpec:
     tasks: int
     nhwc_tasks: int
 
-    def fleet_entries(self, ablate_layout: bool) -> list[dict]:
-        """The model, weighted by its task count; with `ablate_layout`, its NHWC twin too."""
+    def fleet_entries(self, ablate_layout: bool, layout: str) -> list[dict]:
+        """The model in `layout`, weighted by its task count; with `ablate_layout`, its NHWC twin too."""
+        if layout == "NHWC":
+            return [dict(self.entry, layout="NHWC", weight=self.nhwc_tasks)]
         entries = [dict(self.entry, weight=self.tasks)]
         if ablate_layout:
             entries.append(dict(self.entry, name=self.entry["name"] + NHWC_SUFFIX, layout="NHWC", weight=self.nhwc_tasks))
@@ -141,7 +148,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 
     facts = machine_facts()
     specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
-    models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout)]
+    models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout, args.layout)]
     total_tasks = sum(m["weight"] for m in models)
     tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
               "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
@@ -250,7 +257,8 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
         if num in samples and den in samples:
             ratios[f"{num}/{den}"] = round_ratio(samples[num], samples[den])
     return {
-        "model": built.model.name, "kind": spec.kind, "tasks": built.tasks_total, "tasks_tuned": built.tasks_tuned,
+        "model": built.model.name, "kind": spec.kind + (", convolutions NHWC" if built.model.layout == "NHWC" else ""),
+        "tasks": built.tasks_total, "tasks_tuned": built.tasks_tuned,
         "flops": flops, "stats": stats, "ratios": ratios,
         "gemm_gflops": data["gemm_gflops"], "gemm_n": data["gemm_n"], "versions": data["versions"],
         "max_abs_diff": {
