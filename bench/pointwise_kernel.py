@@ -1,19 +1,21 @@
-"""Question: on NHWC pointwise convolutions, does the micro-kernel rule
-(edgetune.tune.schedule_rules.pointwise) reach more of the CPU's peak than stock MetaSchedule
-with the same few trials?
+"""Question: on NHWC pointwise (`--kind pointwise`) or depthwise (`--kind depthwise`)
+convolutions, does the micro-kernel rule (edgetune.tune.schedule_rules.pointwise, .depthwise)
+reach more of the CPU's peak than stock MetaSchedule with the same few trials?
 
 How: PP-LCNet (document orientation) compiled NHWC for the x86-avx512 profile (1 thread);
-its pointwise kernels picked by shape. Each kernel is tuned twice on this host with the same
+its kernels of that kind picked by shape. Each kernel is tuned twice on this host with the same
 search settings as the tuner (evolutionary search, rounds of 8, seed 0, fresh XGBoost model,
 LocalRunner): once as `prepare` leaves it (marked for the rule) and once with the mark removed
 (stock rules). The best schedules after 8 and after TRIALS trials are then built again and
 timed interleaved (stock, rule, stock, rule, ...), ROUNDS rounds (each the fastest of 3
 repeats of >= 50 ms), medians. The fp32 peak is
 OpenBLAS sgemm 1024^3 (numpy, 1 thread, fastest of 30 calls), measured in the same run.
+Last, the whole model is built with the rule's best record for each kernel measured (the other
+kernels untuned) and its output compared with onnxruntime's.
 
 No fleet: runs on the host only, in a temporary directory it removes.
 
-    .venv/bin/python bench/pointwise_kernel.py [--trials 24] [--rounds 11] [--shapes 14x14x256x256,...]
+    .venv/bin/python bench/pointwise_kernel.py [--kind pointwise|depthwise] [--trials 24] [--rounds 11] [--shapes ...]
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tvm
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
@@ -42,14 +47,47 @@ from _benchlib import PROFILE_AVX512, say  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.candidate_builder import FastBuild, make_builder  # noqa: E402
-from edgetune.tune.models import load_model  # noqa: E402
-from edgetune.tune.prepare import extract_tasks, prepare  # noqa: E402
-from edgetune.tune.schedule_rules.pointwise import RULE  # noqa: E402
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs  # noqa: E402
+from edgetune.tune.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
+from edgetune.tune.schedule_rules import depthwise, pointwise  # noqa: E402
 from edgetune.tune.target import build_target  # noqa: E402
 from edgetune.tune.tuner import SearchSettings  # noqa: E402
 
-# (height, width, channels in, channels out) of the kernels compared
-SHAPES = [(14, 14, 256, 256), (7, 7, 256, 512), (28, 28, 128, 128), (56, 56, 64, 64)]
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    """A kind of convolution kernel a rule schedules: how its shape is read and named."""
+
+    rule: str
+    shape_format: str  # how --shapes spells one, e.g. HxWxCINxCOUT
+    default_shapes: tuple[tuple[int, ...], ...]
+    shape_of: Callable[[list[tuple[int, ...]]], tuple[int, ...]]  # the kernel's buffer shapes -> its shape
+    label: Callable[[tuple[int, ...]], str]  # for the table
+    flops: Callable[[tuple[int, ...]], int]
+
+
+def _pointwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
+    (_, height, width, channels_in), channels_out = buffers[0], buffers[-1][3]
+    return height, width, channels_in, channels_out
+
+
+def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
+    (_, height, width, channels), (_, kernel, _, _), (_, out_height, _, _) = buffers[0], buffers[1], buffers[-1]
+    return height, width, channels, kernel, height // out_height
+
+
+KINDS = {
+    "pointwise": KernelKind(
+        pointwise.RULE, "HxWxCINxCOUT", ((14, 14, 256, 256), (7, 7, 256, 512), (28, 28, 128, 128), (56, 56, 64, 64)),
+        _pointwise_shape, lambda s: f"{s[0]}x{s[1]}, {s[2]}->{s[3]}", lambda s: 2 * s[0] * s[1] * s[2] * s[3]),
+    "depthwise": KernelKind(  # every depthwise kernel of PP-LCNet
+        depthwise.RULE, "HxWxCxKxSTRIDE",
+        ((112, 112, 16, 3, 1), (112, 112, 32, 3, 2), (56, 56, 64, 3, 1), (56, 56, 64, 3, 2), (28, 28, 128, 3, 1),
+         (28, 28, 128, 3, 2), (14, 14, 256, 5, 1), (14, 14, 256, 5, 2), (7, 7, 512, 5, 1)),
+        _depthwise_shape, lambda s: f"{s[0]}x{s[1]}x{s[2]}, {s[3]}x{s[3]} /{s[4]}",
+        lambda s: 2 * (s[0] // s[4]) * (s[1] // s[4]) * s[2] * s[3] * s[3]),
+}  # fmt: skip
 TRIALS_PER_ROUND = 8
 FAILED_S = 1e9  # MetaSchedule records a candidate that failed to build or run as 1e10 s
 
@@ -64,24 +102,22 @@ def sgemm_peak_gflops(size: int = 1024, calls: int = 30) -> float:
     return 2 * size**3 / best / 1e9
 
 
-def pointwise_tasks(target: tvm.target.Target, shapes: list[tuple[int, ...]]) -> dict[tuple[int, ...], ms.ExtractedTask]:
+def pplcnet() -> Model:
     (real,) = real_models.by_name(["pplcnet-orientation"])
-    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
-                  onnx=real_models.fetch(real), layout="NHWC")  # fmt: skip
+    return Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
+                 onnx=real_models.fetch(real), layout="NHWC")  # fmt: skip
+
+
+def marked_tasks(prepared: tvm.IRModule, target, kind: KernelKind, shapes) -> dict[tuple[int, ...], ms.ExtractedTask]:
+    """The prepared model's kernels that the kind's rule marked, by shape, those in `shapes`."""
     found = {}
-    for task in extract_tasks(prepare(load_model(model), target), target):
-        shape = _conv_shape(task.dispatched[0]["main"])
-        if shape in shapes and RULE in task.dispatched[0].script():
-            found[shape] = task
+    for task in extract_tasks(prepared, target):
+        if kind.rule in task.dispatched[0].script():
+            buffers = [tuple(int(d) for d in p.shape) for p in task.dispatched[0]["main"].params]
+            shape = kind.shape_of(buffers)
+            if shape in shapes:
+                found[shape] = task
     return found
-
-
-def _conv_shape(func: tvm.tirx.PrimFunc) -> tuple[int, ...] | None:
-    shapes = [tuple(int(d) for d in p.shape) for p in func.params if hasattr(p, "shape")]
-    if len(shapes) < 2 or len(shapes[0]) != 4 or len(shapes[-1]) != 4:
-        return None
-    (_, height, width, channels_in), channels_out = shapes[0], shapes[-1][3]
-    return height, width, channels_in, channels_out
 
 
 def without_rule(mod: tvm.IRModule) -> tvm.IRModule:
@@ -142,18 +178,26 @@ class Kernel:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=sorted(KINDS), default="pointwise")
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
-                        help="kernels as HxWxCINxCOUT, comma-separated (default: %(default)s)")
+    parser.add_argument("--shapes", help="kernels, comma-separated: " + "; ".join(
+        f"{name} as {k.shape_format} (default {','.join('x'.join(map(str, s)) for s in k.default_shapes)})"
+        for name, k in KINDS.items()))  # fmt: skip
     args = parser.parse_args()
-    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+    kind = KINDS[args.kind]
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")] if args.shapes else kind.default_shapes
     target = build_target(load_profile(PROFILE_AVX512))
     peak = sgemm_peak_gflops()
     say(f"target {target}; sgemm 1024^3 peak (OpenBLAS, 1 thread, best of 30): {peak:.1f} GFLOP/s")
-    tasks = pointwise_tasks(target, shapes)
-    work = Path(tempfile.mkdtemp(prefix="pointwise-kernel-"))
-    rows = []
+    model = pplcnet()
+    prepared = prepare(load_model(model), target)
+    tasks = marked_tasks(prepared, target, kind, shapes)
+    missing = set(shapes) - set(tasks)
+    if missing:
+        say(f"not marked for {kind.rule} (or not in the model): {sorted(missing)}")
+    work = Path(tempfile.mkdtemp(prefix=f"{args.kind}-kernel-"))
+    rows, best_rule_records = [], []
     try:
         for shape, task in tasks.items():
             marked = task.dispatched[0]
@@ -163,32 +207,51 @@ def main() -> None:
                 records[arm] = tune(mod, target, args.trials, work / f"{'x'.join(map(str, shape))}-{arm}")
                 failed = sum(min(float(s) for s in r.run_secs) >= FAILED_S for r in records[arm])
                 say(f"{shape} {arm}: {len(records[arm])} trials ({failed} failed) in {time.time() - started:.0f} s")
+            best_rule_records.append(best_after(records["rule"], args.trials))
             for trials in sorted({TRIALS_PER_ROUND, args.trials}):
                 kernels = {arm: Kernel(best_after(records[arm], trials), target) for arm in records}
                 for _ in range(args.rounds):  # interleaved: stock, rule, stock, rule, ...
                     for kernel in kernels.values():
                         kernel.time_once()
                 rows.append((shape, trials, kernels))
+        check_against_onnxruntime(model, prepared, best_rule_records, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_after = sgemm_peak_gflops()
-    print_table(rows, peak, peak_after)
+    print_table(kind, rows, peak, peak_after)
 
 
-def print_table(rows, peak: float, peak_after: float) -> None:
+def check_against_onnxruntime(model: Model, prepared: tvm.IRModule, records, target) -> None:
+    """The model built with the rule's records (other kernels untuned) answers what onnxruntime answers."""
+    database = ms.database.MemoryDatabase()
+    for record in records:
+        database.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, database.commit_workload(record.workload.mod), record.run_secs, target, record.args_info))  # fmt: skip
+    vm = relax.VirtualMachine(apply_database_and_build(prepared, database, target), tvm.cpu())
+    inputs = reference_inputs(model)
+    got = vm[entry_function(prepared)](*[tvm.runtime.tensor(inputs[i.name]) for i in model.inputs])
+    expected = reference_outputs(model, inputs)[0]
+    got = (got[0] if isinstance(got, (list, tuple, tvm.ir.Array)) else got).numpy()
+    error = float(np.abs(got - expected).max())
+    say(f"{model.name} with the rule's {len(records)} kernels vs onnxruntime: max abs difference {error:.2e} "
+        f"(outputs up to {float(np.abs(expected).max()):.2f}); allclose(rtol=1e-4, atol=1e-5): "
+        f"{np.allclose(got, expected, rtol=1e-4, atol=1e-5)}")  # fmt: skip
+
+
+def print_table(kind: KernelKind, rows, peak: float, peak_after: float) -> None:
     say(f"sgemm peak again after the kernels: {peak_after:.1f} GFLOP/s")
     print("\nms: median of the interleaved rounds (spread: (max - min) / median); % of the first peak; "
           "best: fastest round")
-    print("\n| kernel (HxW, Cin->Cout) | trials | stock ms | rule ms | stock % peak | rule % peak "
+    print(f"\n| kernel ({kind.shape_format}) | trials | stock ms | rule ms | stock % peak | rule % peak "
           "| stock/rule | best: stock % / rule % |")
     print("|---|---|---|---|---|---|---|---|")
-    for (height, width, cin, cout), trials, kernels in rows:
-        flops = 2 * height * width * cin * cout
+    for shape, trials, kernels in rows:
+        flops = kind.flops(shape)
         median = {arm: statistics.median(k.samples) for arm, k in kernels.items()}
         spread = {arm: (max(k.samples) - min(k.samples)) / median[arm] for arm, k in kernels.items()}
         percent = {arm: 100 * flops / median[arm] / 1e9 / peak for arm in median}
         best = {arm: 100 * flops / min(k.samples) / 1e9 / peak for arm, k in kernels.items()}
-        print(f"| {height}x{width}, {cin}->{cout} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
+        print(f"| {kind.label(shape)} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
               f"| {median['rule'] * 1e3:.3f} (±{spread['rule']:.0%}) | {percent['stock']:.0f} % | {percent['rule']:.0f} % "
               f"| {median['stock'] / median['rule']:.2f} | {best['stock']:.0f} % / {best['rule']:.0f} % |")  # fmt: skip
 

@@ -28,80 +28,34 @@ from dataclasses import dataclass
 
 import tvm
 from tvm import s_tir
-from tvm.target import codegen
+
+from edgetune.tune.schedule_rules.common import (
+    VectorUnit,
+    annotated_unit,
+    fold_into_tile,
+    lone_convolution,
+    mark_kernels,
+    row_tiles,
+    shape,
+)
 
 RULE = "edgetune_pointwise_nhwc"
-VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rule reads, set by annotate_pointwise
-VECTOR_REGISTERS = "edgetune.vector_registers"
-MIN_ROWS, MAX_ROWS, MAX_VECTORS = 4, 8, 4
-
-
-@dataclass(frozen=True)
-class VectorUnit:
-    """The SIMD registers a float32 micro-kernel can use."""
-
-    lanes: int  # float32 per register
-    registers: int
-
-
-def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
-    """The target CPU's float32 SIMD registers, or None for targets the rule is not made for."""
-    if target.kind.name != "llvm":
-        return None
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
-    if triple.startswith("aarch64"):
-        return VectorUnit(lanes=4, registers=32)
-    if not triple.startswith("x86_64"):
-        return None
-    if codegen.llvm_cpu_has_features(["avx512f"], target):
-        return VectorUnit(lanes=16, registers=32)
-    if codegen.llvm_cpu_has_features(["avx2"], target):
-        return VectorUnit(lanes=8, registers=16)
-    return VectorUnit(lanes=4, registers=16)
+MAX_VECTORS = 4
 
 
 def annotate_pointwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """`mod` with the block of every NHWC 1x1 stride-1 convolution kernel (one convolution and
     its element-wise epilogue) marked for the micro-kernel rule. Other kernels, NCHW ones
     included, are left as they are."""
-    unit = vector_unit(target)
-    if unit is None:
-        return mod
-    annotated = mod
-    for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
-            continue  # not a kernel with a root block: nothing MetaSchedule would schedule
-        sch = s_tir.Schedule(func)
-        conv = _pointwise_convolution(sch, unit, list(func.params))
-        if conv is None:
-            continue
-        sch.annotate(conv, "schedule_rule", RULE)
-        sch.annotate(conv, VECTOR_LANES, unit.lanes)
-        sch.annotate(conv, VECTOR_REGISTERS, unit.registers)
-        if annotated is mod:
-            annotated = mod.clone()
-        annotated[global_var] = sch.mod["main"]
-    return annotated
+    return mark_kernels(mod, target, RULE, _pointwise_convolution)
 
 
 def _pointwise_convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
     """The function's convolution block if the function is exactly an NHWC pointwise
     convolution (a copy of its input at most before it, element-wise blocks after it, the
     last one writing the function's only output)."""
-    blocks = _top_blocks(sch)
-    reductions = [b for b in blocks if _has_reduction(sch, b)]
-    if len(reductions) != 1 or not _is_pointwise(sch.get(reductions[0]), unit):
-        return None
-    conv = reductions[0]
-    out_shape = _shape(sch.get(conv).writes[0].source)
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(conv)))
-    producers, consumers = blocks[:position], blocks[position + 1 :]
-    if not all(_is_plain_copy(sch, b) for b in producers):
-        return None
-    if not all(_is_elementwise(sch, b, out_shape) for b in consumers):
-        return None
-    outputs = [b for b in blocks if _writes_parameter(sch, b, params)]
-    return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
+    conv = lone_convolution(sch, params, _is_plain_copy)
+    return conv if conv is not None and _is_pointwise(sch.get(conv), unit) else None
 
 
 def _is_pointwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
@@ -110,46 +64,20 @@ def _is_pointwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
         return False
     output = block.writes[0].source
-    out_shape = _shape(output)
-    data_shape, weight_shape = (_shape(region.source) for region in block.reads)
+    out_shape = shape(output)
+    data_shape, weight_shape = (shape(region.source) for region in block.reads)
     if len(out_shape) != 4 or len(data_shape) != 4 or None in out_shape + data_shape or output.dtype != "float32":
         return False  # the tiles are sized for float32 lanes and static shapes
     batch, height, width, channels_out = out_shape
     channels_in = data_shape[3]
     return (data_shape == (batch, height, width, channels_in) and weight_shape == (channels_out, 1, 1, channels_in)
-            and channels_out % unit.lanes == 0 and bool(_row_tiles(width)))  # fmt: skip
-
-
-def _top_blocks(sch: s_tir.Schedule) -> list[s_tir.SBlockRV]:
-    """The blocks right under the function's root block."""
-    return sch.get_child_blocks(sch.get_sblock(sch.mod["main"].body.block.name_hint))
-
-
-def _has_reduction(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
-    return any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+            and channels_out % unit.lanes == 0 and bool(row_tiles(width)))  # fmt: skip
 
 
 def _is_plain_copy(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
     """A block such as `pad_temp` without padding: one same-shaped buffer copied."""
     b = sch.get(block)
-    return len(b.reads) == 1 and len(b.writes) == 1 and _shape(b.reads[0].source) == _shape(b.writes[0].source)
-
-
-def _is_elementwise(sch: s_tir.Schedule, block: s_tir.SBlockRV, shape: tuple[int, ...]) -> bool:
-    b = sch.get(block)
-    extents = tuple(int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else None for iv in b.iter_vars)
-    spatial = all(iv.iter_type == tvm.tirx.IterVar.DataPar for iv in b.iter_vars)
-    return spatial and extents == shape and len(b.writes) == 1 and _shape(b.writes[0].source) == shape
-
-
-def _writes_parameter(sch: s_tir.Schedule, block: s_tir.SBlockRV, params: list) -> bool:
-    written = sch.get(block).writes[0].source
-    return any(written.same_as(param) for param in params)
-
-
-def _shape(buffer: tvm.tirx.Buffer) -> tuple[int | None, ...]:  # a TensorRegion's source is its buffer
-    """The buffer's dimensions, None for each symbolic one (dynamic shapes are never matched)."""
-    return tuple(int(dim) if isinstance(dim, tvm.tirx.IntImm) else None for dim in buffer.shape)
+    return len(b.reads) == 1 and len(b.writes) == 1 and shape(b.reads[0].source) == shape(b.writes[0].source)
 
 
 @dataclass(frozen=True)
@@ -166,7 +94,7 @@ class RegisterTile:
 def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[RegisterTile]:
     """The register tiles that divide the image row and the output channels and fit the
     registers, largest first (none smaller than half the largest)."""
-    rows = _row_tiles(width)
+    rows = row_tiles(width)
     vectors = [v for v in range(1, MAX_VECTORS + 1) if channels_out % (v * unit.lanes) == 0]
     tiles = [RegisterTile(r, v) for r in rows for v in vectors]
     fitting = [t for t in tiles if t.registers() <= unit.registers]
@@ -174,19 +102,12 @@ def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[Regi
     return sorted((t for t in fitting if 2 * t.rows * t.vectors >= largest), key=lambda t: -t.rows * t.vectors)
 
 
-def _row_tiles(width: int) -> list[int]:
-    """Pixel counts of a register tile: divisors of the image width from MIN_ROWS to MAX_ROWS.
-    Narrower images (the 1x1 maps of squeeze-excitation blocks) are matrix-vector products,
-    left to the stock rules."""
-    return [rows for rows in range(MIN_ROWS, MAX_ROWS + 1) if width % rows == 0]
-
-
 @tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", override=True)
 def schedule_pointwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
     """ApplyCustomRule's entry: one design space per register tile."""
     block = sch.get(conv)
-    unit = VectorUnit(int(block.annotations[VECTOR_LANES]), int(block.annotations[VECTOR_REGISTERS]))
-    _, _, width, channels_out = _shape(block.writes[0].source)
+    unit = annotated_unit(block)
+    _, _, width, channels_out = shape(block.writes[0].source)
     spaces = []
     for tile in register_tiles(width, channels_out, unit):
         space = sch.copy()
@@ -197,7 +118,7 @@ def schedule_pointwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.
 
 
 def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile, lanes: int) -> None:
-    output = _fold_epilogue(sch, conv)
+    output = fold_into_tile(sch, conv)
     batch, height, width, channel, kernel_h, kernel_w, reduction = sch.get_loops(conv)
     k = sch.fuse(kernel_h, kernel_w, reduction)
     pixel_blocks, rows = sch.split(width, [None, tile.rows])
@@ -215,17 +136,3 @@ def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile,
     sch.unroll(out_rows)
     sch.unroll(out_vectors)
     sch.vectorize(out_lane)
-
-
-def _fold_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockRV:
-    """Inline the input copy and the epilogue: one block left after the convolution, which
-    writes the output from accumulators in registers (scope "local")."""
-    for producer in sch.get_producers(conv):
-        sch.compute_inline(producer)
-    *epilogue, output = [b for b in _top_blocks(sch) if not sch.get(b).same_as(sch.get(conv))] or [None]
-    for block in epilogue:
-        sch.compute_inline(block)
-    if output is None:
-        return sch.cache_write(conv, 0, "local")
-    sch.set_scope(conv, 0, "local")
-    return output

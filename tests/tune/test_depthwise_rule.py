@@ -1,0 +1,142 @@
+"""The micro-kernel rule of NHWC depthwise convolutions (edgetune.tune.schedule_rules.depthwise):
+which kernels `prepare` marks, what the rule's schedules look like, and that models tuned with
+it answer what onnxruntime answers (padding, strides 1 and 2, 3x3 and 5x5 kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.inventory.schema import Model, ModelInput
+from edgetune.tune.candidate_builder import make_builder
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, extract_tasks, prepare
+from edgetune.tune.schedule_rules import depthwise, pointwise
+from edgetune.tune.tuner import quiet_meta_schedule_logger
+
+from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save, write_separable_block
+
+HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
+AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # 16 lanes
+
+
+def separable(tmp_path, layout: str) -> Model:
+    return Model("separable", (ModelInput("image", (1, 3, 32, 32)),),
+                 onnx=write_separable_block(tmp_path / "separable.onnx"), layout=layout)  # fmt: skip
+
+
+def lone_convolution(tmp_path, kernel: int, stride: int, groups: int = 16, channels_out: int = 16) -> Model:
+    """One convolution of a 1x16x16x16 input with bias, padding kernel // 2 and a ReLU6 (Clip)."""
+    rng = np.random.default_rng(2)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((channels_out, 16 // groups, kernel, kernel)).astype("float32"), "w"),
+        numpy_helper.from_array(rng.standard_normal(channels_out).astype("float32"), "b"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["conv"], group=groups, strides=[stride, stride],
+                         pads=[kernel // 2] * 4),
+        helper.make_node("Clip", ["conv", "zero", "six"], ["y"]),
+    ]  # fmt: skip
+    size = 16 // stride
+    path = save(tmp_path / f"conv{kernel}s{stride}g{groups}.onnx", nodes,
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels_out, size, size])], weights)  # fmt: skip
+    return Model("conv", (ModelInput("x", (1, 16, 16, 16)),), onnx=path, layout="NHWC")
+
+
+def tasks_by_rule(prepared: tvm.IRModule, target: tvm.target.Target) -> dict[str, list]:
+    """The convolution tasks marked for each rule, and under None the unmarked ones."""
+    found: dict[str, list] = {depthwise.RULE: [], pointwise.RULE: [], None: []}
+    for task in extract_tasks(prepared, target):
+        if "conv2d" in task.task_name:
+            script = task.dispatched[0].script()
+            found[next((rule for rule in (depthwise.RULE, pointwise.RULE) if rule in script), None)].append(task)
+    return found
+
+
+def weight_shapes(task) -> list[tuple[int, ...]]:
+    return [tuple(int(d) for d in task.dispatched[0]["main"].params[1].shape)]
+
+
+def test_in_an_nhwc_model_the_depthwise_convolution_is_marked_and_the_others_keep_their_rules(tmp_path):
+    tasks = tasks_by_rule(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
+    assert [weight_shapes(t) for t in tasks[depthwise.RULE]] == [[(16, 3, 3, 1)]]
+    assert [weight_shapes(t) for t in tasks[pointwise.RULE]] == [[(32, 1, 1, 16)]]
+    assert [weight_shapes(t) for t in tasks[None]] == [[(16, 3, 3, 3)]]  # the regular 3x3 stem
+
+
+def test_nchw_models_are_not_marked(tmp_path):
+    prepared = prepare(load_model(separable(tmp_path, "NCHW")), AVX512)
+    assert depthwise.RULE not in prepared.script()
+    assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 3
+
+
+@pytest.mark.parametrize(
+    "groups, channels_out, marked",
+    [(16, 16, True), (1, 16, False), (16, 32, False)],
+    ids=["depthwise", "regular", "channel-multiplier-2"],
+)
+def test_only_depthwise_convolutions_of_one_filter_per_channel_are_marked(tmp_path, groups, channels_out, marked):
+    prepared = prepare(load_model(lone_convolution(tmp_path, 5, 2, groups, channels_out)), AVX512)
+    assert (depthwise.RULE in prepared.script()) == marked
+    assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
+
+
+def test_the_rule_spaces_are_register_tiles_of_pixels_by_channel_vectors_with_the_padding_and_epilogue_folded(tmp_path):
+    (task,) = tasks_by_rule(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)[depthwise.RULE]
+    context = ms.TuneContext(mod=task.dispatched[0], target=AVX512, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
+    spaces = context.generate_design_space()
+    pixels = set()
+    for sch in spaces:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        assert len(blocks) == 2, sch.mod.script()  # padding and epilogue blocks inlined
+        conv, output = blocks
+        loops = [sch.get(loop) for loop in sch.get_loops(conv)]
+        kernel_h, kernel_w, pixel, vectors, unit_channel, lane = loops[-6:]
+        assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 16
+        assert int(unit_channel.extent) == 1
+        assert all(loop.kind == tvm.tirx.ForKind.UNROLLED for loop in (kernel_h, kernel_w, pixel, vectors))
+        assert (int(kernel_h.extent), int(kernel_w.extent), int(vectors.extent)) == (3, 3, 1)
+        pixels.add(int(pixel.extent))
+        output_loops = [sch.get(loop) for loop in sch.get_loops(output)]
+        tile = len(loops) - 6  # the loops above the taps: the output tile
+        assert [loop.same_as(other) for loop, other in zip(loops[:tile], output_loops)] == [True] * tile
+        assert output_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+    assert pixels == {4, 8}  # the divisors of the 16-pixel rows from 4 to 8: one space each
+
+
+@pytest.mark.parametrize("kernel, stride", [(3, 1), (5, 2)])
+def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path, kernel, stride):
+    model = separable(tmp_path, "NHWC") if kernel == 3 else lone_convolution(tmp_path, kernel, stride)
+    prepared = prepare(load_model(model), HOST)
+    (task,) = tasks_by_rule(prepared, HOST)[depthwise.RULE]
+    quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
+    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        [task], work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
+        strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),
+    )  # fmt: skip
+    database = ms.database.MemoryDatabase()
+    ms.tune.tune_tasks(
+        tasks=contexts, task_weights=[1.0], work_dir=str(tmp_path), max_trials_global=4, max_trials_per_task=4,
+        num_trials_per_iter=4, builder=make_builder(str(tmp_path), None, 1),
+        runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1)),
+        database=database, cost_model=ms.cost_model.RandomModel(),
+    )  # fmt: skip
+    assert count_tuned_tasks(prepared, database, HOST).tuned == 1
+    (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
+    assert "sch.sample_perfect_tile(" in str(record.trace) and "sch.vectorize(" in str(record.trace)
+
+    inputs = reference_inputs(model)
+    vm = relax.VirtualMachine(apply_database_and_build(prepared, database, HOST), tvm.cpu())
+    name = model.inputs[0].name
+    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs[name])).numpy()
+    expected = reference_outputs(model, inputs)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert float(np.abs(expected).max()) > 0.1
