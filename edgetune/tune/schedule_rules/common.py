@@ -46,7 +46,7 @@ def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
     return VectorUnit(lanes=4, registers=16)
 
 
-def annotated_unit(block: tvm.s_tir.SBlock) -> VectorUnit:
+def _annotated_unit(block: tvm.s_tir.SBlock) -> VectorUnit:
     """The vector unit `mark_kernels` recorded on a marked block."""
     return VectorUnit(int(block.annotations[VECTOR_LANES]), int(block.annotations[VECTOR_REGISTERS]))
 
@@ -76,6 +76,26 @@ def mark_kernels(mod: tvm.IRModule, target: tvm.target.Target, rule: str, find: 
             annotated = mod.clone()
         annotated[global_var] = sch.mod["main"]
     return annotated
+
+
+def one_space_per_tile(
+    sch: s_tir.Schedule,
+    conv: s_tir.SBlockRV,
+    tiles: Callable[[int, int, VectorUnit], list],
+    micro_kernel: Callable[[s_tir.Schedule, s_tir.SBlockRV, object, int], None],
+) -> list[s_tir.Schedule]:
+    """A rule's design spaces: `micro_kernel` applied to a copy of `sch` for each register
+    tile that `tiles` gives for the output's image width and channels on the marked unit."""
+    block = sch.get(conv)
+    unit = _annotated_unit(block)
+    _, _, width, channels = shape(block.writes[0].source)
+    spaces = []
+    for tile in tiles(width, channels, unit):
+        space = sch.copy()
+        space.seed(sch.fork_seed())
+        micro_kernel(space, conv, tile, unit.lanes)
+        spaces.append(space)
+    return spaces
 
 
 def lone_convolution(

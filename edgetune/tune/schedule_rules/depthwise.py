@@ -37,10 +37,10 @@ from tvm import s_tir
 
 from edgetune.tune.schedule_rules.common import (
     VectorUnit,
-    annotated_unit,
     fold_into_tile,
     lone_convolution,
     mark_kernels,
+    one_space_per_tile,
     row_tiles,
     shape,
 )
@@ -115,16 +115,7 @@ def pixel_tiles(width: int, channels: int, unit: VectorUnit) -> list[PixelTile]:
 @tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", override=True)
 def schedule_depthwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
     """ApplyCustomRule's entry: one design space per register tile."""
-    block = sch.get(conv)
-    unit = annotated_unit(block)
-    _, _, width, channels = shape(block.writes[0].source)
-    spaces = []
-    for tile in pixel_tiles(width, channels, unit):
-        space = sch.copy()
-        space.seed(sch.fork_seed())
-        _micro_kernel(space, conv, tile, unit.lanes)
-        spaces.append(space)
-    return spaces
+    return one_space_per_tile(sch, conv, pixel_tiles, _micro_kernel)
 
 
 def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, lanes: int) -> None:

@@ -31,10 +31,10 @@ from tvm import s_tir
 
 from edgetune.tune.schedule_rules.common import (
     VectorUnit,
-    annotated_unit,
     fold_into_tile,
     lone_convolution,
     mark_kernels,
+    one_space_per_tile,
     row_tiles,
     shape,
 )
@@ -105,16 +105,7 @@ def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[Regi
 @tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", override=True)
 def schedule_pointwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
     """ApplyCustomRule's entry: one design space per register tile."""
-    block = sch.get(conv)
-    unit = annotated_unit(block)
-    _, _, width, channels_out = shape(block.writes[0].source)
-    spaces = []
-    for tile in register_tiles(width, channels_out, unit):
-        space = sch.copy()
-        space.seed(sch.fork_seed())
-        _micro_kernel(space, conv, tile, unit.lanes)
-        spaces.append(space)
-    return spaces
+    return one_space_per_tile(sch, conv, register_tiles, _micro_kernel)
 
 
 def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile, lanes: int) -> None:
