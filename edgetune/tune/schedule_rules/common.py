@@ -78,24 +78,28 @@ def mark_kernels(mod: tvm.IRModule, target: tvm.target.Target, rule: str, find: 
     return annotated
 
 
-def one_space_per_tile(
-    sch: s_tir.Schedule,
-    conv: s_tir.SBlockRV,
+def register_rule(
+    rule: str,
     tiles: Callable[[int, int, VectorUnit], list],
     micro_kernel: Callable[[s_tir.Schedule, s_tir.SBlockRV, object, int], None],
-) -> list[s_tir.Schedule]:
-    """A rule's design spaces: `micro_kernel` applied to a copy of `sch` for each register
-    tile that `tiles` gives for the output's image width and channels on the marked unit."""
-    block = sch.get(conv)
-    unit = _annotated_unit(block)
-    _, _, width, channels = shape(block.writes[0].source)
-    spaces = []
-    for tile in tiles(width, channels, unit):
-        space = sch.copy()
-        space.seed(sch.fork_seed())
-        micro_kernel(space, conv, tile, unit.lanes)
-        spaces.append(space)
-    return spaces
+) -> None:
+    """Register `rule` for ApplyCustomRule: its design spaces are `micro_kernel` applied to a
+    copy of the schedule for each register tile that `tiles` gives for the output's image
+    width and channels on the vector unit the block was marked for."""
+
+    def design_spaces(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
+        block = sch.get(conv)
+        unit = _annotated_unit(block)
+        _, _, width, channels = shape(block.writes[0].source)
+        spaces = []
+        for tile in tiles(width, channels, unit):
+            space = sch.copy()
+            space.seed(sch.fork_seed())
+            micro_kernel(space, conv, tile, unit.lanes)
+            spaces.append(space)
+        return spaces
+
+    tvm.register_global_func(f"s_tir.meta_schedule.cpu.{rule}", design_spaces, override=True)
 
 
 def lone_convolution(
@@ -166,6 +170,17 @@ def fold_into_tile(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockRV:
         return sch.cache_write(conv, 0, "local")
     sch.set_scope(conv, 0, "local")
     return output
+
+
+def write_from_tile(sch: s_tir.Schedule, output: s_tir.SBlockRV, tile_loop: s_tir.LoopRV, lanes: int) -> None:
+    """The output block (`fold_into_tile`) computed under `tile_loop`, right after the tile's
+    accumulation: its pixels and channel vectors unrolled, its lanes vectorized."""
+    sch.reverse_compute_at(output, tile_loop)
+    *_, pixels, channels = sch.get_loops(output)
+    vectors, lane = sch.split(channels, [None, lanes])
+    sch.unroll(pixels)
+    sch.unroll(vectors)
+    sch.vectorize(lane)
 
 
 def _position(sch: s_tir.Schedule, blocks: list[s_tir.SBlockRV], block: s_tir.SBlockRV) -> int:

@@ -40,9 +40,10 @@ from edgetune.tune.schedule_rules.common import (
     fold_into_tile,
     lone_convolution,
     mark_kernels,
-    one_space_per_tile,
+    register_rule,
     row_tiles,
     shape,
+    write_from_tile,
 )
 
 RULE = "edgetune_depthwise_nhwc"
@@ -112,12 +113,6 @@ def pixel_tiles(width: int, channels: int, unit: VectorUnit) -> list[PixelTile]:
     return [t for t in tiles if t.registers() <= unit.registers]
 
 
-@tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", override=True)
-def schedule_depthwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
-    """ApplyCustomRule's entry: one design space per register tile."""
-    return one_space_per_tile(sch, conv, pixel_tiles, _micro_kernel)
-
-
 def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, lanes: int) -> None:
     output = fold_into_tile(sch, conv)
     batch, height, width, channel, kernel_h, kernel_w, unit_channel = sch.get_loops(conv)
@@ -131,10 +126,7 @@ def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, la
     for loop in (kernel_h, kernel_w, pixels, vectors):
         sch.unroll(loop)
     sch.vectorize(lane)
-    sch.reverse_compute_at(output, c_inner)
-    *_, out_pixels, out_channels = sch.get_loops(output)
-    out_vectors, out_lane = sch.split(out_channels, [None, lanes])
-    sch.unroll(out_pixels)
-    sch.unroll(out_vectors)
-    sch.vectorize(out_lane)
+    write_from_tile(sch, output, c_inner, lanes)
 
+
+register_rule(RULE, pixel_tiles, _micro_kernel)  # ApplyCustomRule's entry: one design space per tile

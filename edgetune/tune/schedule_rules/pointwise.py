@@ -34,9 +34,10 @@ from edgetune.tune.schedule_rules.common import (
     fold_into_tile,
     lone_convolution,
     mark_kernels,
-    one_space_per_tile,
+    register_rule,
     row_tiles,
     shape,
+    write_from_tile,
 )
 
 RULE = "edgetune_pointwise_nhwc"
@@ -102,12 +103,6 @@ def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[Regi
     return sorted((t for t in fitting if 2 * t.rows * t.vectors >= largest), key=lambda t: -t.rows * t.vectors)
 
 
-@tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", override=True)
-def schedule_pointwise(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
-    """ApplyCustomRule's entry: one design space per register tile."""
-    return one_space_per_tile(sch, conv, register_tiles, _micro_kernel)
-
-
 def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile, lanes: int) -> None:
     output = fold_into_tile(sch, conv)
     batch, height, width, channel, kernel_h, kernel_w, reduction = sch.get_loops(conv)
@@ -121,9 +116,7 @@ def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile,
     sch.unroll(rows)
     sch.unroll(vectors)
     sch.vectorize(lane)
-    sch.reverse_compute_at(output, n_inner)
-    *_, out_rows, out_channels = sch.get_loops(output)
-    out_vectors, out_lane = sch.split(out_channels, [None, lanes])
-    sch.unroll(out_rows)
-    sch.unroll(out_vectors)
-    sch.vectorize(out_lane)
+    write_from_tile(sch, output, n_inner, lanes)
+
+
+register_rule(RULE, register_tiles, _micro_kernel)  # ApplyCustomRule's entry: one design space per tile
