@@ -19,6 +19,7 @@ from onnx_samples import save, write_separable_block
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
+AVX2 = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})  # 8 lanes
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # 16 lanes
 
 
@@ -27,11 +28,14 @@ def separable(tmp_path, layout: str) -> Model:
                  onnx=write_separable_block(tmp_path / "separable.onnx"), layout=layout)  # fmt: skip
 
 
-def lone_convolution(tmp_path, kernel: int, stride: int, groups: int = 16, channels_out: int = 16) -> Model:
-    """One convolution of a 1x16x16x16 input with bias, padding kernel // 2 and a ReLU6 (Clip)."""
+def lone_convolution(tmp_path, kernel: int, stride: int, channels: int = 16, groups: int | None = None,
+                     channels_out: int | None = None) -> Model:  # fmt: skip
+    """One convolution (depthwise unless `groups` says otherwise) of a 1 x channels x 16 x 16
+    input, with bias, padding kernel // 2 and a ReLU6 (Clip)."""
+    groups, channels_out = groups or channels, channels_out or channels
     rng = np.random.default_rng(2)
     weights = [
-        numpy_helper.from_array(rng.standard_normal((channels_out, 16 // groups, kernel, kernel)).astype("float32"), "w"),
+        numpy_helper.from_array(rng.standard_normal((channels_out, channels // groups, kernel, kernel)).astype("float32"), "w"),
         numpy_helper.from_array(rng.standard_normal(channels_out).astype("float32"), "b"),
         numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
         numpy_helper.from_array(np.array(6.0, np.float32), "six"),
@@ -43,9 +47,9 @@ def lone_convolution(tmp_path, kernel: int, stride: int, groups: int = 16, chann
     ]  # fmt: skip
     size = 16 // stride
     path = save(tmp_path / f"conv{kernel}s{stride}g{groups}.onnx", nodes,
-                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 16, 16])],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels_out, size, size])], weights)  # fmt: skip
-    return Model("conv", (ModelInput("x", (1, 16, 16, 16)),), onnx=path, layout="NHWC")
+    return Model("conv", (ModelInput("x", (1, channels, 16, 16)),), onnx=path, layout="NHWC")
 
 
 def tasks_by_rule(prepared: tvm.IRModule, target: tvm.target.Target) -> dict[str, list]:
@@ -56,6 +60,12 @@ def tasks_by_rule(prepared: tvm.IRModule, target: tvm.target.Target) -> dict[str
             script = task.dispatched[0].script()
             found[next((rule for rule in (depthwise.RULE, pointwise.RULE) if rule in script), None)].append(task)
     return found
+
+
+def design_spaces(task, target: tvm.target.Target) -> list:
+    context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
+    return context.generate_design_space()
 
 
 def weight_shapes(task) -> list[tuple[int, ...]]:
@@ -81,16 +91,14 @@ def test_nchw_models_are_not_marked(tmp_path):
     ids=["depthwise", "regular", "channel-multiplier-2"],
 )
 def test_only_depthwise_convolutions_of_one_filter_per_channel_are_marked(tmp_path, groups, channels_out, marked):
-    prepared = prepare(load_model(lone_convolution(tmp_path, 5, 2, groups, channels_out)), AVX512)
+    prepared = prepare(load_model(lone_convolution(tmp_path, 5, 2, groups=groups, channels_out=channels_out)), AVX512)
     assert (depthwise.RULE in prepared.script()) == marked
     assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 1
 
 
 def test_the_rule_spaces_are_register_tiles_of_pixels_by_channel_vectors_with_the_padding_and_epilogue_folded(tmp_path):
     (task,) = tasks_by_rule(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)[depthwise.RULE]
-    context = ms.TuneContext(mod=task.dispatched[0], target=AVX512, space_generator="post-order-apply",
-                             search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
-    spaces = context.generate_design_space()
+    spaces = design_spaces(task, AVX512)
     pixels = set()
     for sch in spaces:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -110,13 +118,21 @@ def test_the_rule_spaces_are_register_tiles_of_pixels_by_channel_vectors_with_th
     assert pixels == {4, 8}  # the divisors of the 16-pixel rows from 4 to 8: one space each
 
 
+def test_channels_that_the_register_width_does_not_divide_are_tiled_in_narrower_vectors(tmp_path):
+    (task,) = tasks_by_rule(prepare(load_model(lone_convolution(tmp_path, 3, 1, channels=24)), AVX512), AVX512)[depthwise.RULE]
+    for sch in design_spaces(task, AVX512):
+        conv = sch.get_child_blocks(sch.get_sblock("root"))[0]
+        lane = sch.get(sch.get_loops(conv)[-1])
+        assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 8  # 3 vectors of 8 float32
+
+
 @pytest.mark.parametrize(
-    "write_model",
-    [lambda path: separable(path, "NHWC"), lambda path: lone_convolution(path, kernel=5, stride=2)],
-    ids=["separable-block-3x3-stride-1-hardswish", "5x5-stride-2-bias-relu6"],
+    "write_model, target",
+    [(lambda path: separable(path, "NHWC"), HOST), (lambda path: lone_convolution(path, 5, 2, channels=12), AVX2)],
+    ids=["separable-block-3x3-stride-1-hardswish", "5x5-stride-2-bias-relu6-12-channels-in-vectors-of-4"],
 )
-def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path, write_model):
+def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path, write_model, target):
     model = write_model(tmp_path)
-    prepared = prepare(load_model(model), HOST)
-    (task,) = tasks_by_rule(prepared, HOST)[depthwise.RULE]
-    assert_answers_like_onnxruntime(model, prepared, tune_briefly(task, HOST, tmp_path), HOST)
+    prepared = prepare(load_model(model), target)
+    (task,) = tasks_by_rule(prepared, target)[depthwise.RULE]
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(task, target, tmp_path), target)

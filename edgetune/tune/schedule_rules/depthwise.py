@@ -4,12 +4,13 @@ In NHWC a depthwise convolution (groups == channels, one filter per channel) is
 out[n,y,x,c] = sum_{ry,rx} pad[n, y*s + ry, x*s + rx, c] * W[c,ry,rx,0]: no reduction over
 channels, so the channels are the SIMD lanes, and the input vectors are contiguous loads.
 It is bound by loads, not by FMAs: one input vector per tap and pixel. The rule's schedule
-space is the micro-kernel onnxruntime's and XNNPACK's depthwise kernels have:
+space is a register-tiled micro-kernel:
 
 - register tile: `pixels` consecutive output pixels of an image row x `vectors` SIMD vectors of
-  channels, accumulated in registers over all the taps (kh x kw loops inside, unrolled, so
-  that neighbouring pixels of a stride-1 row share their input loads); one design space per
-  tile that fits the target's vector registers;
+  channels, accumulated in registers over all the taps (the kh x kw loops inside the tile,
+  unrolled with it into straight-line code); one design space per tile that fits the
+  target's vector registers. The vectors are as wide as the registers, or half or a quarter
+  as wide when the channel count needs it (24 channels: 3 vectors of 8 on AVX-512);
 - the channel blocks are split in two with `sample_perfect_tile` (the evolutionary search
   mutates it): the outer part runs over the whole image, the inner part inside each tile of
   pixels, so the search picks between walking the image once per channel block and walking
@@ -19,10 +20,10 @@ space is the micro-kernel onnxruntime's and XNNPACK's depthwise kernels have:
 - the weights are read in the tile's order (channel block, tap, vector): RewriteLayout
   pre-packs them, so the weight vectors of a tap are contiguous;
 - the padding is inlined into the convolution: each input vector load tests the image borders
-  (one scalar test per vector, since the borders do not depend on the channel). That was
-  2-4x faster than materializing the padded input before the convolution (a buffer allocated
-  and written at each call) and faster than padding each tile's input window inside the
-  tile loop (bench/README.md, depthwise_kernel.py).
+  (one scalar test per vector: the borders do not depend on the channel). On PP-LCNet's nine
+  depthwise kernels that was 1.5-4.5x faster than materializing the padded input before the
+  convolution (a buffer allocated and written at each call), and faster than padding each
+  tile's input window inside the tile loop (bench/README.md, pointwise_kernel.py).
 
 `annotate_depthwise` marks the convolution blocks; MetaSchedule's ApplyCustomRule then calls
 the function registered below. The tuned record is a trace: building needs no rule.
@@ -48,6 +49,7 @@ from edgetune.tune.schedule_rules.common import (
 
 RULE = "edgetune_depthwise_nhwc"
 MAX_VECTORS = 2  # more channel vectors per tile only add registers: each needs its own loads
+MIN_LANES = 4
 
 
 def annotate_depthwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -68,7 +70,8 @@ def _depthwise_convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) 
 def _is_depthwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     """A float32 NHWC convolution with OHWI weights of one input channel per output channel, as
     many output channels as input channels (groups == channels, no channel multiplier), and
-    image rows and channels that the register tiles divide."""
+    image rows and channels that the register tiles divide (channels in vectors of the
+    register's width, or of a half or a quarter of it)."""
     if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
         return False
     output = block.writes[0].source
@@ -80,7 +83,8 @@ def _is_depthwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
         return False  # the tiles are sized for float32 lanes and static shapes
     batch, _, width, channels = out_shape
     return (data_shape[0] == batch and data_shape[3] == channels and weight_shape[0] == channels
-            and weight_shape[3] == 1 and channels % unit.lanes == 0 and bool(row_tiles(width)))  # fmt: skip
+            and weight_shape[3] == 1 and channel_lanes(channels, unit.lanes) is not None
+            and bool(row_tiles(width)))  # fmt: skip
 
 
 def _is_padding(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
@@ -106,16 +110,26 @@ class PixelTile:
         return self.pixels * self.vectors + self.vectors + 1  # accumulators, a tap's weights, an input
 
 
+def channel_lanes(channels: int, register_lanes: int) -> int | None:
+    """The lanes of the widest vector that divides the channels: the register's width, or a
+    half or a quarter of it, down to MIN_LANES (24 channels run as 3 vectors of 8 float32 on
+    AVX-512); None if none does."""
+    widths = (register_lanes, register_lanes // 2, register_lanes // 4)
+    return next((lanes for lanes in widths if lanes >= MIN_LANES and channels % lanes == 0), None)
+
+
 def pixel_tiles(width: int, channels: int, unit: VectorUnit) -> list[PixelTile]:
     """The register tiles that divide the output row and the channels and fit the registers."""
-    vectors = [v for v in range(1, MAX_VECTORS + 1) if channels % (v * unit.lanes) == 0]
+    lanes = channel_lanes(channels, unit.lanes)
+    vectors = [v for v in range(1, MAX_VECTORS + 1) if channels % (v * lanes) == 0]
     tiles = [PixelTile(p, v) for p in row_tiles(width) for v in vectors]
     return [t for t in tiles if t.registers() <= unit.registers]
 
 
-def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, lanes: int) -> None:
+def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, register_lanes: int) -> None:
     output = fold_into_tile(sch, conv)
     batch, height, width, channel, kernel_h, kernel_w, unit_channel = sch.get_loops(conv)
+    lanes = channel_lanes(int(sch.get(channel).extent), register_lanes)
     pixel_blocks, pixels = sch.split(width, [None, tile.pixels])
     channel_blocks, vectors, lane = sch.split(channel, [None, tile.vectors, lanes])
     c_outer, c_inner = sch.split(channel_blocks, sch.sample_perfect_tile(channel_blocks, n=2))
