@@ -21,9 +21,9 @@ space is a register-tiled micro-kernel:
   pre-packs them, so the weight vectors of a tap are contiguous;
 - the padding is inlined into the convolution: each input vector load tests the image borders
   (one scalar test per vector: the borders do not depend on the channel). On PP-LCNet's nine
-  depthwise kernels that was 1.5-4.5x faster than materializing the padded input before the
-  convolution (a buffer allocated and written at each call), and faster than padding each
-  tile's input window inside the tile loop (bench/README.md, pointwise_kernel.py).
+  depthwise kernels that was 1.4-3.5x faster than materializing the padded input before the
+  convolution (a buffer allocated and written at each call), and 1.1-1.9x faster than padding
+  each tile's input window inside the tile loop (bench/README.md, "pointwise_kernel.py --kind depthwise").
 
 `annotate_depthwise` marks the convolution blocks; MetaSchedule's ApplyCustomRule then calls
 the function registered below. The tuned record is a trace: building needs no rule.
