@@ -48,7 +48,7 @@ from edgetune.tune.schedule_rules.common import (
 )
 
 RULE = "edgetune_depthwise_nhwc"
-MAX_VECTORS = 2  # more channel vectors per tile only add registers: each needs its own loads
+MAX_VECTORS = 2  # channel vectors per tile; the reuse is across pixels (one weight vector per tap serves them)
 MIN_LANES = 4
 
 
