@@ -1,22 +1,27 @@
-"""Question: on NHWC convolutions (pointwise 1x1 and regular KxK), does the micro-kernel rule
-(edgetune.tune.schedule_rules.pointwise) reach more of the CPU's peak than stock MetaSchedule
-with the same few trials?
+"""Question: on NHWC convolutions, does a micro-kernel rule reach more of the CPU's peak than
+stock MetaSchedule with the same few trials? `--kind pointwise`: the rule of convolutions with
+groups 1, pointwise 1x1 and regular KxK (edgetune.tune.schedule_rules.pointwise); `--kind
+depthwise`: the depthwise rule (.depthwise).
 
-How: real models (PP-LCNet document orientation, PP-OCR's text-direction classifier, YOLOv8n)
-compiled NHWC for the x86-avx512 profile (1 thread); their rule-marked kernels picked by shape. Each kernel is tuned twice on this host with the same
+How: real models (pointwise: PP-LCNet document orientation, PP-OCR's text-direction classifier,
+YOLOv8n; depthwise: PP-LCNet) compiled NHWC for the x86-avx512 profile (1 thread); their kernels
+that the kind's rule marks, picked by shape. Each kernel is tuned twice on this host with the same
 search settings as the tuner (evolutionary search, rounds of 8, seed 0, fresh XGBoost model,
 LocalRunner): once as `prepare` leaves it (marked for the rule) and once with the mark removed
 (stock rules). The best schedules after 8 and after TRIALS trials are then built again and
 timed interleaved (stock, rule, stock, rule, ...), ROUNDS rounds (each the fastest of 3
 repeats of >= 50 ms), medians. The fp32 peak is
 OpenBLAS sgemm 1024^3 (numpy, 1 thread, fastest of 30 calls), measured in the same run.
+Last, the whole model is built with the rule's best record for each kernel measured (the other
+kernels untuned) and its output compared with onnxruntime's.
 
 No fleet: runs on the host only, in a temporary directory it removes.
 
-    .venv/bin/python bench/pointwise_kernel.py [--trials 24] [--rounds 11] [--shapes 14x14x256x256,40x40x64x64k3s1,...]
+    .venv/bin/python bench/pointwise_kernel.py [--kind pointwise|depthwise] [--trials 24] [--rounds 11] [--shapes ...]
 
-A shape is the kernel's input HxWxCINxCOUT, then kK and sS for a KxK convolution of stride S
-(1x1 stride 1 when left out); the first model that has it gives the kernel.
+Pointwise shapes are the kernel's input HxWxCINxCOUT, then kK and sS for a KxK convolution of
+stride S (1x1 stride 1 when left out); depthwise shapes are HxWxCxKxSTRIDE. The first model that
+has a shape gives the kernel.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tvm
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
@@ -47,14 +54,70 @@ from _benchlib import PROFILE_AVX512, say  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.candidate_builder import FastBuild, make_builder  # noqa: E402
-from edgetune.tune.models import load_model  # noqa: E402
-from edgetune.tune.prepare import extract_tasks, prepare  # noqa: E402
-from edgetune.tune.schedule_rules.pointwise import RULE  # noqa: E402
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs  # noqa: E402
+from edgetune.tune.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
+from edgetune.tune.schedule_rules import depthwise, pointwise  # noqa: E402
 from edgetune.tune.target import build_target  # noqa: E402
 from edgetune.tune.tuner import SearchSettings  # noqa: E402
 
-MODELS = ["pplcnet-orientation", "ppocr-cls", "yolov8n-320"]
-SHAPES = ["14x14x256x256", "7x7x256x512", "28x28x128x128", "56x56x64x64"]
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    """A kind of convolution kernel a rule schedules: where it is found, how its shape is read and named."""
+
+    rule: str
+    models: tuple[str, ...]  # searched in this order for the shapes
+    shape_format: str  # how --shapes spells one
+    parse: Callable[[str], tuple[int, ...]]
+    default_shapes: str  # as --shapes spells them
+    shape_of: Callable[[list[tuple[int, ...]]], tuple[int, ...]]  # the kernel's buffer shapes -> its shape
+    label: Callable[[tuple[int, ...]], str]  # for the table
+    flops: Callable[[tuple[int, ...]], int]
+
+
+def _parse_convolution(text: str) -> tuple[int, ...]:
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:k(\d+)s(\d+))?", text)
+    if match is None:
+        raise SystemExit(f"--shapes: {text!r} is not HxWxCINxCOUT or HxWxCINxCOUTkKsS")
+    height, width, channels_in, channels_out, kernel, stride = match.groups()
+    return int(height), int(width), int(channels_in), int(channels_out), int(kernel or 1), int(stride or 1)
+
+
+def _parse_depthwise(text: str) -> tuple[int, ...]:
+    if re.fullmatch(r"\d+x\d+x\d+x\d+x\d+", text) is None:
+        raise SystemExit(f"--shapes: {text!r} is not HxWxCxKxSTRIDE")
+    return tuple(int(d) for d in text.split("x"))
+
+
+def _convolution_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
+    (_, height, width, channels_in), (channels_out, kernel, _, _), out_width = buffers[0], buffers[1], buffers[-1][2]
+    return height, width, channels_in, channels_out, kernel, round(width / out_width)
+
+
+def _convolution_label(s: tuple[int, ...]) -> str:
+    kernel = f" {s[4]}x{s[4]}/{s[5]}" if (s[4], s[5]) != (1, 1) else ""
+    return f"{s[0]}x{s[1]}, {s[2]}->{s[3]}{kernel}"
+
+
+def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
+    (_, height, width, channels), (_, kernel, _, _), (_, out_height, _, _) = buffers[0], buffers[1], buffers[-1]
+    return height, width, channels, kernel, height // out_height
+
+
+KINDS = {
+    "pointwise": KernelKind(
+        pointwise.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
+        "14x14x256x256,7x7x256x512,28x28x128x128,56x56x64x64",
+        _convolution_shape, _convolution_label,
+        lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2]),
+    "depthwise": KernelKind(  # every depthwise kernel of PP-LCNet
+        depthwise.RULE, ("pplcnet-orientation",), "HxWxCxKxSTRIDE", _parse_depthwise,
+        "112x112x16x3x1,112x112x32x3x2,56x56x64x3x1,56x56x64x3x2,28x28x128x3x1,28x28x128x3x2,14x14x256x5x1,"
+        "14x14x256x5x2,7x7x512x5x1",
+        _depthwise_shape, lambda s: f"{s[0]}x{s[1]}x{s[2]}, {s[3]}x{s[3]} /{s[4]}",
+        lambda s: 2 * (s[0] // s[4]) * (s[1] // s[4]) * s[2] * s[3] * s[3]),
+}  # fmt: skip
 TRIALS_PER_ROUND = 8
 FAILED_S = 1e9  # MetaSchedule records a candidate that failed to build or run as 1e10 s
 
@@ -70,52 +133,31 @@ def sgemm_peak_gflops(size: int = 1024, calls: int = 30) -> float:
 
 
 @dataclass(frozen=True)
-class ConvShape:
-    """A convolution kernel: its input's height, width, channels; output channels, kernel, stride."""
+class Found:
+    """A kernel found for a shape: the model it is in, that model prepared, and its task."""
 
-    height: int
-    width: int
-    channels_in: int
-    channels_out: int
-    kernel: int = 1
-    stride: int = 1
-
-    @classmethod
-    def parse(cls, text: str) -> "ConvShape":
-        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:k(\d+)s(\d+))?", text)
-        if match is None:
-            raise SystemExit(f"--shapes: {text!r} is not HxWxCINxCOUT or HxWxCINxCOUTkKsS")
-        return cls(*(int(g) for g in match.groups() if g is not None))
-
-    def __str__(self) -> str:
-        kernel = f" {self.kernel}x{self.kernel}/{self.stride}" if (self.kernel, self.stride) != (1, 1) else ""
-        return f"{self.height}x{self.width}, {self.channels_in}->{self.channels_out}{kernel}"
-
-    def flops(self) -> int:
-        pixels = (self.height // self.stride) * (self.width // self.stride)
-        return 2 * pixels * self.channels_out * self.kernel**2 * self.channels_in
+    model: Model
+    prepared: tvm.IRModule
+    task: ms.ExtractedTask
 
 
-def marked_tasks(target: tvm.target.Target, shapes: list[ConvShape]) -> dict[ConvShape, ms.ExtractedTask]:
+def marked_tasks(target, kind: KernelKind, shapes) -> dict[tuple[int, ...], Found]:
+    """The kernels that the kind's rule marked in its models, by shape, those in `shapes`."""
     found = {}
-    for real in real_models.by_name(MODELS):
+    for real in real_models.by_name(list(kind.models)):
         if len(found) == len(shapes):
             break
         model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
                       onnx=real_models.fetch(real), layout="NHWC")  # fmt: skip
-        for task in extract_tasks(prepare(load_model(model), target), target):
-            shape = _conv_shape(task.dispatched[0]["main"])
-            if shape in shapes and shape not in found and RULE in task.dispatched[0].script():
-                found[shape] = task
+        prepared = prepare(load_model(model), target)
+        for task in extract_tasks(prepared, target):
+            if kind.rule not in task.dispatched[0].script():
+                continue
+            buffers = [tuple(int(d) for d in p.shape) for p in task.dispatched[0]["main"].params]
+            shape = kind.shape_of(buffers)
+            if shape in shapes and shape not in found:
+                found[shape] = Found(model, prepared, task)
     return found
-
-
-def _conv_shape(func: tvm.tirx.PrimFunc) -> ConvShape | None:
-    shapes = [tuple(int(d) for d in p.shape) for p in func.params if hasattr(p, "shape")]
-    if len(shapes) < 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4 or len(shapes[-1]) != 4:
-        return None
-    (_, height, width, channels_in), (channels_out, kernel, _, _), out_width = shapes[0], shapes[1], shapes[-1][2]
-    return ConvShape(height, width, channels_in, channels_out, kernel, round(width / out_width))
 
 
 def without_rule(mod: tvm.IRModule) -> tvm.IRModule:
@@ -176,54 +218,79 @@ class Kernel:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=sorted(KINDS), default="pointwise")
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--shapes", default=",".join(SHAPES),
-                        help="kernels as HxWxCINxCOUT[kKsS], comma-separated (default: %(default)s)")
+    parser.add_argument("--shapes", help="kernels, comma-separated: " + "; ".join(
+        f"{name} as {k.shape_format} (default {k.default_shapes})"
+        for name, k in KINDS.items()))  # fmt: skip
     args = parser.parse_args()
-    shapes = [ConvShape.parse(s) for s in args.shapes.split(",")]
+    kind = KINDS[args.kind]
+    shapes = [kind.parse(s) for s in (args.shapes or kind.default_shapes).split(",")]
     target = build_target(load_profile(PROFILE_AVX512))
     peak = sgemm_peak_gflops()
     say(f"target {target}; sgemm 1024^3 peak (OpenBLAS, 1 thread, best of 30): {peak:.1f} GFLOP/s")
-    tasks = marked_tasks(target, shapes)
-    say(f"kernels found: {', '.join(map(str, tasks))}; not found: {[str(s) for s in shapes if s not in tasks]}")
-    work = Path(tempfile.mkdtemp(prefix="pointwise-kernel-"))
-    rows = []
+    tasks = marked_tasks(target, kind, shapes)
+    missing = [s for s in shapes if s not in tasks]
+    if missing:
+        say(f"not marked for {kind.rule} (or not in {', '.join(kind.models)}): {missing}")
+    work = Path(tempfile.mkdtemp(prefix=f"{args.kind}-kernel-"))
+    rows, best_rule_records = [], {}
     try:
-        for index, (shape, task) in enumerate(tasks.items()):
-            marked = task.dispatched[0]
+        for index, (shape, found) in enumerate(tasks.items()):
+            marked = found.task.dispatched[0]
             records = {}
             for arm, mod in (("stock", without_rule(marked)), ("rule", marked)):
                 started = time.time()
                 records[arm] = tune(mod, target, args.trials, work / f"{index}-{arm}")
                 failed = sum(min(float(s) for s in r.run_secs) >= FAILED_S for r in records[arm])
                 say(f"{shape} {arm}: {len(records[arm])} trials ({failed} failed) in {time.time() - started:.0f} s")
+            best_rule_records.setdefault(found.model.name, (found, []))[1].append(best_after(records["rule"], args.trials))
             for trials in sorted({TRIALS_PER_ROUND, args.trials}):
                 kernels = {arm: Kernel(best_after(records[arm], trials), target) for arm in records}
                 for _ in range(args.rounds):  # interleaved: stock, rule, stock, rule, ...
                     for kernel in kernels.values():
                         kernel.time_once()
                 rows.append((shape, trials, kernels))
+        for found, records in best_rule_records.values():
+            check_against_onnxruntime(found.model, found.prepared, records, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_after = sgemm_peak_gflops()
-    print_table(rows, peak, peak_after)
+    print_table(kind, rows, peak, peak_after)
 
 
-def print_table(rows, peak: float, peak_after: float) -> None:
+def check_against_onnxruntime(model: Model, prepared: tvm.IRModule, records, target) -> None:
+    """The model built with the rule's records (other kernels untuned) answers what onnxruntime answers."""
+    database = ms.database.MemoryDatabase()
+    for record in records:
+        database.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, database.commit_workload(record.workload.mod), record.run_secs, target, record.args_info))  # fmt: skip
+    vm = relax.VirtualMachine(apply_database_and_build(prepared, database, target), tvm.cpu())
+    inputs = reference_inputs(model)
+    got = vm[entry_function(prepared)](*[tvm.runtime.tensor(inputs[i.name]) for i in model.inputs])
+    expected = reference_outputs(model, inputs)[0]
+    got = (got[0] if isinstance(got, (list, tuple, tvm.ir.Array)) else got).numpy()
+    error = float(np.abs(got - expected).max())
+    say(f"{model.name} with the rule's {len(records)} kernels vs onnxruntime: max abs difference {error:.2e} "
+        f"(outputs up to {float(np.abs(expected).max()):.2f}); allclose(rtol=1e-4, atol=1e-5): "
+        f"{np.allclose(got, expected, rtol=1e-4, atol=1e-5)}")  # fmt: skip
+
+
+def print_table(kind: KernelKind, rows, peak: float, peak_after: float) -> None:
     say(f"sgemm peak again after the kernels: {peak_after:.1f} GFLOP/s")
     print("\nms: median of the interleaved rounds (spread: (max - min) / median); % of the first peak; "
           "best: fastest round")
-    print("\n| kernel (input HxW, Cin->Cout, KxK/stride) | trials | stock ms | rule ms | stock % peak | rule % peak "
+    print(f"\n| kernel ({kind.shape_format}) | trials | stock ms | rule ms | stock % peak | rule % peak "
           "| stock/rule | best: stock % / rule % |")
     print("|---|---|---|---|---|---|---|---|")
     for shape, trials, kernels in rows:
-        flops = shape.flops()
+        flops = kind.flops(shape)
         median = {arm: statistics.median(k.samples) for arm, k in kernels.items()}
         spread = {arm: (max(k.samples) - min(k.samples)) / median[arm] for arm, k in kernels.items()}
         percent = {arm: 100 * flops / median[arm] / 1e9 / peak for arm in median}
         best = {arm: 100 * flops / min(k.samples) / 1e9 / peak for arm, k in kernels.items()}
-        print(f"| {shape} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
+        print(f"| {kind.label(shape)} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
               f"| {median['rule'] * 1e3:.3f} (±{spread['rule']:.0%}) | {percent['stock']:.0f} % | {percent['rule']:.0f} % "
               f"| {median['stock'] / median['rule']:.2f} | {best['stock']:.0f} % / {best['rule']:.0f} % |")  # fmt: skip
 

@@ -4,7 +4,8 @@ TVM_NOTES 'Tuning and build pipeline', verified on these machines:
 1. `prepare`: legalize (sigmoid the fast way, edgetune.tune.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them, and mark the kernels
-   of NHWC pointwise convolutions for the micro-kernel rule (edgetune.tune.schedule_rules);
+   of NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules
+   (edgetune.tune.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
    construction, TVM_NOTES pitfall 2);
 3. `apply_database_and_build`: apply the class database to the same prepared module, split
@@ -24,6 +25,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.fast_math import legalize_fast_math
+from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
 from edgetune.tune.schedule_rules.pointwise import annotate_pointwise
 
 
@@ -42,7 +44,7 @@ class TaskCoverage:
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: legalize, fuse, mark weights layout-free (needs weights bound as constants) and
-    mark NHWC pointwise convolutions for the micro-kernel rule."""
+    mark NHWC pointwise and depthwise convolutions for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -53,7 +55,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
-    return annotate_pointwise(fused, target)
+    return annotate_depthwise(annotate_pointwise(fused, target), target)
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:

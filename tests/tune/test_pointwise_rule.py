@@ -9,18 +9,16 @@ import re
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.candidate_builder import make_builder
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
-from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, extract_tasks, prepare
+from edgetune.tune.models import load_model
+from edgetune.tune.prepare import extract_tasks, prepare
 from edgetune.tune.schedule_rules.pointwise import RULE
-from edgetune.tune.tuner import quiet_meta_schedule_logger
 
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
+from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # 16 lanes
@@ -125,26 +123,4 @@ def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
     prepared = prepare(load_model(model), HOST)
     tasks, _ = marked_tasks(prepared, HOST)
     assert len(tasks) == 2  # the padded 3x3 stride-2 convolution and the pointwise one
-    quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
-    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
-        strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),
-    )  # fmt: skip
-    database = ms.database.MemoryDatabase()
-    ms.tune.tune_tasks(
-        tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=str(tmp_path), max_trials_global=8, max_trials_per_task=4,
-        num_trials_per_iter=4, builder=make_builder(str(tmp_path), None, 1),
-        runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1)),
-        database=database, cost_model=ms.cost_model.RandomModel(),
-    )  # fmt: skip
-    assert count_tuned_tasks(prepared, database, HOST).tuned == 2
-    for task in tasks:
-        (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
-        assert "sch.sample_perfect_tile(" in str(record.trace) and "sch.vectorize(" in str(record.trace)
-
-    inputs = reference_inputs(model)
-    vm = relax.VirtualMachine(apply_database_and_build(prepared, database, HOST), tvm.cpu())
-    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
-    expected = reference_outputs(model, inputs)[0]
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    assert float(np.abs(expected).max()) > 0.1
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)

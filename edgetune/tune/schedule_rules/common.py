@@ -1,0 +1,199 @@
+"""What the micro-kernel schedule rules share: the target's SIMD registers, the marking of the
+kernels a rule schedules, the shape of those kernels (one convolution block, its input copy or
+padding before it, an element-wise epilogue after it) and the folding of that epilogue into
+the register tile.
+
+A rule is a TVM global function `s_tir.meta_schedule.cpu.<rule>`; `mark_kernels` annotates the
+convolution block with `schedule_rule` = <rule> and the vector unit it was sized for, and
+MetaSchedule's ApplyCustomRule then calls the rule for that block (no other rule touches it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir
+from tvm.target import codegen
+
+MIN_ROWS, MAX_ROWS = 4, 8  # pixels of an image row in a register tile
+MIN_LANES = 4  # the narrowest vector a tile uses (SSE / NEON width)
+VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rules read, set by mark_kernels
+VECTOR_REGISTERS = "edgetune.vector_registers"
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """The SIMD registers a float32 micro-kernel can use."""
+
+    lanes: int  # float32 per register
+    registers: int
+
+
+def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
+    """The target CPU's float32 SIMD registers, or None for targets the rules are not made for."""
+    if target.kind.name != "llvm":
+        return None
+    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    if triple.startswith("aarch64"):
+        return VectorUnit(lanes=4, registers=32)
+    if not triple.startswith("x86_64"):
+        return None
+    if codegen.llvm_cpu_has_features(["avx512f"], target):
+        return VectorUnit(lanes=16, registers=32)
+    if codegen.llvm_cpu_has_features(["avx2"], target):
+        return VectorUnit(lanes=8, registers=16)
+    return VectorUnit(lanes=4, registers=16)
+
+
+def _annotated_unit(block: tvm.s_tir.SBlock) -> VectorUnit:
+    """The vector unit `mark_kernels` recorded on a marked block."""
+    return VectorUnit(int(block.annotations[VECTOR_LANES]), int(block.annotations[VECTOR_REGISTERS]))
+
+
+# finds the block a rule schedules in a kernel (None: the kernel is not the rule's)
+BlockFinder = Callable[[s_tir.Schedule, VectorUnit, list], "s_tir.SBlockRV | None"]
+
+
+def mark_kernels(mod: tvm.IRModule, target: tvm.target.Target, rule: str, find: BlockFinder) -> tvm.IRModule:
+    """`mod` with the block that `find` picks in each kernel marked for `rule`; kernels where it
+    picks none, and every kernel on a target without a vector unit, are left as they are."""
+    unit = vector_unit(target)
+    if unit is None:
+        return mod
+    annotated = mod
+    for global_var, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
+            continue  # not a kernel with a root block: nothing MetaSchedule would schedule
+        sch = s_tir.Schedule(func)
+        block = find(sch, unit, list(func.params))
+        if block is None or "schedule_rule" in sch.get(block).annotations:
+            continue
+        sch.annotate(block, "schedule_rule", rule)
+        sch.annotate(block, VECTOR_LANES, unit.lanes)
+        sch.annotate(block, VECTOR_REGISTERS, unit.registers)
+        if annotated is mod:
+            annotated = mod.clone()
+        annotated[global_var] = sch.mod["main"]
+    return annotated
+
+
+def register_rule(
+    rule: str,
+    tiles: Callable[[int, int, VectorUnit], list],
+    micro_kernel: Callable[[s_tir.Schedule, s_tir.SBlockRV, object, int], None],
+) -> None:
+    """Register `rule` for ApplyCustomRule: its design spaces are `micro_kernel` applied to a
+    copy of the schedule for each register tile that `tiles` gives for the output's image
+    width and channels on the vector unit the block was marked for."""
+
+    def design_spaces(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
+        block = sch.get(conv)
+        unit = _annotated_unit(block)
+        _, _, width, channels = shape(block.writes[0].source)
+        spaces = []
+        for tile in tiles(width, channels, unit):
+            space = sch.copy()
+            space.seed(sch.fork_seed())
+            micro_kernel(space, conv, tile, unit.lanes)
+            spaces.append(space)
+        return spaces
+
+    tvm.register_global_func(f"s_tir.meta_schedule.cpu.{rule}", design_spaces, override=True)
+
+
+def lone_convolution(
+    sch: s_tir.Schedule, params: list, is_input_block: Callable[[s_tir.Schedule, s_tir.SBlockRV], bool]
+) -> s_tir.SBlockRV | None:
+    """The function's reduction block if the function is one reduction with only input blocks
+    (as `is_input_block` says) before it and element-wise blocks over its output after it,
+    the last of them writing the function's only output."""
+    blocks = top_blocks(sch)
+    reductions = [b for b in blocks if has_reduction(sch, b)]
+    if len(reductions) != 1:
+        return None
+    conv = reductions[0]
+    out_shape = shape(sch.get(conv).writes[0].source)
+    position = _position(sch, blocks, conv)
+    producers, consumers = blocks[:position], blocks[position + 1 :]
+    if not all(is_input_block(sch, b) for b in producers):
+        return None
+    if not all(is_elementwise(sch, b, out_shape) for b in consumers):
+        return None
+    outputs = [b for b in blocks if writes_parameter(sch, b, params)]
+    return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
+
+
+def channel_lanes(channels: int, register_lanes: int) -> int | None:
+    """The lanes of the widest vector that divides the channels: the register's width, or a
+    half or a quarter of it, down to MIN_LANES (24 channels run as 3 vectors of 8 float32 on
+    AVX-512); None if none does."""
+    widths = (register_lanes, register_lanes // 2, register_lanes // 4)
+    return next((lanes for lanes in widths if lanes >= MIN_LANES and channels % lanes == 0), None)
+
+
+def row_tiles(width: int) -> list[int]:
+    """Pixel counts of a register tile: divisors of the image width from MIN_ROWS to MAX_ROWS.
+    Narrower images (the 1x1 maps of squeeze-excitation blocks) are left to the stock rules."""
+    return [rows for rows in range(MIN_ROWS, MAX_ROWS + 1) if width % rows == 0]
+
+
+def top_blocks(sch: s_tir.Schedule) -> list[s_tir.SBlockRV]:
+    """The blocks right under the function's root block."""
+    return sch.get_child_blocks(sch.get_sblock(sch.mod["main"].body.block.name_hint))
+
+
+def has_reduction(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
+    return any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def is_elementwise(sch: s_tir.Schedule, block: s_tir.SBlockRV, shape_: tuple[int, ...]) -> bool:
+    b = sch.get(block)
+    extents = tuple(int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else None for iv in b.iter_vars)
+    spatial = all(iv.iter_type == tvm.tirx.IterVar.DataPar for iv in b.iter_vars)
+    return spatial and extents == shape_ and len(b.writes) == 1 and shape(b.writes[0].source) == shape_
+
+
+def writes_parameter(sch: s_tir.Schedule, block: s_tir.SBlockRV, params: list) -> bool:
+    written = sch.get(block).writes[0].source
+    return any(written.same_as(param) for param in params)
+
+
+def shape(buffer: tvm.tirx.Buffer) -> tuple[int | None, ...]:  # a TensorRegion's source is its buffer
+    """The buffer's dimensions, None for each symbolic one (dynamic shapes are never matched)."""
+    return tuple(int(dim) if isinstance(dim, tvm.tirx.IntImm) else None for dim in buffer.shape)
+
+
+def fold_into_tile(sch: s_tir.Schedule, conv: s_tir.SBlockRV, inline_padding: bool = True) -> s_tir.SBlockRV:
+    """Inline the input blocks (copy, and padding unless `inline_padding` is False) into the
+    convolution and the epilogue into one block left after it, which writes the output from
+    accumulators in registers (scope "local"). That block is returned. A padding block left
+    in place is MetaSchedule's to place (its stock RandomComputeLocation rule samples where)."""
+    for producer in sch.get_producers(conv):
+        block = sch.get(producer)
+        if inline_padding or shape(block.reads[0].source) == shape(block.writes[0].source):
+            sch.compute_inline(producer)
+    blocks = top_blocks(sch)
+    *epilogue, output = blocks[_position(sch, blocks, conv) + 1 :] or [None]
+    for block in epilogue:
+        sch.compute_inline(block)
+    if output is None:
+        return sch.cache_write(conv, 0, "local")
+    sch.set_scope(conv, 0, "local")
+    return output
+
+
+def write_from_tile(sch: s_tir.Schedule, output: s_tir.SBlockRV, tile_loop: s_tir.LoopRV, lanes: int) -> None:
+    """The output block (`fold_into_tile`) computed under `tile_loop`, right after the tile's
+    accumulation: its pixels and channel vectors unrolled, its lanes vectorized."""
+    sch.reverse_compute_at(output, tile_loop)
+    *_, pixels, channels = sch.get_loops(output)
+    vectors, lane = sch.split(channels, [None, lanes])
+    sch.unroll(pixels)
+    sch.unroll(vectors)
+    sch.vectorize(lane)
+
+
+def _position(sch: s_tir.Schedule, blocks: list[s_tir.SBlockRV], block: s_tir.SBlockRV) -> int:
+    return next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(block)))
