@@ -6,7 +6,7 @@ channels are contiguous, so its micro-kernel vectorizes over them, and a depthwi
 vectorizes across channels instead of across a short image row. The model keeps its inputs
 and outputs as declared: one transpose at each end (bench/README.md has the measurements).
 `prepare` then hands the pointwise kernels to a GEMM micro-kernel schedule rule
-(edgetune.tune.schedule_rules.pointwise) and the depthwise ones to a register-tiled one
+(edgetune.tune.schedule_rules.convolution) and the depthwise ones to a register-tiled one
 (edgetune.tune.schedule_rules.depthwise).
 
 Relax's ConvertLayout moves every operator that has a layout rule. Clips have none in TVM

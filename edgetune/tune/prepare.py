@@ -26,7 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.fast_math import legalize_fast_math
 from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
-from edgetune.tune.schedule_rules.pointwise import annotate_pointwise
+from edgetune.tune.schedule_rules.convolution import annotate_convolutions
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class TaskCoverage:
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: legalize, fuse, mark weights layout-free (needs weights bound as constants) and
-    mark NHWC pointwise and depthwise convolutions for their micro-kernel rules."""
+    mark NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -55,7 +55,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
-    return annotate_depthwise(annotate_pointwise(fused, target), target)
+    return annotate_depthwise(annotate_convolutions(fused, target), target)
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:

@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import load_model
 from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.schedule_rules import depthwise, pointwise
+from edgetune.tune.schedule_rules import convolution, depthwise
 
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
@@ -54,11 +54,11 @@ def lone_convolution(tmp_path, kernel: int, stride: int, channels: int = 16, gro
 
 def tasks_by_rule(prepared: tvm.IRModule, target: tvm.target.Target) -> dict[str, list]:
     """The convolution tasks marked for each rule, and under None the unmarked ones."""
-    found: dict[str, list] = {depthwise.RULE: [], pointwise.RULE: [], None: []}
+    found: dict[str, list] = {depthwise.RULE: [], convolution.RULE: [], None: []}
     for task in extract_tasks(prepared, target):
         if "conv2d" in task.task_name:
             script = task.dispatched[0].script()
-            found[next((rule for rule in (depthwise.RULE, pointwise.RULE) if rule in script), None)].append(task)
+            found[next((rule for rule in (depthwise.RULE, convolution.RULE) if rule in script), None)].append(task)
     return found
 
 
@@ -75,7 +75,7 @@ def weight_shapes(task) -> list[tuple[int, ...]]:
 def test_in_an_nhwc_model_the_depthwise_convolution_is_marked_and_the_others_keep_their_rules(tmp_path):
     tasks = tasks_by_rule(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
     assert [weight_shapes(t) for t in tasks[depthwise.RULE]] == [[(16, 3, 3, 1)]]
-    assert [weight_shapes(t) for t in tasks[pointwise.RULE]] == [[(32, 1, 1, 16)]]
+    assert [weight_shapes(t) for t in tasks[convolution.RULE]] == [[(32, 1, 1, 16)]]
     assert [weight_shapes(t) for t in tasks[None]] == [[(16, 3, 3, 3)]]  # the regular 3x3 stem
 
 

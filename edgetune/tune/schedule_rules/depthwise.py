@@ -23,7 +23,7 @@ space is a register-tiled micro-kernel:
   (one scalar test per vector: the borders do not depend on the channel). On PP-LCNet's nine
   depthwise kernels that was 1.4-3.5x faster than materializing the padded input before the
   convolution (a buffer allocated and written at each call), and 1.1-1.9x faster than padding
-  each tile's input window inside the tile loop (bench/README.md, "pointwise_kernel.py --kind depthwise").
+  each tile's input window inside the tile loop (bench/README.md, "rule_kernels.py --kind depthwise").
 
 `annotate_depthwise` marks the convolution blocks; MetaSchedule's ApplyCustomRule then calls
 the function registered below. The tuned record is a trace: building needs no rule.

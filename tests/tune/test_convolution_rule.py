@@ -1,5 +1,5 @@
 """The micro-kernel rule of NHWC convolutions with groups 1, pointwise and KxK
-(edgetune.tune.schedule_rules.pointwise): which kernels `prepare` marks, what the rule's
+(edgetune.tune.schedule_rules.convolution): which kernels `prepare` marks, what the rule's
 schedules look like, and that a model tuned with it answers what onnxruntime answers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import load_model
 from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.schedule_rules.pointwise import RULE
+from edgetune.tune.schedule_rules.convolution import RULE
 
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block

@@ -22,7 +22,7 @@ schedule space, so that a handful of trials only chooses among sane kernels:
   accumulators, vectorized over the output channels;
 - the weights are read in the tile's order: MetaSchedule's RewriteLayout pre-packs them.
 
-`annotate_pointwise` marks the convolution blocks with `schedule_rule`; MetaSchedule's
+`annotate_convolutions` marks the convolution blocks with `schedule_rule`; MetaSchedule's
 ApplyCustomRule then calls the function registered below (and no other rule touches the block).
 The tuned record is a trace, replayed when the database is applied: building needs no rule.
 """
@@ -46,13 +46,13 @@ from edgetune.tune.schedule_rules.common import (
     write_from_tile,
 )
 
-RULE = "edgetune_pointwise_nhwc"
+RULE = "edgetune_pointwise_nhwc"  # its first name (1x1 only), kept: the mark is part of tuned workloads
 MAX_TILE_CHANNELS = 64
-# 3-channel stems: stock MetaSchedule was faster (bench/pointwise_kernel.py, YOLOv8n's 320x320 stem)
+# 3-channel stems: stock MetaSchedule was faster (bench/rule_kernels.py, YOLOv8n's 320x320 stem)
 MIN_CHANNELS_IN = 4
 
 
-def annotate_pointwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def annotate_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """`mod` with the block of every NHWC convolution kernel with groups 1 (one convolution, its
     padding and its element-wise epilogue) marked for the micro-kernel rule. Other kernels,
     NCHW and depthwise ones included, are left as they are."""

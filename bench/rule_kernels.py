@@ -1,9 +1,9 @@
 """Question: on NHWC convolutions, does a micro-kernel rule reach more of the CPU's peak than
-stock MetaSchedule with the same few trials? `--kind pointwise`: the rule of convolutions with
-groups 1, pointwise 1x1 and regular KxK (edgetune.tune.schedule_rules.pointwise); `--kind
+stock MetaSchedule with the same few trials? `--kind convolution`: the rule of convolutions with
+groups 1, pointwise 1x1 and regular KxK (edgetune.tune.schedule_rules.convolution); `--kind
 depthwise`: the depthwise rule (.depthwise).
 
-How: real models (pointwise: PP-LCNet document orientation, PP-OCR's text-direction classifier,
+How: real models (convolution: PP-LCNet document orientation, PP-OCR's text-direction classifier,
 YOLOv8n; depthwise: PP-LCNet) compiled NHWC for the x86-avx512 profile (1 thread); their kernels
 that the kind's rule marks, picked by shape. Each kernel is tuned twice on this host with the same
 search settings as the tuner (evolutionary search, rounds of 8, seed 0, fresh XGBoost model,
@@ -17,9 +17,9 @@ kernels untuned) and its output compared with onnxruntime's.
 
 No fleet: runs on the host only, in a temporary directory it removes.
 
-    .venv/bin/python bench/pointwise_kernel.py [--kind pointwise|depthwise] [--trials 24] [--rounds 11] [--shapes ...]
+    .venv/bin/python bench/rule_kernels.py [--kind convolution|depthwise] [--trials 24] [--rounds 11] [--shapes ...]
 
-Pointwise shapes are the kernel's input HxWxCINxCOUT, then kK and sS for a KxK convolution of
+Convolution shapes are the kernel's input HxWxCINxCOUT, then kK and sS for a KxK convolution of
 stride S (1x1 stride 1 when left out); depthwise shapes are HxWxCxKxSTRIDE. The first model that
 has a shape gives the kernel.
 """
@@ -56,7 +56,7 @@ from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.candidate_builder import FastBuild, make_builder  # noqa: E402
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs  # noqa: E402
 from edgetune.tune.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
-from edgetune.tune.schedule_rules import depthwise, pointwise  # noqa: E402
+from edgetune.tune.schedule_rules import convolution, depthwise  # noqa: E402
 from edgetune.tune.target import build_target  # noqa: E402
 from edgetune.tune.tuner import SearchSettings  # noqa: E402
 
@@ -106,8 +106,8 @@ def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 KINDS = {
-    "pointwise": KernelKind(
-        pointwise.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
+    "convolution": KernelKind(
+        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
         "14x14x256x256,7x7x256x512,28x28x128x128,56x56x64x64",
         _convolution_shape, _convolution_label,
         lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2]),
@@ -218,7 +218,7 @@ class Kernel:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=sorted(KINDS), default="pointwise")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="convolution")
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--shapes", help="kernels, comma-separated: " + "; ".join(
