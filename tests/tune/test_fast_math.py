@@ -1,5 +1,5 @@
-"""Sigmoid (and so SiLU) is legalized with TVM's fast_exp: no scalar libm `expf` call is left in
-the kernel, and the values stay within float32 rounding of the exact function."""
+"""Sigmoid (and so SiLU) and softmax are legalized with TVM's fast_exp: no scalar libm `expf` call
+is left in the kernels, and the values stay within float32 rounding of the exact functions."""
 
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ def silu_model(path) -> Model:
     return Model("silu", (ModelInput("x", SHAPE),), onnx=onnx)
 
 
-def sigmoid_model(path) -> Model:
-    nodes = [helper.make_node("Sigmoid", ["x"], ["y"])]
+def one_node_model(path, op: str) -> Model:
+    """`op` (Sigmoid, or Softmax over axis 1 as YOLOv8's box head has it) of one input."""
+    nodes = [helper.make_node(op, ["x"], ["y"], **({"axis": 1} if op == "Softmax" else {}))]
     onnx = save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))], [])
-    return Model("sigmoid", (ModelInput("x", SHAPE),), onnx=onnx)
+    return Model(op.lower(), (ModelInput("x", SHAPE),), onnx=onnx)
 
 
 def built(model: Model):
@@ -66,7 +67,14 @@ def test_the_silu_kernel_calls_no_libm_exp_and_answers_what_onnxruntime_answers(
 
 @pytest.fixture(scope="module")
 def sigmoid(tmp_path_factory):
-    _, vm, entry = built(sigmoid_model(tmp_path_factory.mktemp("sigmoid") / "sigmoid.onnx"))
+    _, vm, entry = built(one_node_model(tmp_path_factory.mktemp("sigmoid") / "sigmoid.onnx", "Sigmoid"))
+    return lambda x: vm[entry](tvm.runtime.tensor(x)).numpy()
+
+
+@pytest.fixture(scope="module")
+def softmax(tmp_path_factory):
+    executable, vm, entry = built(one_node_model(tmp_path_factory.mktemp("softmax") / "softmax.onnx", "Softmax"))
+    assert "expf" not in "".join(m.inspect_source("asm") for m in executable.mod.imports if m.kind == "llvm")
     return lambda x: vm[entry](tvm.runtime.tensor(x)).numpy()
 
 
@@ -75,5 +83,15 @@ def sigmoid(tmp_path_factory):
 def test_sigmoid_is_within_float32_rounding_of_the_exact_function_everywhere(sigmoid, x):
     exact = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
     ours = sigmoid(x)
+    assert np.all(np.isfinite(ours))
+    np.testing.assert_allclose(ours, exact, rtol=RELATIVE_ERROR, atol=1e-37)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.float32, SHAPE, elements=st.floats(-120, 120, width=32)))
+def test_softmax_is_within_float32_rounding_of_the_exact_function_everywhere(softmax, x):
+    shifted = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    exact = shifted / shifted.sum(axis=1, keepdims=True)
+    ours = softmax(x)
     assert np.all(np.isfinite(ours))
     np.testing.assert_allclose(ours, exact, rtol=RELATIVE_ERROR, atol=1e-37)
