@@ -264,6 +264,8 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
         "max_abs_diff": {
             f"{best} vs edgetune reference": max_diff(outputs[best], built.expected),
             **({f"onnxruntime vs {best}": max_diff(outputs["onnxruntime"], outputs[best])} if "onnxruntime" in outputs else {}),
+            **{f"{label} vs edgetune reference": max_diff(outputs[label], built.expected) for label in ABLATIONS
+               if label in outputs},  # every timed variant answers what the model answers
         },
         "ort_note": built.ort_note,
     }
