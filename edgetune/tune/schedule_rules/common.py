@@ -86,17 +86,19 @@ def register_rule(
 ) -> None:
     """Register `rule` for ApplyCustomRule: its design spaces are `micro_kernel` applied to a
     copy of the schedule for each register tile that `tiles` gives for the output's image
-    width and channels on the vector unit the block was marked for."""
+    width and channels on the vector unit the block was marked for, with the lanes of the
+    vectors that divide those channels (`channel_lanes`)."""
 
     def design_spaces(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> list[s_tir.Schedule]:
         block = sch.get(conv)
         unit = _annotated_unit(block)
         _, _, width, channels = shape(block.writes[0].source)
+        lanes = channel_lanes(channels, unit.lanes)
         spaces = []
         for tile in tiles(width, channels, unit):
             space = sch.copy()
             space.seed(sch.fork_seed())
-            micro_kernel(space, conv, tile, unit.lanes)
+            micro_kernel(space, conv, tile, lanes)
             spaces.append(space)
         return spaces
 
@@ -123,6 +125,21 @@ def lone_convolution(
         return None
     outputs = [b for b in blocks if writes_parameter(sch, b, params)]
     return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
+
+
+def convolution_shapes(block: tvm.s_tir.SBlock) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(output, data, weight) shapes of a float32 2-d convolution block with static 4-d buffers
+    (4 spatial and 3 reduction iterators, data and weight read, one output), or None: the
+    micro-kernels' tiles are sized for float32 lanes and static shapes."""
+    spatial, reduce = tvm.tirx.IterVar.DataPar, tvm.tirx.IterVar.CommReduce
+    if [iv.iter_type for iv in block.iter_vars] != [spatial] * 4 + [reduce] * 3:
+        return None
+    if len(block.reads) != 2 or len(block.writes) != 1 or block.writes[0].source.dtype != "float32":
+        return None
+    shapes = tuple(shape(region.source) for region in (block.writes[0], *block.reads))
+    if any(len(s) != 4 or None in s for s in shapes):
+        return None
+    return shapes
 
 
 def channel_lanes(channels: int, register_lanes: int) -> int | None:

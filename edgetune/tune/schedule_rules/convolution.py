@@ -37,6 +37,7 @@ from tvm import s_tir
 from edgetune.tune.schedule_rules.common import (
     VectorUnit,
     channel_lanes,
+    convolution_shapes,
     fold_into_tile,
     lone_convolution,
     mark_kernels,
@@ -71,18 +72,13 @@ def _fits_tiles(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     """A float32 NHWC convolution with groups 1, OHWI weights (any kernel size, stride and
     padding) and at least MIN_CHANNELS_IN input channels, whose output channels a vector of the
     unit's width (or a half or a quarter of it) divides and whose image rows the tiles divide."""
-    if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
+    shapes = convolution_shapes(block)
+    if shapes is None:
         return False
-    if [iv.iter_type for iv in block.iter_vars] != [tvm.tirx.IterVar.DataPar] * 4 + [tvm.tirx.IterVar.CommReduce] * 3:
-        return False
-    output = block.writes[0].source
-    out_shape = shape(output)
-    data_shape, weight_shape = (shape(region.source) for region in block.reads)
-    if len(out_shape) != 4 or len(data_shape) != 4 or None in out_shape + data_shape or output.dtype != "float32":
-        return False  # the tiles are sized for float32 lanes and static shapes
+    out_shape, data_shape, weight_shape = shapes
     batch, _, width, channels_out = out_shape
     channels_in = data_shape[3]
-    if data_shape[0] != batch or len(weight_shape) != 4 or (weight_shape[0], weight_shape[3]) != (channels_out, channels_in):
+    if data_shape[0] != batch or (weight_shape[0], weight_shape[3]) != (channels_out, channels_in):
         return False  # not groups 1 (a depthwise weight has 1 input channel per group)
     return (channels_in >= MIN_CHANNELS_IN and bool(row_tiles(width))
             and channel_lanes(channels_out, unit.lanes) is not None)  # fmt: skip
@@ -119,10 +115,9 @@ def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[Regi
     return sorted((t for t in fitting if 2 * t.rows * t.vectors >= largest), key=lambda t: -t.rows * t.vectors)
 
 
-def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile, register_lanes: int) -> None:
+def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: RegisterTile, lanes: int) -> None:
     output = fold_into_tile(sch, conv, inline_padding=False)
     batch, height, width, channel, kernel_h, kernel_w, reduction = sch.get_loops(conv)
-    lanes = channel_lanes(int(sch.get(channel).extent), register_lanes)
     pixel_blocks, rows = sch.split(width, [None, tile.rows])
     pixel_blocks = sch.fuse(batch, height, pixel_blocks)
     channel_blocks, vectors, lane = sch.split(channel, [None, tile.vectors, lanes])

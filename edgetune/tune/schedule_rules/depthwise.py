@@ -39,6 +39,7 @@ from tvm import s_tir
 from edgetune.tune.schedule_rules.common import (
     VectorUnit,
     channel_lanes,
+    convolution_shapes,
     fold_into_tile,
     lone_convolution,
     mark_kernels,
@@ -72,15 +73,10 @@ def _is_depthwise(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     many output channels as input channels (groups == channels, no channel multiplier), and
     image rows and channels that the register tiles divide (channels in vectors of the
     register's width, or of a half or a quarter of it)."""
-    if len(block.iter_vars) != 7 or len(block.reads) != 2 or len(block.writes) != 1:
+    shapes = convolution_shapes(block)
+    if shapes is None:
         return False
-    output = block.writes[0].source
-    out_shape = shape(output)
-    data_shape, weight_shape = (shape(region.source) for region in block.reads)
-    if len(out_shape) != 4 or len(data_shape) != 4 or len(weight_shape) != 4:
-        return False
-    if None in out_shape + data_shape + weight_shape or output.dtype != "float32":
-        return False  # the tiles are sized for float32 lanes and static shapes
+    out_shape, data_shape, weight_shape = shapes
     batch, _, width, channels = out_shape
     return (data_shape[0] == batch and data_shape[3] == channels and weight_shape[0] == channels
             and weight_shape[3] == 1 and channel_lanes(channels, unit.lanes) is not None
@@ -118,10 +114,9 @@ def pixel_tiles(width: int, channels: int, unit: VectorUnit) -> list[PixelTile]:
     return [t for t in tiles if t.registers() <= unit.registers]
 
 
-def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, register_lanes: int) -> None:
+def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile: PixelTile, lanes: int) -> None:
     output = fold_into_tile(sch, conv)
     batch, height, width, channel, kernel_h, kernel_w, unit_channel = sch.get_loops(conv)
-    lanes = channel_lanes(int(sch.get(channel).extent), register_lanes)
     pixel_blocks, pixels = sch.split(width, [None, tile.pixels])
     channel_blocks, vectors, lane = sch.split(channel, [None, tile.vectors, lanes])
     c_outer, c_inner = sch.split(channel_blocks, sch.sample_perfect_tile(channel_blocks, n=2))
