@@ -35,7 +35,7 @@ LAYOUT = "layout transforms"
 class KernelRow:
     name: str
     kind: str
-    flops: int  # 0: not counted (onnxruntime nodes, kernels other than convolutions and matmuls)
+    flops: int  # in one model call (all its calls); 0: not counted (onnxruntime nodes, other kinds)
     ms: float  # time per model call, median over calls
 
 
@@ -108,6 +108,7 @@ def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, in
     median plain call."""
     function = vm[entry]
     per_call: list[dict[str, int]] = []
+    calls_per_model_call: dict[str, int] = {}
     started: dict[str, int] = {}
 
     def instrument(_func, symbol, before, _ret, *_args):
@@ -116,6 +117,8 @@ def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, in
             started[symbol] = now
         else:
             per_call[-1][symbol] = per_call[-1].get(symbol, 0) + now - started.pop(symbol)
+            if len(per_call) == 1:
+                calls_per_model_call[symbol] = calls_per_model_call.get(symbol, 0) + 1
         return 0
 
     plain = []
@@ -129,16 +132,18 @@ def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, in
         vm.set_instrument(None)
     symbols = {symbol for call in per_call for symbol in call}
     kernels = [s for s in symbols if not s.startswith(BUILTIN_PREFIX)]
-    rows = sorted((KernelRow(s, *_kind_of(s, kinds), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
+    rows = sorted((_kernel_row(s, kinds, calls_per_model_call.get(s, 1), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
                    for s in kernels), key=lambda row: -row.ms)
     builtins = statistics.median(sum(ns for s, ns in c.items() if s.startswith(BUILTIN_PREFIX)) for c in per_call)
     return ModelProfile(tuple(rows), statistics.median(plain) / 1e6, builtins / 1e6)
 
 
-def _kind_of(symbol: str, kinds: dict[str, tuple[str, int]]) -> tuple[str, int]:
-    """A built kernel's (kind, FLOPs): the tuned build calls a kernel whose weights were
-    pre-packed by its prepared name plus PREPACKED_SUFFIX."""
-    return kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
+def _kernel_row(symbol: str, kinds: dict[str, tuple[str, int]], calls: int, ms: float) -> KernelRow:
+    """A built kernel's row: its FLOPs in one model call are its `calls` calls' FLOPs (a model
+    may call one kernel for several layers of the same shape). The tuned build calls a kernel
+    whose weights were pre-packed by its prepared name plus PREPACKED_SUFFIX."""
+    kind, flops = kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
+    return KernelRow(symbol, kind, flops * calls, ms)
 
 
 def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:

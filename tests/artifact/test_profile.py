@@ -69,6 +69,30 @@ def test_kernel_rows_add_up_to_the_model_time(tmp_path):
     assert abs(measured - profile.model_ms) <= SUM_MARGIN * profile.model_ms, (measured, profile.model_ms)
 
 
+def twice_the_same_convolution(path) -> Model:
+    """Two 3x3 8->8 convolutions @16x16 of the same shape: one kernel, called twice."""
+    rng = np.random.default_rng(1)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Conv", ["c1", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
+    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return Model("twice", (ModelInput("x", (1, 8, 16, 16)),), onnx=path)
+
+
+def test_a_kernel_called_for_two_layers_counts_the_flops_of_both(tmp_path):
+    model = twice_the_same_convolution(tmp_path / "twice.onnx")
+    prepared = prepare(load_model(model), TARGET)
+    vm = relax.VirtualMachine(build_untuned(prepared, TARGET, exec_mode="bytecode"), tvm.cpu())
+    tensors = [tvm.runtime.tensor(reference_inputs(model)["x"])]
+    profile = profile_vm(vm, entry_function(prepared), tensors, tvm_kernel_kinds(prepared), calls=3)
+
+    convolutions = [k for k in profile.kernels if k.kind == "conv 3x3"]
+    assert len(convolutions) == 1
+    assert convolutions[0].flops == 2 * (2 * 8 * 16 * 16 * 8 * 9)
+
+
 def test_onnxruntime_profile_rows_by_kind_within_the_run_time(tmp_path):
     model = separable_cnn(tmp_path / "sep.onnx")
     options = ort.SessionOptions()
