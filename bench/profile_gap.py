@@ -125,6 +125,12 @@ def _as_json(profile) -> dict:
             "outside_ms": profile.outside_ms, "kernels": [asdict(k) for k in profile.kernels]}
 
 
+def _rest(ms: float) -> str:
+    """The TVM call's time outside kernels and builtins; below zero when the instruments cost
+    more than it (small models): shown as such, not as a negative time."""
+    return f"{ms:.3f}" if ms >= 0 else f"~0 (the instrumented kernels and builtins exceed the call by {-ms:.3f})"
+
+
 def _rate(ms: float, flops: int, peak: float) -> str:
     if not flops or ms <= 0:
         return "-"
@@ -173,7 +179,7 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
         lines.append(f"| {kind} | {t_ms:.3f} | {_rate(t_ms, t_flops, peak)} | {o_ms:.3f} | {_rate(o_ms, t_flops, peak)} | {ratio} |")
     lines += [
         f"| outside kernels: VM builtins (allocation, shape checks, reshape) | {tvm_profile.builtins_ms:.3f} | | - | | |",
-        f"| outside kernels: the rest (interpreter, calls, copies) | {tvm_profile.outside_ms - tvm_profile.builtins_ms:.3f} "
+        f"| outside kernels: the rest (interpreter, calls, copies) | {_rest(tvm_profile.outside_ms - tvm_profile.builtins_ms)} "
         f"| | {ort_profile.outside_ms:.3f} | | |",
         f"| **model** | **{tvm_profile.model_ms:.3f}** | {_rate(tvm_profile.model_ms, model_flops, peak)} "
         f"| **{ort_profile.model_ms:.3f}** | {_rate(ort_profile.model_ms, model_flops, peak)} "

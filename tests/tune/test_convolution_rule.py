@@ -52,11 +52,21 @@ def convolutions(tmp_path, channels_in: int, *layers: tuple[int, int, int], grou
     return Model("convolutions", (ModelInput("x", (1, channels_in, 16, 16)),), onnx=path, layout="NHWC")
 
 
-def test_only_the_pointwise_convolution_of_a_separable_block_is_marked(tmp_path):
+def test_the_stem_and_the_pointwise_convolution_of_a_separable_block_are_marked_not_the_depthwise(tmp_path):
     marked, other_convolutions = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
-    assert len(marked) == 1 and len(other_convolutions) == 2  # the 3-channel 3x3 stem and the depthwise 3x3
-    weights = [tuple(int(d) for d in p.shape) for p in marked[0].dispatched[0]["main"].params[1:2]]
-    assert weights == [(32, 1, 1, 16)]
+    assert len(other_convolutions) == 1  # the depthwise 3x3
+    weights = sorted(tuple(int(d) for d in task.dispatched[0]["main"].params[1].shape) for task in marked)
+    assert weights == [(16, 3, 3, 3), (32, 1, 1, 16)]  # the 3-channel 3x3 stem, the pointwise 1x1
+
+
+def test_a_stem_with_few_input_channels_has_its_reduction_unrolled_around_the_tile(tmp_path):
+    (stem,), _ = marked_tasks(prepare(load_model(convolutions(tmp_path, 3, (16, 3, 2))), AVX512), AVX512)
+    for sch in design_spaces(stem, AVX512):
+        loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_nhwc"))]
+        kernel_h, kernel_w, channels_in = loops[-6:-3]
+        assert (int(kernel_w.extent), int(channels_in.extent)) == (3, 3)
+        assert kernel_w.kind == channels_in.kind == tvm.tirx.ForKind.UNROLLED
+        assert kernel_h.kind == tvm.tirx.ForKind.SERIAL
 
 
 @pytest.mark.parametrize("kernel, stride", [(1, 1), (1, 2), (3, 1), (3, 2), (5, 1)])
@@ -104,7 +114,8 @@ def test_the_rule_spaces_are_register_tiled_micro_kernels_of_the_widest_vectors_
 
 
 def test_the_epilogue_is_folded_into_the_tile(tmp_path):
-    (pointwise,), _ = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
+    marked, _ = marked_tasks(prepare(load_model(separable(tmp_path, "NHWC")), AVX512), AVX512)
+    (pointwise,) = [task for task in marked if "add" in task.task_name]  # the one with a bias
     for sch in design_spaces(pointwise, AVX512):
         names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
         assert len(names) == 2, sch.mod.script()  # the convolution and the output: bias, clip inlined
@@ -119,8 +130,8 @@ def design_spaces(task: ms.ExtractedTask, target: tvm.target.Target) -> list[tvm
 
 
 def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
-    model = convolutions(tmp_path, 8, (24, 3, 2), (16, 1, 1))
+    model = convolutions(tmp_path, 3, (24, 3, 2), (16, 1, 1))
     prepared = prepare(load_model(model), HOST)
     tasks, _ = marked_tasks(prepared, HOST)
-    assert len(tasks) == 2  # the padded 3x3 stride-2 convolution and the pointwise one
+    assert len(tasks) == 2  # the padded 3x3 stride-2 3-channel stem and the pointwise convolution
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)
