@@ -93,6 +93,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+SEARCH_SPACE_END = "end of its search space: its last round found no candidate it had not measured"
+
+
 @dataclass
 class TaskLedger:
     """One task's account in a running class: what it may spend, what it spent, how it went."""
@@ -107,8 +110,13 @@ class TaskLedger:
     stopped: str | None = None  # why the run stopped giving it trials
 
     def record(self, latencies: list[float | None]) -> None:
+        """Count a measured round. A round with no candidate at all means the search found
+        nothing it had not measured yet: the task is stopped (MetaSchedule's evolutionary search
+        would retry it five times, each a full search of several seconds for nothing)."""
         self.spent += len(latencies)
         self.history.extend(latencies)
+        if not latencies and self.stopped is None:
+            self.stopped = SEARCH_SPACE_END
 
 
 def stop_at_knee(ledger: TaskLedger, early_stop: EarlyStop | None) -> bool:

@@ -59,7 +59,9 @@ class BudgetScheduler(PyTaskScheduler):
             return None
         in_flight = {i: len(t.measure_candidates) for i, t in enumerate(tasks) if t.runner_futures is not None}
         for task_id, ledger in enumerate(state.ledgers):
-            if task_id not in in_flight and not tasks[task_id].is_terminated and stop_at_knee(ledger, state.early_stop):
+            if task_id in in_flight or tasks[task_id].is_terminated:
+                continue
+            if stop_at_knee(ledger, state.early_stop) or ledger.stopped:
                 log.info("[%s] %s: %s after %d trials this run; its unspent trials go to tasks still gaining",
                          state.device_class, state.names[task_id], ledger.stopped, ledger.spent)
                 self._outer().terminate_task(task_id)

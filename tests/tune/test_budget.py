@@ -16,11 +16,19 @@ import json
 from dataclasses import replace
 
 import pytest
+import tvm
+from tvm import te
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.inventory.schema import EarlyStop
-from edgetune.tune.budget import TaskLedger, choose_task, reached_knee, stop_at_knee
+from edgetune.tune.budget import SEARCH_SPACE_END, TaskLedger, choose_task, reached_knee, stop_at_knee
+from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, throughput
+from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
+from edgetune.tune.scheduler import BudgetScheduler
 from edgetune.tune.target import build_target
 from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
@@ -156,3 +164,45 @@ def test_the_next_round_goes_to_the_task_with_fewest_rounds_then_to_tasks_still_
     assert choose_task(trio, [True] * 3, {}, 0, 4, 4) is None  # nothing left to give
     capped = [ledger(4, [1.0] * 4, rounds=1, spent=4, ceiling=4)]
     assert choose_task(capped, [True], {}, 8, 4, 4) is None  # at its ceiling
+
+
+@derived_object
+class _Rounds(PyMeasureCallback):
+    """Counts each round on the run's ledgers, as the tuner's monitor does, and keeps its size."""
+
+    def __init__(self, state: RunState, sizes: list[int]) -> None:
+        super().__init__()
+        self.state, self.sizes = state, sizes
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.state.record(task_id, list(runner_results))
+        self.sizes.append(len(runner_results))
+
+
+def test_a_task_whose_search_space_ran_out_stops_at_its_first_empty_round(tmp_path):
+    data = te.placeholder((4,), "float32", name="data")
+    relu = te.compute((4,), lambda i: te.max(data[i], tvm.tirx.const(0.0, "float32")), name="relu")
+    host = tvm.target.Target({"kind": "llvm", "num-cores": 1})  # a 4-float ReLU: a handful of schedules
+    context = ms.TuneContext(
+        mod=tvm.IRModule({"main": te.create_prim_func([data, relu])}), target=host, space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=16, genetic_num_iters=1), task_name="relu",
+    )
+    budget = 40
+    ledger = TaskLedger("relu", weight=1.0, share=budget, ceiling=budget, history=[])
+    state = RunState(device_class="host", budget=budget, trials=0, task_calls={}, ledgers=[ledger], names=["relu"],
+                     run_budget=budget, trials_per_iter=PER_ITER, early_stop=None, time_limit_s=None)
+    sizes: list[int] = []
+    (tmp_path / "candidates").mkdir()
+    ms.tune.tune_tasks(
+        tasks=[context], task_weights=[1.0], work_dir=str(tmp_path), max_trials_global=budget,
+        max_trials_per_task=budget, num_trials_per_iter=PER_ITER,
+        builder=make_builder(str(tmp_path / "candidates"), None, max_workers=1), runner=ms.runner.LocalRunner(),
+        database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel(),
+        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Rounds(state, sizes)],
+        task_scheduler=BudgetScheduler(state),
+    )
+    assert 0 < ledger.spent < budget and None not in ledger.history  # fewer schedules than its budget, all measured
+    assert ledger.stopped == SEARCH_SPACE_END
+    assert sizes[-1] == 0 and 0 not in sizes[:-1]  # stopped at the first round that found nothing new
+    assert ledger.rounds == len(sizes)
+    assert state.stopped == "every task reached its knee, its cap or the end of its search space"
