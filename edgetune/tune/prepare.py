@@ -3,7 +3,8 @@
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
 1. `prepare`: legalize (sigmoid the fast way, edgetune.tune.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
-   layout-free, so that MetaSchedule's RewriteLayout can pre-pack them, and mark the kernels
+   layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
+   reorders first: edgetune.tune.prepack), and mark the kernels
    of NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules
    (edgetune.tune.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
@@ -25,6 +26,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.fast_math import legalize_fast_math
+from edgetune.tune.prepack import drop_reordered_layout_free_weights
 from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
 from edgetune.tune.schedule_rules.convolution import annotate_convolutions
 
@@ -55,7 +57,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
-    return annotate_depthwise(annotate_convolutions(fused, target), target)
+    return annotate_depthwise(annotate_convolutions(drop_reordered_layout_free_weights(fused), target), target)
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
