@@ -50,6 +50,7 @@ ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compile
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 BOOTSTRAP_DRAWS = 2000
+OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5  # as the tests compare models with onnxruntime
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
 DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
@@ -174,6 +175,10 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
             say(summary_line(rows[-1]))
     report = make_report(args, facts, fleet, threads, tune_s, class_result, rows)
     write_results(args.results, report)
+    wrong = [f"{row['model']} ({', '.join(row['outputs_wrong'])})" for row in rows if row["outputs_wrong"]]
+    if wrong:
+        raise SystemExit(f"outputs differ from the reference beyond the tolerance: {'; '.join(wrong)} "
+                         f"(results written to {args.results}; their times do not count)")
 
 
 def tuned_library(fleet, model, workdir: Path) -> Path:
@@ -268,7 +273,7 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
                if label in outputs},  # every timed variant answers what the model answers
         },
         "ort_note": built.ort_note,
-    }
+    } | output_check(built.expected, outputs)
 
 
 def time_stats(rounds: list[list[int]]) -> dict:
@@ -297,6 +302,14 @@ def model_flops(built: Built) -> int | None:
     if built.ort_model is None:
         return None
     return total_flops(preprocess(built.model, onnx.load(str(built.ort_model))))
+
+
+def output_check(expected: list[np.ndarray], outputs: dict[str, list[np.ndarray]]) -> dict:
+    """Every timed variant against the model's reference: within OUTPUT_RTOL of the reference's
+    largest magnitude, plus OUTPUT_ATOL (a detector's box coordinates go up to its image size)."""
+    tolerance = OUTPUT_ATOL + OUTPUT_RTOL * max(float(np.max(np.abs(e))) for e in expected)
+    wrong = sorted(label for label, got in outputs.items() if max_diff(got, expected) > tolerance)
+    return {"output_tolerance": tolerance, "outputs_wrong": wrong}
 
 
 def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
@@ -391,6 +404,8 @@ def markdown(report: dict) -> str:
     lines += ablation_table(report)
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
+    lines += [f"**{row['model']}: outputs of {', '.join(row['outputs_wrong'])} differ from the reference by more than "
+              f"{row['output_tolerance']:.2g}: their times do not count.**" for row in report["rows"] if row.get("outputs_wrong")]
     return "\n".join(lines) + "\n"
 
 
