@@ -63,7 +63,7 @@ def test_a_stem_with_few_input_channels_has_its_reduction_unrolled_around_the_ti
     (stem,), _ = marked_tasks(prepare(load_model(convolutions(tmp_path, 3, (16, 3, 2))), AVX512), AVX512)
     for sch in design_spaces(stem, AVX512):
         loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_nhwc"))]
-        kernel_h, kernel_w, channels_in = loops[-6:-3]
+        kernel_h, kernel_w, channels_in = loops[-7:-4]
         assert (int(kernel_w.extent), int(channels_in.extent)) == (3, 3)
         assert kernel_w.kind == channels_in.kind == tvm.tirx.ForKind.UNROLLED
         assert kernel_h.kind == tvm.tirx.ForKind.SERIAL
@@ -100,17 +100,35 @@ def test_the_rule_spaces_are_register_tiled_micro_kernels_of_the_widest_vectors_
         *padding, output = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not sch.get(b).same_as(sch.get(conv))]
         assert [sch.get(b).name_hint for b in padding] in ([], ["pad_temp"]), sch.mod.script()
         loops = [sch.get(loop) for loop in sch.get_loops(conv)]
-        lane, vectors, rows = loops[-1], loops[-2], loops[-3]
+        lane, unit, vectors, rows = loops[-1], loops[-2], loops[-3], loops[-4]
         assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == lanes
+        assert int(unit.extent) == 1  # a reduction loop: the vectors are not fused into one wide vector
         assert vectors.kind == rows.kind == tvm.tirx.ForKind.UNROLLED
         assert 4 <= int(rows.extent) <= 8 and int(rows.extent) * int(vectors.extent) <= 32
-        assert [int(loop.extent) for loop in loops[-6:-3]] == [kernel, kernel, 16]  # the reduction around the tile
+        assert [int(loop.extent) for loop in loops[-7:-4]] == [kernel, kernel, 16]  # the reduction around the tile
         output_loops = [sch.get(loop) for loop in sch.get_loops(output)]
-        tile = len(loops) - 6  # the loops above the reduction: the output tile, which the output block shares
+        tile = len(loops) - 7  # the loops above the reduction: the output tile, which the output block shares
         assert [loop.same_as(other) for loop, other in zip(loops[:tile], output_loops)] == [True] * tile
         assert output_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
         assembly = tvm.compile(sch.mod, target=AVX512).mod.inspect_source("asm")
         assert set(re.findall(r"vfmadd\d+ps\s+[^\n]*%([xyz]mm)", assembly)) == {register}
+
+
+def test_the_vectors_of_a_tile_stay_apart_after_meta_schedules_postprocessing(tmp_path):
+    (task,), _ = marked_tasks(prepare(load_model(convolutions(tmp_path, 16, (48, 1, 1))), AVX512), AVX512)
+    context = ms.TuneContext(mod=task.dispatched[0], target=AVX512, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
+    postproc = ms.postproc.RewriteParallelVectorizeUnroll()
+    postproc._initialize_with_tune_context(context)
+    three_vectors = 0
+    for sch in context.generate_design_space():
+        loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_nhwc"))]
+        three_vectors += int(loops[-3].extent) == 3
+        assert postproc.apply(sch)
+        vectorized = [int(sch.get(loop).extent) for loop in sch.get_loops(sch.get_sblock("conv2d_nhwc"))
+                      if sch.get(loop).kind == tvm.tirx.ForKind.VECTORIZED]  # fmt: skip
+        assert vectorized == [16]  # not 48 lanes: LLVM rebuilt those lane by lane every step
+    assert three_vectors  # a space with 3 x 16 channels was among them
 
 
 def test_the_epilogue_is_folded_into_the_tile(tmp_path):
