@@ -1,0 +1,105 @@
+"""Question: does every tuned kernel of a database compute what the same kernel computes
+unscheduled? A whole model that answers wrong says that something is wrong; this says which kernel.
+
+How: the real model is prepared as the tuner prepares it (x86-avx512 profile, `--layout`); for
+each of its tasks with a record in `--database`, the best record's trace (postprocs included, as
+the build applies it) is replayed on the task's kernel. Both the scheduled and the unscheduled
+kernel are compiled and run on the host with the same random inputs (standard normal floats),
+and the largest absolute difference of every output is compared with OUTPUT_RTOL of that
+output's largest magnitude plus OUTPUT_ATOL. Tasks without a record are listed, not checked.
+Exits non-zero if a kernel differs.
+
+    .venv/bin/python bench/check_kernels.py --model ppocr-det --layout NHWC --database DIR [--task NAME ...]
+
+This is how ppocr-det's wrong transposed convolution was found (TVM 0.27's RewriteLayout; see
+edgetune/tune/prepack.py). No fleet: host only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_models  # noqa: E402
+from _benchlib import PROFILE_AVX512, say  # noqa: E402
+
+from edgetune.inventory.loader import load_profile  # noqa: E402
+from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
+from edgetune.tune.database import ClassDatabasePaths, open_database  # noqa: E402
+from edgetune.tune.models import load_model  # noqa: E402
+from edgetune.tune.prepare import extract_tasks, prepare  # noqa: E402
+from edgetune.tune.target import build_target  # noqa: E402
+
+OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help=", ".join(m.name for m in real_models.MODELS))
+    parser.add_argument("--database", type=Path, required=True, help="tuning database directory")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="models[].layout (default NCHW)")
+    parser.add_argument("--task", action="append", default=[], help="check only this task (repeatable)")
+    args = parser.parse_args()
+
+    (real,) = real_models.by_name([args.model])
+    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
+                  onnx=real_models.fetch(real), layout=args.layout)  # fmt: skip
+    target = build_target(load_profile(PROFILE_AVX512))
+    database = open_database(ClassDatabasePaths(args.database))
+    rng = np.random.default_rng(0)
+    wrong, unrecorded, checked = [], [], 0
+    for task in extract_tasks(prepare(load_model(model), target), target):
+        if args.task and task.task_name not in args.task:
+            continue
+        kernel = task.dispatched[0]
+        records = database.get_top_k(database.commit_workload(kernel), 1) if database.has_workload(kernel) else []
+        if not records:
+            unrecorded.append(task.task_name)
+            continue
+        scheduled = tvm.s_tir.Schedule(kernel)
+        records[0].trace.apply_to_schedule(scheduled, remove_postproc=False)
+        inputs = [random_tensor(rng, param) for param in kernel["main"].params]
+        expected, got = run(kernel, inputs, target), run(scheduled.mod, inputs, target)
+        differences = [difference(e, g) for e, g in zip(expected, got)]
+        checked += 1
+        worst = max(differences, key=lambda d: d[0] / d[1])
+        verdict = "WRONG" if worst[0] > worst[1] else "ok"
+        print(f"{task.task_name}: max |diff| {worst[0]:.3g} (tolerance {worst[1]:.3g}) {verdict}", flush=True)
+        if verdict == "WRONG":
+            wrong.append(task.task_name)
+    say(f"{checked} kernels checked, {len(wrong)} wrong" + (f": {', '.join(wrong)}" if wrong else "")
+        + (f"; {len(unrecorded)} without a record: {', '.join(unrecorded)}" if unrecorded else ""))  # fmt: skip
+    return 1 if wrong else 0
+
+
+def random_tensor(rng: np.random.Generator, param) -> np.ndarray:
+    shape, dtype = [int(d) for d in param.shape], str(param.dtype)
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.startswith(("int", "uint")):
+        return rng.integers(0, 2, shape).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
+def run(kernel: tvm.IRModule, inputs: list[np.ndarray], target: tvm.target.Target) -> list[np.ndarray]:
+    """All the kernel's buffers after one call (outputs are written in place)."""
+    tensors = [tvm.runtime.tensor(array) for array in inputs]
+    tvm.compile(kernel, target=target)["main"](*tensors)
+    return [tensor.numpy() for tensor in tensors]
+
+
+def difference(expected: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """(max |diff|, tolerance) of one buffer."""
+    if expected.size == 0:
+        return 0.0, OUTPUT_ATOL
+    wide = expected.astype(np.float64)
+    return float(np.max(np.abs(wide - got.astype(np.float64)))), OUTPUT_ATOL + OUTPUT_RTOL * float(np.max(np.abs(wide)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
