@@ -45,6 +45,20 @@ ONNX_CNN_INPUT = ("x", (1, 16, 32, 32))
 MOBILENET_MINI_INPUT = ("image", (1, 3, 64, 64))
 
 
+# How far a build's outputs may be from the reference: OUTPUT_RTOL of the reference's largest
+# magnitude plus OUTPUT_ATOL, as the tests compare models with onnxruntime (relative to the
+# largest magnitude because a detector's box coordinates go up to its image size).
+OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5
+
+
+def output_tolerance(expected: Sequence[np.ndarray]) -> float:
+    return OUTPUT_ATOL + OUTPUT_RTOL * max(float(np.max(np.abs(e))) for e in expected)
+
+
+def max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

@@ -5,9 +5,9 @@ How: the real model is prepared as the tuner prepares it (x86-avx512 profile, `-
 each of its tasks with a record in `--database`, the best record's trace (postprocs included, as
 the build applies it) is replayed on the task's kernel. Both the scheduled and the unscheduled
 kernel are compiled and run on the host with the same random inputs (standard normal floats),
-and the largest absolute difference of every output is compared with OUTPUT_RTOL of that
-output's largest magnitude plus OUTPUT_ATOL. Tasks without a record are listed, not checked.
-Exits non-zero if a kernel differs.
+and the largest absolute difference of every buffer is compared with the bench's output
+tolerance (`_benchlib.output_tolerance`: 1e-4 of that buffer's largest magnitude plus 1e-5).
+Tasks without a record are listed, not checked. Exits non-zero if a kernel differs.
 
     .venv/bin/python bench/check_kernels.py --model ppocr-det --layout NHWC --database DIR [--task NAME ...]
 
@@ -26,7 +26,7 @@ import tvm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
-from _benchlib import PROFILE_AVX512, say  # noqa: E402
+from _benchlib import PROFILE_AVX512, max_diff, output_tolerance, say  # noqa: E402
 
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
@@ -34,8 +34,6 @@ from edgetune.tune.database import ClassDatabasePaths, open_database  # noqa: E4
 from edgetune.tune.models import load_model  # noqa: E402
 from edgetune.tune.prepare import extract_tasks, prepare  # noqa: E402
 from edgetune.tune.target import build_target  # noqa: E402
-
-OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5
 
 
 def main() -> int:
@@ -94,11 +92,10 @@ def run(kernel: tvm.IRModule, inputs: list[np.ndarray], target: tvm.target.Targe
 
 
 def difference(expected: np.ndarray, got: np.ndarray) -> tuple[float, float]:
-    """(max |diff|, tolerance) of one buffer."""
+    """(max |diff|, tolerance) of one buffer (an empty one differs by nothing)."""
     if expected.size == 0:
-        return 0.0, OUTPUT_ATOL
-    wide = expected.astype(np.float64)
-    return float(np.max(np.abs(wide - got.astype(np.float64)))), OUTPUT_ATOL + OUTPUT_RTOL * float(np.max(np.abs(wide)))
+        return 0.0, 1.0
+    return max_diff([expected], [got]), output_tolerance([expected])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from _benchlib import (
     load_now,
     machine_facts,
     make_cnn_onnx,
+    max_diff,
+    output_tolerance,
     running_fleet,
     say,
     write_fleet_yaml,
@@ -50,7 +52,6 @@ ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compile
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 BOOTSTRAP_DRAWS = 2000
-OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5  # as the tests compare models with onnxruntime
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
 DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
@@ -305,15 +306,10 @@ def model_flops(built: Built) -> int | None:
 
 
 def output_check(expected: list[np.ndarray], outputs: dict[str, list[np.ndarray]]) -> dict:
-    """Every timed variant against the model's reference: within OUTPUT_RTOL of the reference's
-    largest magnitude, plus OUTPUT_ATOL (a detector's box coordinates go up to its image size)."""
-    tolerance = OUTPUT_ATOL + OUTPUT_RTOL * max(float(np.max(np.abs(e))) for e in expected)
+    """Every timed variant against the model's reference, within `output_tolerance`."""
+    tolerance = output_tolerance(expected)
     wrong = sorted(label for label, got in outputs.items() if max_diff(got, expected) > tolerance)
     return {"output_tolerance": tolerance, "outputs_wrong": wrong}
-
-
-def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
 
 
 def summary_line(row: dict) -> str:

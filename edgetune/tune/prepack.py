@@ -48,14 +48,12 @@ def _reordered_before_reduction(func: tvm.tirx.PrimFunc, layout_free: list[int])
     if not isinstance(func.body, s_tir.SBlockRealize):
         return set()
     sch = s_tir.Schedule(func)
-    reductions = [rv for rv in top_blocks(sch) if has_reduction(sch, rv)]
-    reduced = [region.source for rv in reductions for region in sch.get(rv).reads]
+    blocks = top_blocks(sch)
+    spatial = [sch.get(rv) for rv in blocks if not has_reduction(sch, rv)]
+    reduced = [region.source for rv in blocks if has_reduction(sch, rv) for region in sch.get(rv).reads]
     found = set()
-    for rv in top_blocks(sch):
-        block = sch.get(rv)
-        if has_reduction(sch, rv) or len(block.writes) != 1:
-            continue
-        if not any(block.writes[0].source.same_as(buffer) for buffer in reduced):
+    for block in spatial:
+        if len(block.writes) != 1 or not any(block.writes[0].source.same_as(buffer) for buffer in reduced):
             continue
         written = [r.min for r in block.writes[0].region]
         for region in block.reads:
