@@ -30,38 +30,47 @@ NO_BOARDS = "no board of the class left"
 
 
 @derived_object
-class FailedFuture(PyRunnerFuture):
-    """A measurement that could not start; MetaSchedule records it as a failed trial."""
+class DoneFuture(PyRunnerFuture):
+    """A measurement whose result is already known: one that could not start, or one the runner
+    waited for."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, result: RunnerResult) -> None:
         super().__init__()
-        self.message = message
+        self._result = result
 
     def done(self) -> bool:
         return True
 
     def result(self) -> RunnerResult:
-        return RunnerResult(run_secs=None, error_msg=self.message)
+        return self._result
 
 
 @derived_object
 class BoardGuardRunner(PyRunner):
     """The class's RPCRunner, behind a check that the tracker still has a board of the class:
-    without one, a batch fails at once instead of waiting out every session timeout."""
+    without one, a batch fails at once instead of waiting out every session timeout.
 
-    def __init__(self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner) -> None:
+    `exclusive`: return only when the batch is measured, so that MetaSchedule neither searches
+    nor builds the next batch meanwhile. For boards that share the host's CPUs (simulated ones):
+    a board timed while the host compiles measures the contention (2x on 2 cores, see README)."""
+
+    def __init__(self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner, exclusive: bool) -> None:
         super().__init__()
         self.endpoint = endpoint
         self.boards = boards
         self.runner = runner
+        self.exclusive = exclusive
         self.boards_lost = False
 
     def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
         if class_load(self.endpoint).registered == 0:
             self.boards_lost = True
             message = f"no board of class {self.endpoint.key} is registered with the tracker {self.endpoint.address}"
-            return [FailedFuture(message) for _ in runner_inputs]
-        return self.runner.run(runner_inputs)
+            return [DoneFuture(RunnerResult(run_secs=None, error_msg=message)) for _ in runner_inputs]
+        futures = self.runner.run(runner_inputs)
+        if not self.exclusive:
+            return futures
+        return [DoneFuture(future.result()) for future in futures]
 
 
 @dataclass

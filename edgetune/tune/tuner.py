@@ -166,8 +166,11 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         ):
             measuring = time.monotonic()
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
-            boards = len(fleet.boards_of(device_class))
-            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement))
+            class_boards = fleet.boards_of(device_class)
+            boards = len(class_boards)
+            shares_host = any(b.simulated is not None for b in class_boards)
+            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement),
+                                      exclusive=shares_host)
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, paths, options.search)
             cost_model = _cost_model(paths, options.search)

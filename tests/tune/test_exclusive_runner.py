@@ -1,0 +1,58 @@
+"""The board runner's exclusive mode, on a real tracker and rpc_server (loopback): an exclusive
+runner hands MetaSchedule its batch only once it is measured (boards that share the host's CPUs
+are not timed while the host builds the next batch); the plain runner returns at once."""
+
+from __future__ import annotations
+
+import time
+
+import tvm
+from tvm import te
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.fleet.tracker import RpcEndpoint
+from edgetune.inventory.schema import Measurement
+from edgetune.tune.candidate_builder import make_builder
+from edgetune.tune.monitor import BoardGuardRunner
+from edgetune.tune.runner import make_runner
+
+# Two repeats of at least 300 ms each: a batch cannot be measured in less than 0.6 s.
+SLOW_MEASUREMENT = Measurement(number=1, repeat=2, min_repeat_ms=300)
+MEASURED_AT_LEAST_S = 0.6
+
+
+def _candidate(tmp_path) -> ms.runner.RunnerInput:
+    a = te.placeholder((1024,), "float32", name="a")
+    b = te.compute((1024,), lambda i: a[i] * 2.0, name="b")
+    func = te.create_prim_func([a, b])
+    built = make_builder(str(tmp_path), None, max_workers=1).build(
+        [ms.builder.BuilderInput(tvm.IRModule({"main": func}), tvm.target.Target("llvm"))])[0]
+    assert built.error_msg is None, built.error_msg
+    return ms.runner.RunnerInput(built.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(func))
+
+
+def _runner(loopback, exclusive: bool) -> BoardGuardRunner:
+    endpoint = RpcEndpoint("127.0.0.1", loopback.port, "classa")
+    return BoardGuardRunner(endpoint, 1, make_runner(endpoint, 1, SLOW_MEASUREMENT), exclusive=exclusive)
+
+
+def test_exclusive_runner_returns_the_batch_measured_and_the_plain_one_at_once(loopback, tmp_path):
+    loopback.start_board("a1", "classa")
+    loopback.wait_registered(1)
+    candidate = _candidate(tmp_path)
+    # Both runners live to the end: a runner dropped while its pool's thread still holds the
+    # last future is collected in that thread, whose join of itself TVM reports as an error.
+    exclusive, plain = _runner(loopback, exclusive=True), _runner(loopback, exclusive=False)
+
+    started = time.monotonic()
+    futures = exclusive.run([candidate, candidate])
+    waited = time.monotonic() - started
+    assert all(f.done() for f in futures)
+    assert waited >= 2 * MEASURED_AT_LEAST_S  # one board: the two candidates one after the other
+    results = [f.result() for f in futures]
+    assert all(r.error_msg is None and len(r.run_secs) == 2 for r in results), results
+
+    futures = plain.run([candidate])
+    assert not futures[0].done()  # still measuring: the host may build meanwhile
+    result = futures[0].result()
+    assert result.error_msg is None and len(result.run_secs) == 2
