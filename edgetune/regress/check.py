@@ -1,7 +1,7 @@
 """`edgetune regress`: is each board still right and still as fast as its artifact's baseline?
 
 For each targeted board (`--board`, `--class`, or all; `--changed-only`: those whose firmware
-fingerprint differs from the baseline's), over SSH through the board agent:
+fingerprint differs from the baseline's; the others are asked only for it, not timed), over SSH through the board agent:
 1. `agent status`: which version of each model runs, and the firmware fingerprint now;
 2. `agent run` of that release on its reference input: outputs against the signed expected
    output (within the manifest's tolerance), and timing samples taken the way the build took
@@ -97,19 +97,21 @@ def regress(
     targets = select_boards(fleet, boards, classes)
     # Simulated boards share this machine's cores: timed one at a time, or they slow each other down.
     workers = 1 if any(b.simulated for b in targets) else MAX_WORKERS
-    results = for_each_board(targets, lambda board: _check_board(fleet, store, board, models), workers=workers)
+    results = for_each_board(targets, lambda board: _check_board(fleet, store, board, models, changed_only), workers=workers)
     verdicts: list[Verdict] = []
     for board in targets:
         found = results.succeeded.get(board.name)
         if found is None:
             found = [_unreachable(board, model, results.failed[board.name]) for model in (models or [m.name for m in fleet.models])]
-        verdicts += [v for v in found if not changed_only or v.firmware_changed is not False]
+        verdicts += found
     for v in verdicts:
         progress(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
     return RegressReport(tuple(verdicts))
 
 
-def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Sequence[str]) -> list[Verdict]:
+def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Sequence[str], changed_only: bool) -> list[Verdict]:
+    """The board's verdicts; with `changed_only`, none for a model whose firmware is unchanged
+    since its baseline (that model is not timed)."""
     compare_settings = fleet.device_class(board.device_class).profile.measurement.compare
     with BoardSession(board) as session:
         agent = RemoteAgent(session, fleet)
@@ -126,26 +128,40 @@ def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Seque
                 verdicts.append(_verdict(board, model, None, NOT_DEPLOYED, None, detail="no release of it is active: roll one out"))
                 continue
             try:
+                baseline = _baseline(store, board, model, version, firmware_now, entry.get("firmware"))
+            except (OSError, ArtifactError) as err:
+                verdicts.append(_verdict(board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})"))
+                continue
+            if changed_only and not baseline.firmware_changed:
+                continue
+            try:
                 run = agent.call("run", "--model", model, "--number", "1", "--repeat", str(compare_settings.rounds * compare_settings.repeat),
                                  "--min-repeat-ms", str(compare_settings.min_repeat_ms))  # fmt: skip
             except DeployError as err:  # no answer at all: the agent died running it (e.g. SIGSEGV)
                 run = {"error": str(err)}
-            verdicts.append(_judge(fleet, store, board, model, version, firmware_now, entry.get("firmware"), run))
+            verdicts.append(_judge(fleet, board, model, version, baseline, run))
     return verdicts
 
 
-def _judge(
-    fleet: Fleet, store: ArtifactStore, board: Board, model: str, version: int, firmware_now: str,
-    firmware_at_install: str | None, run: dict,
-) -> Verdict:  # fmt: skip
-    try:
-        manifest = store.get(model, board.device_class, version).manifest
-    except (OSError, ArtifactError) as err:
-        return _verdict(board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})")
+@dataclass(frozen=True)
+class _Baseline:
+    """What the signed manifest of the running version says this board should do."""
+
+    samples_ms: list[float]  # the board's own timing at build, or its class's
+    firmware_changed: bool  # since the build measured the board (or since the install)
+
+
+def _baseline(store: ArtifactStore, board: Board, model: str, version: int, firmware_now: str,
+              firmware_at_install: str | None) -> _Baseline:  # fmt: skip
+    manifest = store.get(model, board.device_class, version).manifest
     own = [b for b in manifest.boards if b.board == board.name]
-    baselines = own or list(manifest.boards)
     firmware_then = own[0].firmware if own else firmware_at_install
-    firmware_changed = firmware_then is not None and firmware_then != firmware_now
+    samples_ms = [s for b in (own or list(manifest.boards)) for s in b.tuned.samples_ms]
+    return _Baseline(samples_ms, firmware_then is not None and firmware_then != firmware_now)
+
+
+def _judge(fleet: Fleet, board: Board, model: str, version: int, baseline: _Baseline, run: dict) -> Verdict:
+    firmware_changed = baseline.firmware_changed
     if "error" in run and "samples_s" not in run:
         return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail=str(run["error"]))
     if run.get("outputs_match") is not True:
@@ -153,12 +169,11 @@ def _judge(
     samples_ms = [float(s) * 1e3 for s in run.get("samples_s") or [] if isinstance(s, (int, float)) and s > 0]
     if not samples_ms:
         return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail="the agent returned no timing samples")
-    baseline_ms = [s for b in baselines for s in b.tuned.samples_ms]
-    comparison = compare(baseline_ms, samples_ms, fleet.regress.threshold, fleet.regress.confidence)
+    comparison = compare(baseline.samples_ms, samples_ms, fleet.regress.threshold, fleet.regress.confidence)
     estimate = comparison.estimate
     verdict = comparison.verdict if comparison.verdict in (SLOWER, FASTER) else OK
     return Verdict(board.name, board.device_class, model, version, verdict, estimate.ratio, (estimate.low, estimate.high),
-                   summarize(samples_ms).median, summarize(baseline_ms).median, firmware_changed)  # fmt: skip
+                   summarize(samples_ms).median, summarize(baseline.samples_ms).median, firmware_changed)  # fmt: skip
 
 
 def _verdict(board: Board, model: str, version: int | None, verdict: str, firmware_changed: bool | None, detail: str = "") -> Verdict:

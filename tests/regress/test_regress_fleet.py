@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from artifact_server import RunningServer
-from edgetune.deploy.remote import agent_root
+from edgetune.deploy.remote import RemoteAgent, agent_root
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet import cgroups
 from edgetune.fleet.sim import plan_sim, sim_firmware, sim_firmware_file
@@ -61,14 +61,24 @@ def firmware_update(deployed):
             cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, cgroups.member_pids(sim.cgroup)[0])
 
 
-def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update):
+def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, monkeypatch):
     firmware_update("fast-2", "2.1")
     report = regress(deployed, classes=["gw-fast"], models=[MODEL])
     by_board = {v.board: v for v in report.verdicts}
     assert by_board["fast-2"].firmware_changed and by_board["fast-2"].verdict == "ok"
     assert not by_board["fast-1"].firmware_changed and report.exit_code == 0
+
+    calls, real_call = [], RemoteAgent.call
+
+    def recorded_call(agent, verb, *args, **kwargs):  # the real call, noted
+        calls.append((agent.board.name, verb))
+        return real_call(agent, verb, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteAgent, "call", recorded_call)
     changed_only = regress(deployed, models=[MODEL], changed_only=True)
     assert [v.board for v in changed_only.verdicts] == ["fast-2"]
+    assert [board for board, verb in calls if verb == "run"] == ["fast-2"]  # the others are not timed
+    assert sorted(board for board, verb in calls if verb == "status") == sorted(BOARDS)
 
 
 def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firmware_update):
@@ -148,7 +158,5 @@ def test_tuning_build_and_install_record_each_boards_firmware(deployed):
     manifest = ArtifactStore(deployed.artifacts.dir).get(MODEL, "gw-fast", 1).manifest
     assert {b.board: b.firmware for b in manifest.boards}["fast-1"] == now
     with BoardSession(deployed.board("fast-1")) as session:
-        from edgetune.deploy.remote import RemoteAgent
-
         status = RemoteAgent(session, deployed).call("status")
     assert status["firmware"] == now and status["models"][MODEL]["firmware"] == now
