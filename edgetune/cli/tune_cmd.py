@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="tune only this model (repeatable)")
     parser.add_argument("--no-borrow", action="store_true",
                         help="ignore tuning.borrow (do not seed from other classes)")
+    parser.add_argument("--measure-exclusively", action="store_true",
+                        help="search and build nothing while a board measures (for simulated boards, "
+                             "which share the host's CPUs)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (boards, tasks, budgets) and measure nothing")
     parser.add_argument("--json", action="store_true", help="print the plan or result as JSON")
@@ -38,7 +41,8 @@ def drive_tune(args: argparse.Namespace) -> int:
         print(plan.to_json() if args.json else plan.format())
         return 0
     with stop_on_signals():
-        result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow))
+        result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow,
+                                                  measure_exclusively=args.measure_exclusively))
         stopped = stop_requested()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))

@@ -68,6 +68,9 @@ class TuneOptions:
     models: tuple[str, ...] | None = None  # None: every model
     borrow: bool = True  # honour tuning.borrow of the inventory
     search: SearchSettings = field(default_factory=SearchSettings)
+    # Return a batch to MetaSchedule only once measured (nothing is searched or built meanwhile);
+    # for boards that share the host's CPUs (simulated ones). See README, Known problems.
+    measure_exclusively: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,11 +169,9 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         ):
             measuring = time.monotonic()
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
-            class_boards = fleet.boards_of(device_class)
-            boards = len(class_boards)
-            shares_host = any(b.simulated is not None for b in class_boards)
+            boards = len(fleet.boards_of(device_class))
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement),
-                                      exclusive=shares_host)
+                                      exclusive=options.measure_exclusively)
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, paths, options.search)
             cost_model = _cost_model(paths, options.search)
