@@ -147,7 +147,7 @@ def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Seque
 class _Baseline:
     """What the signed manifest of the running version says this board should do."""
 
-    samples_ms: list[float]  # the board's own timing at build, or its class's
+    samples_ms: tuple[float, ...]  # the board's own timing at build, or its class's
     firmware_changed: bool  # since the build measured the board (or since the install)
 
 
@@ -156,7 +156,7 @@ def _baseline(store: ArtifactStore, board: Board, model: str, version: int, firm
     manifest = store.get(model, board.device_class, version).manifest
     own = [b for b in manifest.boards if b.board == board.name]
     firmware_then = own[0].firmware if own else firmware_at_install
-    samples_ms = [s for b in (own or list(manifest.boards)) for s in b.tuned.samples_ms]
+    samples_ms = tuple(s for b in (own or manifest.boards) for s in b.tuned.samples_ms)
     return _Baseline(samples_ms, firmware_then is not None and firmware_then != firmware_now)
 
 

@@ -68,9 +68,7 @@ class TuneOptions:
     models: tuple[str, ...] | None = None  # None: every model
     borrow: bool = True  # honour tuning.borrow of the inventory
     search: SearchSettings = field(default_factory=SearchSettings)
-    # Return a batch to MetaSchedule only once measured (nothing is searched or built meanwhile);
-    # for boards that share the host's CPUs (simulated ones). See README, Known problems.
-    measure_exclusively: bool = False
+    measure_exclusively: bool = False  # BoardGuardRunner's `exclusive` (simulated boards)
 
 
 @dataclass(frozen=True)
