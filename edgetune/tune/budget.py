@@ -93,6 +93,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+AT_KNEE_BEFORE = "knee: its recorded trials had stopped improving before this run"
 SEARCH_SPACE_END = "end of its search space: its last round found no candidate it had not measured"
 
 

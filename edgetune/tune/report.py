@@ -10,8 +10,9 @@ it exists once every kernel of the model has a measured schedule.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 import matplotlib
 
@@ -46,6 +47,7 @@ class RunInfo:
     tuning_time_s: float
     stopped: str | None  # why the run stopped early (time limit, no boards), or None
     firmware: dict[str, str]  # board -> firmware fingerprint the run's measurements were taken under
+    task_stops: Mapping[str, str] = field(default_factory=dict)  # workload hash -> why it got no more trials
 
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
@@ -88,8 +90,10 @@ def trials_to_within(curve: list[CurvePoint], fraction: float = WITHIN) -> int |
     return next(p.trials for p in curve if p.latency_s <= target)
 
 
-def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[dict]:
-    """Per kernel of the model: FLOPs, calls, trials (all models), best latency, GFLOP/s."""
+def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord],
+              stops: Mapping[str, str]) -> list[dict]:  # fmt: skip
+    """Per kernel of the model: FLOPs, calls, trials (all models), best latency, GFLOP/s, and why
+    the last run gave it no more trials (`stops`, by workload hash; None: it was not stopped)."""
     rows = []
     for task in tasks:
         if not task.calls_in(model):
@@ -107,6 +111,7 @@ def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecor
                 "failed_trials": len(own) - len(valid),
                 "best_latency_s": best,
                 "gflops": task.flops / best / 1e9 if best else None,
+                "stopped": stops.get(task.workload_hash),
             }
         )
     return rows
@@ -117,7 +122,7 @@ def write_model_report(
 ) -> Path:
     """Write table.txt, curve.png and summary.json for one model; return the summary path."""
     directory.mkdir(parents=True, exist_ok=True)
-    rows = task_rows(tasks, model, trials)
+    rows = task_rows(tasks, model, trials, run.task_stops)
     curve = model_curve(tasks, model, trials)
     summary_path = directory / "summary.json"
     previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}

@@ -35,7 +35,7 @@ from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.intrinsics import load_cpu_intrinsics
-from edgetune.tune.budget import TaskLedger
+from edgetune.tune.budget import AT_KNEE_BEFORE, TaskLedger
 from edgetune.tune.database import (
     ClassDatabasePaths, append_run, locked_database, read_trials, throughput, trials_per_workload,
 )
@@ -153,6 +153,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     plan = plan_class(fleet, device_class, models, tasks.tasks, read_trials(paths), throughput(paths))
     spent = borrowed = 0
     stopped = None
+    ledgers: list[TaskLedger] = []
     if plan.remaining > 0:
         endpoint = rpc_endpoint(fleet, device_class)
         if wait_for_boards(endpoint) == 0:
@@ -178,10 +179,12 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             borrowed = sum(seeded.values())
             state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths), measuring)
             spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
+            ledgers = state.ledgers
             if spent + borrowed:
                 append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
     summaries = _write_reports(fleet, device_class, plan, tasks, paths, spent + borrowed,
-                               time.monotonic() - started, stopped, plan.borrow_from if borrowed else None)
+                               time.monotonic() - started, stopped, plan.borrow_from if borrowed else None,
+                               _task_stops(plan, ledgers))
     return ClassResult(
         device_class, plan.budget, plan.done, spent + borrowed, borrowed,
         time.monotonic() - started, summaries, stopped=stopped,
@@ -295,7 +298,13 @@ def _search(plan: ClassPlan, selected: list[TaskPlan], contexts, database, build
     return state.spent, state.stopped
 
 
-def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from):
+def _task_stops(plan: ClassPlan, ledgers: list[TaskLedger]) -> dict[str, str]:
+    """Why each stopped task got no more trials: at its knee before the run, or stopped during it."""
+    stops = {t.workload_hash: AT_KNEE_BEFORE for t in plan.tasks if t.at_knee}
+    return stops | {ledger.workload_hash: ledger.stopped for ledger in ledgers if ledger.stopped}
+
+
+def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from, task_stops):
     trials = read_trials(paths)
     run = RunInfo(
         device_class=device_class,
@@ -306,6 +315,7 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
         tuning_time_s=elapsed,
         stopped=stopped,
         firmware=_firmware(fleet, device_class) if trials_run else {},
+        task_stops=task_stops,
     )
     directory = Workdir(fleet.workdir).reports(device_class)
     return tuple(

@@ -23,7 +23,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.inventory.schema import EarlyStop
-from edgetune.tune.budget import SEARCH_SPACE_END, TaskLedger, choose_task, reached_knee, stop_at_knee
+from edgetune.tune.budget import AT_KNEE_BEFORE, SEARCH_SPACE_END, TaskLedger, choose_task, reached_knee, stop_at_knee
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, throughput
 from edgetune.tune.monitor import RunState
@@ -67,12 +67,14 @@ def runs(tmp_path_factory):
         second_plan = plan_class(second_fleet, "classa", both.models, tasks, read_trials(paths))
         second = tune_fleet(second_fleet, QUICK)
         after_second = len(read_trials(paths))
+        second_rows = {row["workload_hash"]: row for path in second.classes[0].summaries  # the third run rewrites them
+                       for row in json.loads(open(path).read())["tasks"]}
         limited = _policy(both, trials_per_class=None, trials_per_task=64 * PER_ITER, early_stop=None,
                           time_limit_s=TIME_LIMIT_S)
         third = tune_fleet(limited, QUICK)
         yield {
             "paths": paths, "first": first, "after_first": after_first, "conv_tasks": conv_tasks,
-            "second_plan": second_plan, "second": second, "after_second": after_second,
+            "second_plan": second_plan, "second": second, "after_second": after_second, "second_rows": second_rows,
             "third": third, "fleet": limited, "to_run": to_run, "tasks": tasks,
         }
     finally:
@@ -114,6 +116,10 @@ def test_a_task_at_its_knee_gets_nothing_and_its_share_goes_to_tasks_still_gaini
     # after fewer candidates left its rest too), each stopped once it passed the 4-trial window
     assert sum(n - PER_ITER for n in per_task if n > PER_ITER) == 2 * PER_ITER
     assert max(per_task) <= 2 * PER_ITER
+    rows = runs["second_rows"]
+    assert all(rows[t.workload_hash]["stopped"] == AT_KNEE_BEFORE for t in mlp_tasks)  # the report says why
+    assert all(rows[t.workload_hash]["stopped"].startswith("knee: best improved less than 99%")
+               for t, n in zip(runs["conv_tasks"], per_task) if n > PER_ITER)
     assert second.stopped == "every task reached its knee, its cap or the end of its search space"
 
 
