@@ -10,7 +10,7 @@ it exists once every kernel of the model has a measured schedule.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -47,7 +47,7 @@ class RunInfo:
     tuning_time_s: float
     stopped: str | None  # why the run stopped early (time limit, no boards), or None
     firmware: dict[str, str]  # board -> firmware fingerprint the run's measurements were taken under
-    task_stops: Mapping[str, str] = field(default_factory=dict)  # workload hash -> why it got no more trials
+    task_stops: dict[str, str]  # workload hash -> why the run gave that task no more trials
 
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
