@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     if args.seed_database:
         seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
     with running_fleet(fleet):
-        tune_s, class_result = tune(fleet, measure_exclusively=True) if tuning_on else (0.0, None)
+        tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
         for spec in specs:
             model = next(m for m in fleet.models if m.name == spec.entry["name"])
             built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)

@@ -130,13 +130,13 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     print_report(args, facts, fleet, board, profile, threads, tune_s, class_result, built, results)
 
 
-def tune(fleet, measure_exclusively: bool = False):
+def tune(fleet):
     from edgetune.tune.tuner import TuneOptions
 
     say(f"tuning class {CLASS}: {fleet.tuning.trials_per_class} trials "
         f"({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
     started = time.monotonic()
-    result = tune_or_stop(fleet, TuneOptions(borrow=False, measure_exclusively=measure_exclusively))
+    result = tune_or_stop(fleet, TuneOptions(borrow=False))
     elapsed = time.monotonic() - started
     (class_result,) = result.classes
     if not class_result.ok:

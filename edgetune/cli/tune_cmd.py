@@ -21,9 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="tune only this model (repeatable)")
     parser.add_argument("--no-borrow", action="store_true",
                         help="ignore tuning.borrow (do not seed from other classes)")
-    parser.add_argument("--measure-exclusively", action="store_true",
-                        help="search and build nothing while a board measures (for simulated boards, "
-                             "which share the host's CPUs)")
+    parser.add_argument("--measure-exclusively", action=argparse.BooleanOptionalAction, default=None,
+                        help="search and build nothing while a board measures (default: on for a class "
+                             "whose boards are all simulated, as they share the host's CPUs)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (boards, tasks, budgets) and measure nothing")
     parser.add_argument("--json", action="store_true", help="print the plan or result as JSON")

@@ -68,7 +68,9 @@ class TuneOptions:
     models: tuple[str, ...] | None = None  # None: every model
     borrow: bool = True  # honour tuning.borrow of the inventory
     search: SearchSettings = field(default_factory=SearchSettings)
-    measure_exclusively: bool = False  # BoardGuardRunner's `exclusive` (simulated boards)
+    # BoardGuardRunner's `exclusive`; None: when every board of the class is simulated (they
+    # share the host's CPUs with the search and the builds)
+    measure_exclusively: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,10 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             measuring = time.monotonic()
             builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
             boards = len(fleet.boards_of(device_class))
-            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement),
-                                      exclusive=options.measure_exclusively)
+            exclusive = measures_exclusively(fleet, device_class, options)
+            if exclusive:
+                log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
+            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement), exclusive)
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, paths, options.search)
             cost_model = _cost_model(paths, options.search)
@@ -190,6 +194,14 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         time.monotonic() - started, summaries, stopped=stopped,
         error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None,
     )
+
+
+def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) -> bool:
+    """Whether the class's boards measure alone (`BoardGuardRunner`'s `exclusive`): as asked,
+    else when every board of the class is simulated on this host."""
+    if options.measure_exclusively is not None:
+        return options.measure_exclusively
+    return all(board.simulated is not None for board in fleet.boards_of(device_class))
 
 
 def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:

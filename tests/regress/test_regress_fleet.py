@@ -122,6 +122,24 @@ def test_an_unreachable_board_is_reported_while_the_others_are_checked(deployed)
         assert session.run("echo back").stdout == "back\n"
 
 
+# Before the slow tests: the retune one tunes gw-fast again under another firmware.
+def test_tuning_build_and_install_record_each_boards_firmware(deployed):
+    import json
+
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.fleet.board import read_firmware
+
+    with BoardSession(deployed.board("fast-1")) as session:
+        now = read_firmware(session, deployed)
+    summary = json.loads((deployed.workdir / "reports" / "gw-fast" / MODEL / "summary.json").read_text())
+    assert summary["firmware"]["fast-1"] == now
+    manifest = ArtifactStore(deployed.artifacts.dir).get(MODEL, "gw-fast", 1).manifest
+    assert {b.board: b.firmware for b in manifest.boards}["fast-1"] == now
+    with BoardSession(deployed.board("fast-1")) as session:
+        status = RemoteAgent(session, deployed).call("status")
+    assert status["firmware"] == now and status["models"][MODEL]["firmware"] == now
+
+
 @pytest.mark.slow
 def test_twenty_checks_of_an_unchanged_fleet_raise_no_false_regression(deployed):
     for _ in range(20):
@@ -143,20 +161,3 @@ def test_retune_rebuilds_the_slower_class_and_rolls_nothing_out(deployed, firmwa
     assert row.baseline_ms and row.now_ms and row.new_ms
     status = {v.board: v.version for v in regress(deployed, classes=["gw-fast"], models=[MODEL]).verdicts}
     assert status == {"fast-1": before, "fast-2": before}  # built, not rolled out
-
-
-def test_tuning_build_and_install_record_each_boards_firmware(deployed):
-    import json
-
-    from edgetune.artifact.store import ArtifactStore
-    from edgetune.fleet.board import read_firmware
-
-    with BoardSession(deployed.board("fast-1")) as session:
-        now = read_firmware(session, deployed)
-    summary = json.loads((deployed.workdir / "reports" / "gw-fast" / MODEL / "summary.json").read_text())
-    assert summary["firmware"]["fast-1"] == now
-    manifest = ArtifactStore(deployed.artifacts.dir).get(MODEL, "gw-fast", 1).manifest
-    assert {b.board: b.firmware for b in manifest.boards}["fast-1"] == now
-    with BoardSession(deployed.board("fast-1")) as session:
-        status = RemoteAgent(session, deployed).call("status")
-    assert status["firmware"] == now and status["models"][MODEL]["firmware"] == now
