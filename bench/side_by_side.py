@@ -48,8 +48,7 @@ BOARD_SCRIPT = Path(__file__).with_name("board_side_by_side.py")
 RESULTS = Path(__file__).resolve().parent / "results"
 LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnxruntime": "onnxruntime"}
 ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'",
-             "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)",
-             "tuned-stock-lowering": "tuned, lowered by TVM's default TIR pipeline (register tiles in a workspace)"}
+             "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 BOOTSTRAP_DRAWS = 2000
@@ -74,8 +73,6 @@ def parse_args() -> argparse.Namespace:
                              "tuning resumes from its records")
     parser.add_argument("--ablate-bytecode", action="store_true",
                         help=f"also time '{ABLATIONS['tuned-bytecode']}' in the same rounds")
-    parser.add_argument("--ablate-lowering", action="store_true",
-                        help=f"also time '{ABLATIONS['tuned-stock-lowering']}' in the same rounds")
     parser.add_argument("--ablate-layout", action="store_true",
                         help=f"also tune every model with layout: NHWC and time it as '{ABLATIONS['tuned-nhwc']}' "
                              "in the same rounds (doubles the tuning)")
@@ -171,8 +168,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
         tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
         for spec in specs:
             model = next(m for m in fleet.models if m.name == spec.entry["name"])
-            built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode,
-                          stock_lowering=args.ablate_lowering)
+            built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)
             if args.ablate_layout and tuning_on:
                 twin = next(m for m in fleet.models if m.name == model.name + NHWC_SUFFIX)
                 built.libraries["tuned-nhwc"] = tuned_library(fleet, twin, workdir)

@@ -146,12 +146,10 @@ def tune(fleet):
     return elapsed, class_result
 
 
-def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = False, stock_lowering: bool = False) -> Built:
+def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = False) -> Built:
     """Tuned (unless `tuned` is False) and untuned libraries, built and exported the way the
     artifact release does; with `bytecode`, also the tuned module under the bytecode VM
-    ("tuned-bytecode", an ablation of `exec_mode="compiled"`); with `stock_lowering`, also the
-    tuned module lowered by TVM's default TIR pipeline ("tuned-stock-lowering", an ablation of
-    edgetune/tune/lowering.py)."""
+    ("tuned-bytecode", an ablation of `exec_mode="compiled"`)."""
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
     from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
@@ -175,8 +173,6 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
         libraries["tuned"] = Path(export(apply_database_and_build(prepared, database, target)))
     if tuned and bytecode:
         libraries["tuned-bytecode"] = Path(export(apply_database_and_build(prepared, database, target, "bytecode")))
-    if tuned and stock_lowering:
-        libraries["tuned-stock-lowering"] = Path(export(apply_database_and_build(prepared, database, target, lowering="s_tir")))
     inputs = reference_inputs(model)
     expected = reference_outputs(model, inputs)
     if model.onnx is not None:

@@ -22,22 +22,19 @@ import cloudpickle
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.tune.lowering import tir_pipeline
-
 BUILD_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
 class FastBuild:
     """`f_build`: drop the weight-layout rewrite blocks (the weights arrive pre-packed) and
-    compile the candidate's TIR with edgetune's lowering (`lowering.py`, as the artifact's build),
-    without importing the tensor intrinsics."""
+    compile the candidate's TIR, without importing the tensor intrinsics."""
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target, _params: object) -> tvm.runtime.Module:
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        return tvm.tirx.build(mod, target=target, pipeline=tir_pipeline())
+        return tvm.driver.build(mod, target=target)
 
 
 @dataclass(frozen=True)

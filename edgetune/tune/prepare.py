@@ -26,7 +26,6 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.fast_math import legalize_fast_math
-from edgetune.tune.lowering import tir_pipeline
 from edgetune.tune.prepack import drop_reordered_layout_free_weights
 from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
 from edgetune.tune.schedule_rules.convolution import annotate_convolutions
@@ -67,14 +66,12 @@ def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.
 
 
 def apply_database_and_build(
-    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target, exec_mode: str = "compiled",
-    lowering: str | None = None,
+    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target, exec_mode: str = "compiled"
 ) -> relax.VMExecutable:
     """Step 3: the tuned executable. Kernels with a record get their best schedule and
     pre-packed weights; kernels without one stay untuned (check `count_tuned_tasks` first).
     Export the result with `executable.export_library(path, fcompile=...)`. `exec_mode`
-    "bytecode" gives the same kernels under the bytecode VM, whose calls can be instrumented.
-    `lowering`: a TVM TIR pipeline name instead of edgetune's (`lowering.py`), for ablations."""
+    "bytecode" gives the same kernels under the bytecode VM, whose calls can be instrumented."""
     with target, database:
         applied = tvm.transform.Sequential(
             [
@@ -84,7 +81,7 @@ def apply_database_and_build(
                 relax.transform.FoldConstant(),
             ]
         )(prepared)
-        return relax.build(applied, target=target, exec_mode=exec_mode, tir_pipeline=lowering or tir_pipeline())
+        return relax.build(applied, target=target, exec_mode=exec_mode)
 
 
 def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target, exec_mode: str = "compiled") -> relax.VMExecutable:

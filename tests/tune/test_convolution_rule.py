@@ -12,7 +12,6 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.lowering import tir_pipeline
 from edgetune.tune.models import load_model
 from edgetune.tune.prepare import extract_tasks, prepare
 from edgetune.tune.schedule_rules.convolution import RULE
@@ -154,27 +153,3 @@ def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
     tasks, _ = marked_tasks(prepared, HOST)
     assert len(tasks) == 2  # the padded 3x3 stride-2 3-channel stem and the pointwise convolution
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)
-
-
-def test_the_tile_accumulators_are_on_the_stack_and_compute_what_tvms_lowering_does(tmp_path):
-    """TVM's LowerTVMBuiltin gives a "local" buffer a workspace allocation and a free per tile;
-    edgetune's lowering keeps it on the stack (LLVM then keeps it in registers). When TVM stops
-    doing the former, the first assertion fails and `lowering.py` can go."""
-    (task,), _ = marked_tasks(prepare(load_model(convolutions(tmp_path, 16, (64, 3, 1))), AVX512), AVX512)
-    sch = design_spaces(task, AVX512)[0]
-    bound = tvm.tirx.transform.BindTarget(AVX512.with_host(AVX512))(sch.mod)
-    workspaces = {}
-    for pipeline in ("s_tir", tir_pipeline()):
-        lower, finalize_host, _ = tvm.tirx.get_tir_pipeline(pipeline)
-        workspaces[pipeline] = finalize_host()(lower(bound)).script().count("TVMBackendAllocWorkspace")
-    assert workspaces[tir_pipeline()] == workspaces["s_tir"] - 1  # the tile's buffer, and only it
-    rng = np.random.default_rng(0)
-    outputs = []
-    for pipeline in ("s_tir", tir_pipeline()):
-        args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype("float32"))
-                for p in sch.mod["main"].params]  # fmt: skip
-        rng = np.random.default_rng(0)  # the same inputs for both
-        tvm.tirx.build(sch.mod, target=AVX512, pipeline=pipeline)["main"](*args)
-        outputs.append(args[-1].numpy())
-    np.testing.assert_array_equal(outputs[0], outputs[1])
-    assert np.abs(outputs[0]).max() > 0.1
