@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ignore tuning.borrow (do not seed from other classes)")
     parser.add_argument("--measure-exclusively", action=argparse.BooleanOptionalAction, default=None,
                         help="search and build nothing while a board measures (default: on for a class "
-                             "whose boards are all simulated, as they share the host's CPUs)")
+                             "with a simulated board, as it shares the host's CPUs)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (boards, tasks, budgets) and measure nothing")
     parser.add_argument("--json", action="store_true", help="print the plan or result as JSON")

@@ -68,8 +68,8 @@ class TuneOptions:
     models: tuple[str, ...] | None = None  # None: every model
     borrow: bool = True  # honour tuning.borrow of the inventory
     search: SearchSettings = field(default_factory=SearchSettings)
-    # BoardGuardRunner's `exclusive`; None: when every board of the class is simulated (they
-    # share the host's CPUs with the search and the builds)
+    # BoardGuardRunner's `exclusive`; None: when a board of the class is simulated (it shares
+    # the host's CPUs with the search and the builds)
     measure_exclusively: bool | None = None
 
 
@@ -198,10 +198,11 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
 
 def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) -> bool:
     """Whether the class's boards measure alone (`BoardGuardRunner`'s `exclusive`): as asked,
-    else when every board of the class is simulated on this host."""
+    else when a board of the class is simulated on this host (timed while the host builds, it
+    would measure the builds)."""
     if options.measure_exclusively is not None:
         return options.measure_exclusively
-    return all(board.simulated is not None for board in fleet.boards_of(device_class))
+    return any(board.simulated is not None for board in fleet.boards_of(device_class))
 
 
 def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:

@@ -17,7 +17,7 @@ from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.monitor import BoardGuardRunner
 from edgetune.tune.runner import make_runner
 from edgetune.tune.tuner import TuneOptions, measures_exclusively
-from fleets import AVX512, V2, make_fleet, mlp
+from fleets import AVX512, make_fleet, mlp
 
 # Two repeats of at least 300 ms each: a batch cannot be measured in less than 0.6 s.
 SLOW_MEASUREMENT = Measurement(number=1, repeat=2, min_repeat_ms=300)
@@ -61,17 +61,12 @@ def test_exclusive_runner_returns_the_batch_measured_and_the_plain_one_at_once(l
     assert result.error_msg is None and len(result.run_secs) == 2
 
 
-def test_simulated_classes_measure_exclusively_unless_told_otherwise(tmp_path):
-    fleet = make_fleet(tmp_path, 9000, {"a": AVX512, "b": V2}, {"a": 2, "b": 1}, (mlp(),), trials=8)
-    simulated = fleet.replace(boards=tuple(
-        dataclasses.replace(b, simulated=Simulation(cpu_quota=0.5)) if b.device_class == "a" or b.name == "b-0" else b
-        for b in fleet.boards
+def test_classes_with_a_simulated_board_measure_exclusively_unless_told_otherwise(tmp_path):
+    real = make_fleet(tmp_path, 9000, {"a": AVX512}, {"a": 2}, (mlp(),), trials=8)
+    one_simulated = real.replace(boards=tuple(
+        dataclasses.replace(b, simulated=Simulation(cpu_quota=0.5)) if b.name == "a-1" else b for b in real.boards
     ))
-    mixed = simulated.replace(boards=tuple(
-        dataclasses.replace(b, simulated=None) if b.name == "a-1" else b for b in simulated.boards
-    ))
-    assert measures_exclusively(simulated, "a", TuneOptions())
-    assert not measures_exclusively(fleet, "a", TuneOptions())  # real boards: the host does not disturb them
-    assert not measures_exclusively(mixed, "a", TuneOptions())  # one real board: measure concurrently
-    assert not measures_exclusively(simulated, "a", TuneOptions(measure_exclusively=False))
-    assert measures_exclusively(fleet, "a", TuneOptions(measure_exclusively=True))
+    assert measures_exclusively(one_simulated, "a", TuneOptions())  # it would time the host's builds
+    assert not measures_exclusively(real, "a", TuneOptions())  # real boards: the host does not disturb them
+    assert not measures_exclusively(one_simulated, "a", TuneOptions(measure_exclusively=False))
+    assert measures_exclusively(real, "a", TuneOptions(measure_exclusively=True))
