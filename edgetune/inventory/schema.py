@@ -135,6 +135,11 @@ class Board:
     token_env: str | None = None  # its download token comes from this variable instead of a file
 
     @property
+    def shares_host_cpus(self) -> bool:
+        """A simulated board: it runs on this machine, so the host's own work slows its timing."""
+        return self.simulated is not None
+
+    @property
     def emulated(self) -> bool:
         """A simulated board of another architecture, run under qemu-user (its timings are qemu's)."""
         return self.simulated is not None and self.simulated.emulated

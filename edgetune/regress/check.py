@@ -95,8 +95,8 @@ def regress(
     _check_known("model", models, [m.name for m in fleet.models])
     store = ArtifactStore(fleet.artifacts.dir)
     targets = select_boards(fleet, boards, classes)
-    # Simulated boards share this machine's cores: timed one at a time, or they slow each other down.
-    workers = 1 if any(b.simulated for b in targets) else MAX_WORKERS
+    # Boards sharing this machine's cores are timed one at a time, or they slow each other down.
+    workers = 1 if any(b.shares_host_cpus for b in targets) else MAX_WORKERS
     results = for_each_board(targets, lambda board: _check_board(fleet, store, board, models, changed_only), workers=workers)
     verdicts: list[Verdict] = []
     for board in targets:

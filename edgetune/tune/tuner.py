@@ -202,7 +202,7 @@ def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) 
     would measure the builds)."""
     if options.measure_exclusively is not None:
         return options.measure_exclusively
-    return any(board.simulated is not None for board in fleet.boards_of(device_class))
+    return any(board.shares_host_cpus for board in fleet.boards_of(device_class))
 
 
 def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
