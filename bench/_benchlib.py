@@ -133,14 +133,22 @@ def bench_main(prefix: str, args, run) -> None:
     say(f"bench finished in {time.monotonic() - started:.0f} s")
 
 
+VECTOR_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile")
+
+
 def machine_facts() -> str:
-    cpu = "?"
+    """The cores, the CPU (its name, family and model, and the vector features that decide which
+    kernels it runs: machines of the same kind here have been Intel and AMD) and the load."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+        key, _, value = line.partition(":")
+        if not line.strip():
+            break  # the first processor is enough
+        fields.setdefault(key.strip(), value.strip())
+    flags = [f for f in fields.get("flags", "").split() if f in VECTOR_FEATURES]
+    cpu = f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
     load = Path("/proc/loadavg").read_text().split()[:3]
-    return f"{os.cpu_count()} cores ({cpu}), load average {' '.join(load)} at start"
+    return f"{os.cpu_count()} cores ({cpu}; {' '.join(flags)}), load average {' '.join(load)} at start"
 
 
 def load_now() -> str:
