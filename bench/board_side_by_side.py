@@ -1,8 +1,8 @@
 """Runs ON THE BOARD (uploaded and started over SSH by side_by_side.py): times the untuned TVM
 build, the tuned TVM build and onnxruntime in this one process, the same way (a Python loop,
 time.perf_counter_ns around every call), interleaved in rounds with the order rotated every
-round (ABC, BCA, CAB, ...), on the same input; then a single-thread fp32 GEMM (numpy/OpenBLAS
-sgemm) as the machine's peak. Prints one JSON object.
+round (ABC, BCA, CAB, ...), on the same input; then an fp32 GEMM (numpy/OpenBLAS sgemm, at the
+board's threads) as the machine's peak. Prints one JSON object.
 
     python board_side_by_side.py SPEC.json
 
@@ -87,7 +87,7 @@ def interleaved(calls, rounds, round_ms):
 
 
 def gemm_gflops():
-    """Single-thread fp32 GEMM rate: each of GEMM_CALLS calls timed, GFLOP/s of every call."""
+    """fp32 GEMM rate at OPENBLAS_NUM_THREADS threads: each of GEMM_CALLS calls timed, GFLOP/s of every call."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((GEMM_N, GEMM_N), dtype=np.float32)
     b = rng.standard_normal((GEMM_N, GEMM_N), dtype=np.float32)

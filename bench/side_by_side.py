@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import real_models
 from _benchlib import (
@@ -78,6 +79,9 @@ def parse_args() -> argparse.Namespace:
                              "in the same rounds (doubles the tuning)")
     parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
                         help="models[].layout of every model's main rows (default NCHW, the graph as it is)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the board's cores (its cpu quota), the target's num-cores and the runtime threads of "
+                             "TVM, onnxruntime and the GEMM peak (default 1)")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
     args = parser.parse_args()
     if args.ablate_layout and args.layout != "NCHW":
@@ -154,8 +158,9 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     total_tasks = sum(m["weight"] for m in models)
     tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
               "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
-    boards = [BoardSpec("sbs-1", CLASS, 1.0, 21)]
-    fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: PROFILE_AVX512}, boards, models, tuning,
+    boards = [BoardSpec("sbs-1", CLASS, float(args.threads), 21)]
+    profile = PROFILE_AVX512 if args.threads == 1 else threaded_profile(PROFILE_AVX512, args.threads, workdir)
+    fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: profile}, boards, models, tuning,
                                   command_timeout_s=3600)
     fleet = load_fleet(fleet_path)
     board = fleet.boards[0]
@@ -180,6 +185,16 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     if wrong:
         raise SystemExit(f"outputs differ from the reference beyond the tolerance: {'; '.join(wrong)} "
                          f"(results written to {args.results}; their times do not count)")
+
+
+def threaded_profile(source: Path, threads: int, workdir: Path) -> Path:
+    """`source` for a board of `threads` cores: its target's num-cores and its runtime threads."""
+    profile = yaml.safe_load(source.read_text())
+    profile["target"]["num-cores"] = profile["runtime"]["threads"] = threads
+    profile["description"] += f"; {threads} cores (bench --threads)"
+    path = workdir / f"{source.stem}-{threads}-threads.yaml"
+    path.write_text(yaml.safe_dump(profile, sort_keys=False))
+    return path
 
 
 def tuned_library(fleet, model, workdir: Path) -> Path:
@@ -332,7 +347,8 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
     return with_peak({
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": facts, "machine_end": load_now(),
-        "board": "simulated board (network namespace + cgroup, cpu quota 1.0) on this machine",
+        "board": f"simulated board (network namespace + cgroup, cpu quota {fleet.boards[0].simulated.cpu_quota:g}) "
+                 "on this machine",
         "target": profile.target_json(), "threads": threads,
         "tuning": {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter,
                    "trials_run": class_result.trials_run if class_result else 0, "minutes": tune_s / 60.0},
