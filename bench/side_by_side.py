@@ -86,6 +86,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.ablate_layout and args.layout != "NCHW":
         parser.error("--ablate-layout compares NCHW rows with their NHWC twins: leave --layout at NCHW")
+    if args.threads < 1:
+        parser.error(f"--threads is the board's cores: at least 1, got {args.threads}")
     return args
 
 
