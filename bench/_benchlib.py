@@ -141,9 +141,9 @@ def machine_facts() -> str:
     kernels it runs: machines of the same kind here have been Intel and AMD) and the load."""
     fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
         if not line.strip():
             break  # the first processor is enough
+        key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     flags = [f for f in fields.get("flags", "").split() if f in VECTOR_FEATURES]
     cpu = f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
