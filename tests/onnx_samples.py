@@ -79,9 +79,11 @@ def conv_model(path: Path, name: str = "convnet"):
 
 def write_separable_block(path: Path) -> Path:
     """A depthwise-separable block as mobile CNNs have it: conv 3x3 (3->16, stride 2) +
-    Clip(0, 6) (ReLU6), depthwise 3x3 + HardSwish, pointwise 1x1 (16->32) + Clip with only a
-    lower bound, global average pool. Clip and HardSwish are the activations the ONNX
-    frontend lowers without a layout rule (edgetune.tune.layout)."""
+    Clip(0, 6) (ReLU6), depthwise 3x3 + HardSwish + a learnable affine block (a scale and a
+    bias of shape (1,), the scale first, as PP-LCNetV3 exports them), pointwise 1x1 (16->32) +
+    Clip with only a lower bound, global average pool. Clip and HardSwish are the activations
+    the ONNX frontend lowers without a layout rule, and the affine block's constants are what
+    TVM's layout rule of binary operators stops at (edgetune.tune.layout)."""
     rng = np.random.default_rng(1)
     weights = [
         numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype("float32") * 0.3, "w_stem"),
@@ -90,13 +92,17 @@ def write_separable_block(path: Path) -> Path:
         numpy_helper.from_array(rng.standard_normal(32).astype("float32") * 0.1, "b_pw"),
         numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
         numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+        numpy_helper.from_array(np.array([1.3], np.float32), "lab_scale"),
+        numpy_helper.from_array(np.array([-0.2], np.float32), "lab_bias"),
     ]
     nodes = [
         helper.make_node("Conv", ["image", "w_stem"], ["stem"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Clip", ["stem", "zero", "six"], ["relu6"]),
         helper.make_node("Conv", ["relu6", "w_dw"], ["dw"], pads=[1, 1, 1, 1], group=16),
         helper.make_node("HardSwish", ["dw"], ["hswish"]),
-        helper.make_node("Conv", ["hswish", "w_pw", "b_pw"], ["pw"]),
+        helper.make_node("Mul", ["lab_scale", "hswish"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "lab_bias"], ["affine"]),
+        helper.make_node("Conv", ["affine", "w_pw", "b_pw"], ["pw"]),
         helper.make_node("Clip", ["pw", "zero"], ["relu"]),
         helper.make_node("GlobalAveragePool", ["relu"], ["pooled"]),
     ]

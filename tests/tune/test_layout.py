@@ -1,5 +1,6 @@
 """`models[].layout: NHWC`: the convolutions are compiled channels-last, each keeps its fused
-activation (Clip and HardSwish included), and the model answers what onnxruntime answers."""
+activation (Clip and HardSwish included) and the element-wise operators with constants between
+them, and the model answers what onnxruntime (or NumPy) answers."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import dataclasses
 
 import numpy as np
 import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
 
-from onnx_samples import conv_model, write_separable_block
+from onnx_samples import conv_model, save, write_separable_block
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 
@@ -63,3 +68,50 @@ def test_nchw_is_the_layout_the_graph_has_and_the_default(tmp_path):
     assert model.layout == "NCHW"
     assert {str(c.attrs.data_layout) for c in _conv_calls(load_model(model))} == {"NCHW"}
     assert {str(c.attrs.data_layout) for c in _conv_calls(load_model(dataclasses.replace(model, layout="NHWC")))} == {"NHWC"}
+
+
+# A binary operator with a constant between two NHWC convolutions: the constants TVM's layout
+# rule stops at (lower rank, or first) are reshaped or moved so that the operator stays NHWC.
+CHANNELS, HEIGHT, WIDTH = 4, 3, 5
+BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum, "Min": np.minimum}
+
+
+@st.composite
+def broadcast_constants(draw) -> np.ndarray:
+    """A constant that broadcasts against (1, C, H, W): its trailing dimensions each 1 or the tensor's."""
+    rank = draw(st.integers(1, 4))
+    full = (1, CHANNELS, HEIGHT, WIDTH)[4 - rank :]
+    shape = tuple(draw(st.sampled_from([1, dim])) for dim in full)
+    return draw(hnp.arrays(np.float32, shape, elements=st.floats(0.5, 2.0, width=32)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(operator=st.sampled_from(sorted(BINARY)), constant=broadcast_constants(), constant_first=st.booleans())
+def test_a_constant_broadcast_between_nhwc_convolutions_gives_numpy_values_without_transposes(
+    tmp_path_factory, operator, constant, constant_first
+):
+    rng = np.random.default_rng(3)
+    w1, w2 = (rng.standard_normal((CHANNELS, CHANNELS, 1, 1)).astype(np.float32) for _ in range(2))
+    operands = ["k", "c1"] if constant_first else ["c1", "k"]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]), helper.make_node(operator, operands, ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["y"])]  # fmt: skip
+    shape = [1, CHANNELS, HEIGHT, WIDTH]
+    path = save(tmp_path_factory.mktemp("binary") / "binary.onnx", nodes,
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                [numpy_helper.from_array(w, n) for w, n in ((w1, "w1"), (w2, "w2"), (constant, "k"))])  # fmt: skip
+    model = Model("binary", (ModelInput("x", tuple(shape)),), onnx=path, layout="NHWC")
+    x = reference_inputs(model)["x"]
+
+    prepared = prepare(load_model(model), HOST)
+    got = relax.VirtualMachine(build_untuned(prepared, HOST), tvm.cpu())[entry_function(prepared)](tvm.runtime.tensor(x))
+
+    def conv(w, t):
+        return np.einsum("oi,nihw->nohw", w[:, :, 0, 0], t)
+
+    first = conv(w1, x)
+    middle = BINARY[operator](constant, first) if constant_first else BINARY[operator](first, constant)
+    np.testing.assert_allclose(got.numpy(), conv(w2, middle), rtol=1e-5, atol=1e-5)
+    left_alone = constant_first and constant.size > 1 and operator in ("Sub", "Div")  # TVM's rule takes the first operand's layout
+    transposes = sum("transpose" in task.task_name for task in extract_tasks(prepared, HOST))
+    assert transposes == (3 if left_alone else 2), [task.task_name for task in extract_tasks(prepared, HOST)]
