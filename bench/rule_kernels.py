@@ -107,7 +107,7 @@ def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 KINDS = {
     "convolution": KernelKind(
-        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
+        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det", "ppocr-rec"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
         "14x14x256x256,7x7x256x512,28x28x128x128,56x56x64x64",
         _convolution_shape, _convolution_label,
         lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2]),

@@ -153,3 +153,34 @@ def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
     tasks, _ = marked_tasks(prepared, HOST)
     assert len(tasks) == 2  # the padded 3x3 stride-2 3-channel stem and the pointwise convolution
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)
+
+
+def dense_layers(tmp_path) -> Model:
+    """Two dense layers of 10 tokens, as a text recogniser's head has them: MatMul 24 -> 37 (no
+    vector divides 37) + bias, ReLU, MatMul 37 -> 32."""
+    rng = np.random.default_rng(2)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype("float32"), name)
+               for name, shape in (("w0", (24, 37)), ("b0", (37,)), ("w1", (37, 32)))]  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["m0"]), helper.make_node("Add", ["m0", "b0"], ["a0"]),
+             helper.make_node("Relu", ["a0"], ["r0"]), helper.make_node("MatMul", ["r0", "w1"], ["y"])]  # fmt: skip
+    path = save(tmp_path / "dense.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10, 24])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10, 32])], weights)  # fmt: skip
+    return Model("dense", (ModelInput("x", (1, 10, 24)),), onnx=path, layout="NHWC")
+
+
+def test_dense_layers_are_pointwise_kernels_of_the_rule_their_odd_outputs_padded_to_a_vector(tmp_path):
+    marked, _ = marked_tasks(prepare(load_model(dense_layers(tmp_path)), AVX512), AVX512)
+    weights = sorted(tuple(int(d) for d in task.dispatched[0]["main"].params[1].shape) for task in marked)
+    assert weights == [(32, 1, 1, 37), (48, 1, 1, 24)]  # 37 outputs padded to 48 (3 vectors of 16)
+    for task in marked:
+        for sch in design_spaces(task, AVX512):
+            lane = sch.get(sch.get_loops(sch.get_sblock("conv2d_nhwc"))[-1])
+            assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 16
+
+
+def test_dense_layers_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_path):
+    model = dense_layers(tmp_path)
+    prepared = prepare(load_model(model), HOST)
+    tasks, _ = marked_tasks(prepared, HOST)
+    assert len(tasks) == 2
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)

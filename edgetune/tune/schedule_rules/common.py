@@ -110,7 +110,8 @@ def lone_convolution(
 ) -> s_tir.SBlockRV | None:
     """The function's reduction block if the function is one reduction with only input blocks
     (as `is_input_block` says) before it and element-wise blocks over its output after it,
-    the last of them writing the function's only output."""
+    the last of them writing the function's only output (the last may also be a leading slice
+    of it: a dense layer's output channels padded to a vector, edgetune.tune.layout)."""
     blocks = top_blocks(sch)
     reductions = [b for b in blocks if has_reduction(sch, b)]
     if len(reductions) != 1:
@@ -121,7 +122,9 @@ def lone_convolution(
     producers, consumers = blocks[:position], blocks[position + 1 :]
     if not all(is_input_block(sch, b) for b in producers):
         return None
-    if not all(is_elementwise(sch, b, out_shape) for b in consumers):
+    if not all(is_elementwise(sch, b, out_shape) for b in consumers[:-1]):
+        return None
+    if consumers and not (is_elementwise(sch, consumers[-1], out_shape) or is_leading_slice(sch, consumers[-1], out_shape)):
         return None
     outputs = [b for b in blocks if writes_parameter(sch, b, params)]
     return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
@@ -170,6 +173,21 @@ def is_elementwise(sch: s_tir.Schedule, block: s_tir.SBlockRV, shape_: tuple[int
     extents = tuple(int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else None for iv in b.iter_vars)
     spatial = all(iv.iter_type == tvm.tirx.IterVar.DataPar for iv in b.iter_vars)
     return spatial and extents == shape_ and len(b.writes) == 1 and shape(b.writes[0].source) == shape_
+
+
+def is_leading_slice(sch: s_tir.Schedule, block: s_tir.SBlockRV, shape_: tuple[int, ...]) -> bool:
+    """A copy of the first elements of each dimension of a `shape_` buffer: out[i, j] = in[i, j]
+    over a smaller shape of the same rank."""
+    b = sch.get(block)
+    if len(b.reads) != 1 or len(b.writes) != 1 or any(iv.iter_type != tvm.tirx.IterVar.DataPar for iv in b.iter_vars):
+        return False
+    source, written = shape(b.reads[0].source), shape(b.writes[0].source)
+    if source != shape_ or len(written) != len(shape_) or None in written or written == shape_:
+        return False
+    read = b.reads[0].region
+    return all(dim <= full for dim, full in zip(written, shape_)) and all(
+        r.min.same_as(iv.var) and int(r.extent) == 1 for r, iv in zip(read, b.iter_vars)
+    )
 
 
 def writes_parameter(sch: s_tir.Schedule, block: s_tir.SBlockRV, params: list) -> bool:
