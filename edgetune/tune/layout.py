@@ -32,8 +32,13 @@ A matrix product with a constant weight (a dense layer: `MatMul(x, W)` with W of
 the same GEMM as a 1x1 convolution of a 1 x 1 x M image of K channels, M the product of x's
 leading dimensions; in NHWC it is written as one, so that the pointwise micro-kernel rule
 schedules it. Stock MetaSchedule ran ppocr-rec's 40 x 120 x 6625 classifier at 35 % of the
-fp32 peak. When no vector divides N (6625 = 5^3 x 53), the weight gets zero output channels up
-to a multiple of PADDED_CHANNELS and the extra outputs are sliced off.
+fp32 peak. When no vector of MIN_LANES or more divides N (6625 = 5^3 x 53), the weight gets
+zero output channels up to a multiple of PADDED_CHANNELS and the extra outputs are sliced off.
+Only dense layers whose M the rule's row tiles divide are rewritten: stock MetaSchedule, given
+such a padded and sliced kernel of one row (a classifier head), computed the convolution under
+the slice's loop, and RewriteLayout then pre-packed the weight with the index map `o % 10` of
+the 10 outputs kept: the 6 zero filters overwrote real ones and the tuned model answered wrong
+(TVM 0.27; the toy cnn of bench/ in run-u).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ import re
 import numpy as np
 import tvm
 from tvm import relax
+
+from edgetune.tune.schedule_rules.common import MIN_LANES, row_tiles
 
 PADDED_CHANNELS = 16  # float32 lanes of an AVX-512 register: the widest the rules tile
 # Transposed convolutions stay NCHW: Relax legalizes them in no other layout (TVM 0.27).
@@ -202,11 +209,13 @@ class _DenseAsPointwise(relax.PyExprMutator):
             return call
         data, weight = call.args
         leading = _static_shape(data)[:-1] if _static_shape(data) else None
-        if not leading or not _is_constant(weight) or weight.value.numpy().ndim != 2:
-            return call
-        matrix = weight.value.numpy()
+        matrix = weight.value.numpy() if _is_constant(weight) else None
+        if not leading or matrix is None or matrix.ndim != 2 or {str(data.ty.dtype), str(matrix.dtype)} != {"float32"}:
+            return call  # the micro-kernel rules are float32 only
+        if not row_tiles(math.prod(leading)):
+            return call  # not a kernel the rule would take
         channels_in, channels_out = matrix.shape
-        padded = channels_out if channels_out % 4 == 0 else -(-channels_out // PADDED_CHANNELS) * PADDED_CHANNELS
+        padded = channels_out if channels_out % MIN_LANES == 0 else -(-channels_out // PADDED_CHANNELS) * PADDED_CHANNELS
         filters = np.zeros((padded, 1, 1, channels_in), matrix.dtype)
         filters[:channels_out, 0, 0, :] = matrix.T
         image = relax.op.reshape(data, (1, 1, math.prod(leading), channels_in))
