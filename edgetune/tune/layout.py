@@ -208,17 +208,20 @@ class _DenseAsPointwise(relax.PyExprMutator):
         if not _is_call(call, "relax.matmul"):
             return call
         data, weight = call.args
-        leading = _static_shape(data)[:-1] if _static_shape(data) else None
+        leading = (_static_shape(data) or ())[:-1]  # () also for a vector or a dynamic shape
         matrix = weight.value.numpy() if _is_constant(weight) else None
-        if not leading or matrix is None or matrix.ndim != 2 or {str(data.ty.dtype), str(matrix.dtype)} != {"float32"}:
+        if not leading or matrix is None or matrix.ndim != 2:
+            return call
+        if {str(data.ty.dtype), str(matrix.dtype)} != {"float32"}:
             return call  # the micro-kernel rules are float32 only
-        if not row_tiles(math.prod(leading)):
+        rows = math.prod(leading)
+        if not row_tiles(rows):
             return call  # not a kernel the rule would take
         channels_in, channels_out = matrix.shape
         padded = channels_out if channels_out % MIN_LANES == 0 else -(-channels_out // PADDED_CHANNELS) * PADDED_CHANNELS
         filters = np.zeros((padded, 1, 1, channels_in), matrix.dtype)
         filters[:channels_out, 0, 0, :] = matrix.T
-        image = relax.op.reshape(data, (1, 1, math.prod(leading), channels_in))
+        image = relax.op.reshape(data, (1, 1, rows, channels_in))
         out = relax.op.nn.conv2d(image, relax.const(filters), data_layout="NHWC", kernel_layout="OHWI")
         if padded != channels_out:
             out = relax.op.strided_slice(out, axes=[3], begin=[0], end=[channels_out])
