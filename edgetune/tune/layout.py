@@ -105,7 +105,7 @@ class _MinMaxOperators(relax.PyExprMutator):
         if kernel is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
             return call
         value, bound = args.fields
-        if len(bound.ty.shape) != 0 or bound.ty.dtype != value.ty.dtype:
+        if _rank(bound) != 0 or bound.ty.dtype != value.ty.dtype:
             return call
         operator = relax.op.maximum if kernel.group(1) == "maximum" else relax.op.minimum
         return operator(value, bound)
