@@ -15,9 +15,11 @@ import fcntl
 import json
 import math
 import os
+import random
 import resource
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -43,6 +45,7 @@ PROFILE_AVX512 = REPO / "device_profiles" / "x86-avx512.yaml"
 
 ONNX_CNN_INPUT = ("x", (1, 16, 32, 32))
 MOBILENET_MINI_INPUT = ("image", (1, 3, 64, 64))
+BOOTSTRAP_DRAWS = 2000
 
 
 # How far a build's outputs may be from the reference: OUTPUT_RTOL of the reference's largest
@@ -57,6 +60,17 @@ def output_tolerance(expected: Sequence[np.ndarray]) -> float:
 
 def max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
     return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
+
+
+def round_ratio(numerator: list[list[int]], denominator: list[list[int]]) -> dict:
+    """Per round: median(numerator) / median(denominator) of that round's calls; the median of
+    those, with a 95 % bootstrap interval over rounds. > 1: the denominator is faster."""
+    per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(numerator, denominator)]
+    rng = random.Random(0)
+    draws = sorted(statistics.median(rng.choices(per_round, k=len(per_round))) for _ in range(BOOTSTRAP_DRAWS))
+    return {"median": statistics.median(per_round), "ci95": [draws[int(0.025 * BOOTSTRAP_DRAWS)],
+                                                             draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]],
+            "per_round": per_round}
 
 
 def say(message: str) -> None:

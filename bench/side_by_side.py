@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shlex
 import shutil
 import statistics
@@ -28,6 +27,7 @@ import yaml
 
 import real_models
 from _benchlib import (
+    round_ratio,
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
@@ -52,7 +52,6 @@ ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compile
              "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
-BOOTSTRAP_DRAWS = 2000
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
 DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
@@ -298,17 +297,6 @@ def time_stats(rounds: list[list[int]]) -> dict:
     flat = np.array([s for r in rounds for s in r], np.float64) / 1e6
     p25, p50, p75 = np.percentile(flat, [25, 50, 75])
     return {"median_ms": float(p50), "p25_ms": float(p25), "p75_ms": float(p75), "calls": int(flat.size)}
-
-
-def round_ratio(numerator: list[list[int]], denominator: list[list[int]]) -> dict:
-    """Per round: median(numerator) / median(denominator) of that round's calls; the median of
-    those, with a 95 % bootstrap interval over rounds. > 1: the denominator is faster."""
-    per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(numerator, denominator)]
-    rng = random.Random(0)
-    draws = sorted(statistics.median(rng.choices(per_round, k=len(per_round))) for _ in range(BOOTSTRAP_DRAWS))
-    return {"median": statistics.median(per_round), "ci95": [draws[int(0.025 * BOOTSTRAP_DRAWS)],
-                                                             draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]],
-            "per_round": per_round}
 
 
 def model_flops(built: Built) -> int | None:
