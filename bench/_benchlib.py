@@ -73,6 +73,15 @@ def round_ratio(numerator: list[list[int]], denominator: list[list[int]]) -> dic
             "per_round": per_round}
 
 
+def sample_seconds(run, sample_ms: float) -> float:
+    """Mean seconds per call of a loop of at least `sample_ms`."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < sample_ms / 1e3 or calls == 0:
+        run()
+        calls += 1
+    return elapsed / calls
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

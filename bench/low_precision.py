@@ -64,7 +64,7 @@ from tvm.script import tirx as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
-from _benchlib import machine_facts, round_ratio, say  # noqa: E402
+from _benchlib import machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 from rule_kernels import sgemm_peak_gflops  # noqa: E402
 
 DEFAULT_MODELS = "pplcnet-orientation,ppocr-cls,yolov8n-320,ppocr-det,ppocr-rec"
@@ -164,15 +164,6 @@ def accuracy_change(float_session, int8_session, feeds, class_scores: bool) -> d
                 compared += expected.argmax(-1).size
     return {"relative_l2_error": (error_sq / max(norm_sq, 1e-30)) ** 0.5,
             "argmax_agreement": agree / compared if class_scores else None}
-
-
-def sample_seconds(run, sample_ms: float) -> float:
-    """Mean seconds per call of a loop of at least `sample_ms`."""
-    calls, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < sample_ms / 1e3 or calls == 0:
-        run()
-        calls += 1
-    return elapsed / calls
 
 
 def interleaved(runs: dict[str, callable], rounds: int, sample_ms: float) -> dict[str, list[list[float]]]:
