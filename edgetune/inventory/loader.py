@@ -366,6 +366,11 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
         reference = item.child("reference_input", None)
         if builtin is not None and item.has("quantized_weights"):
             raise item.child("quantized_weights").error("applies to ONNX models only (a builtin model has float32 weights)")
+        quantized_weights = item.choice("quantized_weights", QUANTIZED_WEIGHTS, "keep")
+        layout = item.choice("layout", LAYOUTS, "NCHW")
+        if quantized_weights == "integer" and layout != "NHWC":
+            raise item.child("quantized_weights").error(
+                f"'integer' computes pointwise convolutions in the NHWC micro-kernel; add 'layout: NHWC' (layout is {layout})")
         models.append(
             Model(
                 name=name,
@@ -374,8 +379,8 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
                 builtin=builtin,
                 weight=item.positive("weight", float, MAX_WEIGHT, 1.0),
                 reference_input=_reference_input(reference, base, inputs) if reference.value is not None else None,
-                quantized_weights=item.choice("quantized_weights", QUANTIZED_WEIGHTS, "keep"),
-                layout=item.choice("layout", LAYOUTS, "NCHW"),
+                quantized_weights=quantized_weights,
+                layout=layout,
             )
         )
     return tuple(models)

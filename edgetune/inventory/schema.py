@@ -172,7 +172,8 @@ class ModelInput:
         return isinstance(self.values, FixedValue)
 
 
-QUANTIZED_WEIGHTS = ("keep", "float")  # int8 weights of quantized models: kept, or widened to float32
+QUANTIZED_WEIGHTS = ("keep", "float", "integer")  # int8 weights of quantized models: kept, widened to float32,
+# or kept with the pointwise convolutions computed in integers (needs layout NHWC)
 LAYOUTS = ("NCHW", "NHWC")  # the layout convolutions are compiled in (NCHW: as the graph has them)
 
 

@@ -51,6 +51,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from edgetune.tune.graph import bound_value, is_call, is_constant, rewrite_with, static_shape
 from edgetune.tune.schedule_rules.common import MIN_LANES, row_tiles
 
 PADDED_CHANNELS = 16  # float32 lanes of an AVX-512 register: the widest the rules tile
@@ -113,31 +114,22 @@ class _MinMaxOperators(relax.PyExprMutator):
     def _stacked_extreme(self, call: relax.Call) -> relax.Expr:
         """`max|min(stack((broadcast_to(a), broadcast_to(b), ...)), axis=0)`, as the ONNX
         frontend emits Max and Min: `maximum|minimum(maximum|minimum(a, b), ...)`."""
-        stacked = self._bound(call.args[0])
+        stacked = bound_value(self, call.args[0])
         axes = [int(a) for a in call.attrs.axis] if call.attrs.axis is not None else None
-        if axes != [0] or call.attrs.keepdims or not _is_call(stacked, "relax.stack") or int(stacked.attrs.axis) != 0:
+        if axes != [0] or call.attrs.keepdims or not is_call(stacked, "relax.stack") or int(stacked.attrs.axis) != 0:
             return call
-        tensors = self._bound(stacked.args[0])
+        tensors = bound_value(self, stacked.args[0])
         if not isinstance(tensors, relax.Tuple):
             return call
         inputs = []
         for field in tensors.fields:
-            value = self._bound(field)
-            inputs.append(value.args[0] if _is_call(value, "relax.broadcast_to") else field)
+            value = bound_value(self, field)
+            inputs.append(value.args[0] if is_call(value, "relax.broadcast_to") else field)
         return functools.reduce(_STACKED_EXTREMES[call.op], inputs)
-
-    def _bound(self, expr: relax.Expr) -> relax.Expr:
-        """The value a variable is bound to in the function (the expression itself otherwise)."""
-        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-        return expr if value is None else value
 
 
 _TIR_BOUNDS = re.compile(r"(maximum|minimum)\d*$")
 _STACKED_EXTREMES = {tvm.ir.Op.get("relax.max"): relax.op.maximum, tvm.ir.Op.get("relax.min"): relax.op.minimum}
-
-
-def _is_call(expr: relax.Expr, op: str) -> bool:
-    return isinstance(expr, relax.Call) and expr.op.same_as(tvm.ir.Op.get(op))
 
 
 def _constant(bound: relax.Expr) -> float | None:
@@ -161,21 +153,17 @@ class _ConstantsLayoutCanFollow(relax.PyExprMutator):
         if commutative is None:
             return call
         left, right = call.args
-        if _is_constant(left) == _is_constant(right):
+        if is_constant(left) == is_constant(right):
             return call  # two tensors (ConvertLayout's own case), or constants only
-        if _is_constant(left) and commutative:
+        if is_constant(left) and commutative:
             left, right = right, left
-        if _is_constant(left):
+        if is_constant(left):
             left = _as_scalar(left, _rank(right))
         else:
             right = _full_rank(right, _rank(left))
         if left.same_as(call.args[0]) and right.same_as(call.args[1]):
             return call
         return relax.Call(call.op, [left, right], call.attrs)
-
-
-def _is_constant(expr: relax.Expr) -> bool:
-    return isinstance(expr, tvm.ir.GenericConst)
 
 
 def _rank(expr: relax.Expr) -> int | None:
@@ -205,11 +193,11 @@ def _as_scalar(constant: relax.Expr, rank: int | None) -> relax.Expr:
 class _DenseAsPointwise(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not _is_call(call, "relax.matmul"):
+        if not is_call(call, "relax.matmul"):
             return call
         data, weight = call.args
-        leading = (_static_shape(data) or ())[:-1]  # () also for a vector or a dynamic shape
-        matrix = weight.value.numpy() if _is_constant(weight) else None
+        leading = (static_shape(data) or ())[:-1]  # () also for a vector or a dynamic shape
+        matrix = weight.value.numpy() if is_constant(weight) else None
         if not leading or matrix is None or matrix.ndim != 2:
             return call
         if {str(data.ty.dtype), str(matrix.dtype)} != {"float32"}:
@@ -228,20 +216,6 @@ class _DenseAsPointwise(relax.PyExprMutator):
         return relax.op.reshape(out, (*leading, channels_out))
 
 
-def _static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    """The tensor's dimensions if all of them are known integers."""
-    shape = getattr(expr.ty, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(dim, tvm.tirx.IntImm) for dim in values):
-        return None
-    return tuple(int(dim) for dim in values)
-
-
-def _rewrite_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
-    """A pass that rewrites every Relax function of a module with `mutator`."""
-    return relax.transform.function_pass(lambda func, _mod, _ctx: mutator().visit_expr(func), opt_level=0, name=name)
-
-
-_to_relax_min_max = _rewrite_with(_MinMaxOperators, "ToRelaxMinMax")
-_constants_layout_can_follow = _rewrite_with(_ConstantsLayoutCanFollow, "ConstantsLayoutCanFollow")
-_dense_as_pointwise = _rewrite_with(_DenseAsPointwise, "DenseAsPointwise")
+_to_relax_min_max = rewrite_with(_MinMaxOperators, "ToRelaxMinMax")
+_constants_layout_can_follow = rewrite_with(_ConstantsLayoutCanFollow, "ConstantsLayoutCanFollow")
+_dense_as_pointwise = rewrite_with(_DenseAsPointwise, "DenseAsPointwise")

@@ -171,6 +171,15 @@ def test_builtin_models_take_neither_fixed_inputs_nor_quantized_weights(fleet_di
         load_fleet(write(fleet_dir, data))
 
 
+def test_integer_arithmetic_needs_the_nhwc_layout(fleet_dir):
+    data = encoder_fleet(fleet_dir, GOOD_INPUTS, quantized_weights="integer")
+    with pytest.raises(InventoryError, match=r"models\[1\].quantized_weights: 'integer' computes pointwise convolutions "
+                                             r"in the NHWC micro-kernel; add 'layout: NHWC' \(layout is NCHW\)"):
+        load_fleet(write(fleet_dir, data))
+    data["models"][1]["layout"] = "NHWC"
+    assert load_fleet(write(fleet_dir, data)).models[1].quantized_weights == "integer"
+
+
 def test_a_model_needs_one_input_fed_at_run_time(fleet_dir):
     inputs = [{**GOOD_INPUTS[0], "values": {"fixed": 0}}, GOOD_INPUTS[1]]
     with pytest.raises(InventoryError, match=r"models\[1\].inputs: every input has a fixed value"):

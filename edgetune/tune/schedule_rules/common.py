@@ -200,11 +200,15 @@ def shape(buffer: tvm.tirx.Buffer) -> tuple[int | None, ...]:  # a TensorRegion'
     return tuple(int(dim) if isinstance(dim, tvm.tirx.IntImm) else None for dim in buffer.shape)
 
 
-def fold_into_tile(sch: s_tir.Schedule, conv: s_tir.SBlockRV, inline_padding: bool = True) -> s_tir.SBlockRV:
+def fold_into_tile(
+    sch: s_tir.Schedule, conv: s_tir.SBlockRV, inline_padding: bool = True, accumulator_scope: str = "local"
+) -> s_tir.SBlockRV:
     """Inline the input blocks (copy, and padding unless `inline_padding` is False) into the
     convolution and the epilogue into one block left after it, which writes the output from
-    accumulators in registers (scope "local"). That block is returned. A padding block left
-    in place is MetaSchedule's to place (its stock RandomComputeLocation rule samples where)."""
+    accumulators in registers (`accumulator_scope` "local", or "global" where a tensor
+    intrinsic's description asks for it: both become the tile's stack array). That block is
+    returned. A padding block left in place is MetaSchedule's to place (its stock
+    RandomComputeLocation rule samples where)."""
     for producer in sch.get_producers(conv):
         block = sch.get(producer)
         if inline_padding or shape(block.reads[0].source) == shape(block.writes[0].source):
@@ -214,8 +218,8 @@ def fold_into_tile(sch: s_tir.Schedule, conv: s_tir.SBlockRV, inline_padding: bo
     for block in epilogue:
         sch.compute_inline(block)
     if output is None:
-        return sch.cache_write(conv, 0, "local")
-    sch.set_scope(conv, 0, "local")
+        return sch.cache_write(conv, 0, accumulator_scope)
+    sch.set_scope(conv, 0, accumulator_scope)
     return output
 
 

@@ -1,0 +1,37 @@
+"""What the graph rewrites before tuning share (edgetune.tune.layout, edgetune.tune.integer):
+reading Relax expressions (calls, constants, static shapes, the value a variable is bound to)
+and turning a Relax expression mutator into a pass."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+
+def is_call(expr: relax.Expr, op: str) -> bool:
+    return isinstance(expr, relax.Call) and expr.op.same_as(tvm.ir.Op.get(op))
+
+
+def is_constant(expr: relax.Expr) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst)
+
+
+def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    """The tensor's dimensions if all of them are known integers."""
+    shape = getattr(expr.ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(dim, tvm.tirx.IntImm) for dim in values):
+        return None
+    return tuple(int(dim) for dim in values)
+
+
+def bound_value(mutator: relax.PyExprMutator, expr: relax.Expr) -> relax.Expr:
+    """The value a variable is bound to in the function being rewritten (the expression itself
+    otherwise)."""
+    value = mutator.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+    return expr if value is None else value
+
+
+def rewrite_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
+    """A pass that rewrites every Relax function of a module with `mutator`."""
+    return relax.transform.function_pass(lambda func, _mod, _ctx: mutator().visit_expr(func), opt_level=0, name=name)

@@ -1,0 +1,130 @@
+"""The micro-kernel schedule of integer pointwise convolutions (edgetune.tune.integer), with
+AVX-512 VNNI.
+
+The kernel is a GEMM of uint8 activations (NHWC) by int8 weights packed (O/16, K/4, 16, 4)
+into int32, then its element-wise epilogue (zero-point correction, scale, bias, the next
+layer's quantize). The schedule is the pointwise rule's (edgetune.tune.schedule_rules.convolution):
+a register tile of `rows` pixels x `vectors` vectors of 16 int32 accumulators over the whole
+reduction, the tiles above it sampled by MetaSchedule, the epilogue computed from the
+accumulators right after the tile. The reduction steps 4 input channels at a time, and the
+innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic below). The packed
+weight is read as it is: it is taken out of the kernel's layout-free buffers, so MetaSchedule's
+RewriteLayout leaves the order the instruction needs.
+
+TVM 0.27 ships a VNNI intrinsic (`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) that its
+LLVM 22 rejects: `llvm.x86.avx512.vpdpbusd.512` takes <64 x i8> operands, the intrinsic passes
+<16 x i32> ("Call parameter type does not match function signature"). VNNI_DOT is the same
+description with an implementation that passes the bytes.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import TensorIntrin
+from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
+from tvm.script import tirx as T
+from tvm.target import codegen
+
+from edgetune.tune.integer import DOT_INPUTS, INTEGER_LANES
+from edgetune.tune.schedule_rules.common import (
+    VectorUnit,
+    fold_into_tile,
+    lone_convolution,
+    mark_kernels,
+    register_rule,
+    row_tiles,
+    shape,
+    top_blocks,
+    write_from_tile,
+)
+from edgetune.tune.schedule_rules.convolution import register_tiles
+
+RULE = "edgetune_pointwise_vnni"
+VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
+LAYOUT_FREE = "layout_free_buffers"
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_vnni(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((16, 4), "int8", offset_factor=1),
+    C: T.Buffer((16,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+        T.writes(C[0:16])
+        four_inputs = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+        C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+            C.vload([0], dtype="int32x16"),
+            T.reinterpret(T.broadcast(four_inputs, 16), dtype="uint8x64"),
+            B.vload([0, 0], dtype="int8x64"),
+            dtype="int32x16",
+        )
+
+
+TensorIntrin.register(VNNI_DOT, dot_product_16x4_u8i8i32_desc, _dot_16x4_vnni, override=True)
+
+
+def annotate_integer_pointwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """`mod` with the GEMM block of every integer pointwise kernel marked for the VNNI rule
+    and its packed weight no longer layout-free, on targets with AVX-512 VNNI; other targets
+    and kernels are left as they are (stock MetaSchedule schedules the GEMM there)."""
+    if not codegen.llvm_cpu_has_features(["avx512vnni"], target):
+        return mod
+    marked = mark_kernels(mod, target, RULE, _integer_gemm)
+    for global_var, func in marked.functions_items():
+        if marked is not mod and _is_marked(func) and func.attrs is not None and LAYOUT_FREE in func.attrs:
+            marked[global_var] = func.without_attr(LAYOUT_FREE)
+    return marked
+
+
+def _is_marked(func) -> bool:
+    if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
+        return False
+    sch = s_tir.Schedule(func)
+    return any(sch.get(b).annotations.get("schedule_rule") == RULE for b in top_blocks(sch))
+
+
+def _integer_gemm(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
+    """The kernel's GEMM block if the kernel is one uint8 x packed int8 -> int32 GEMM
+    (edgetune.tune.integer) with element-wise blocks after it, on image rows the tiles divide."""
+    gemm = lone_convolution(sch, params, lambda _sch, _block: False)
+    if gemm is None:
+        return None
+    block = sch.get(gemm)
+    spatial, reduce = tvm.tirx.IterVar.DataPar, tvm.tirx.IterVar.CommReduce
+    if [iv.iter_type for iv in block.iter_vars] != [spatial] * 4 + [reduce] or len(block.reads) != 2:
+        return None
+    data, weight = (region.source for region in block.reads)
+    out = block.writes[0].source
+    if (str(data.dtype), str(weight.dtype), str(out.dtype)) != ("uint8", "int8", "int32"):
+        return None
+    if shape(weight)[2:] != (INTEGER_LANES, DOT_INPUTS) or None in shape(out):
+        return None
+    return gemm if row_tiles(shape(out)[2]) and unit.lanes == INTEGER_LANES else None
+
+
+def _micro_kernel(sch: s_tir.Schedule, gemm: s_tir.SBlockRV, tile, lanes: int) -> None:
+    output = fold_into_tile(sch, gemm, inline_padding=False, accumulator_scope="global")  # the intrinsic's scope
+    batch, height, width, channel, reduction = sch.get_loops(gemm)
+    pixel_blocks, rows = sch.split(width, [None, tile.rows])
+    channel_blocks, vectors, lane = sch.split(channel, [None, tile.vectors, lanes])
+    m_outer, m_inner = sch.split(pixel_blocks, sch.sample_perfect_tile(pixel_blocks, n=2))
+    n_outer, n_inner = sch.split(channel_blocks, sch.sample_perfect_tile(channel_blocks, n=2))
+    reduction, unit_reduction, dot = sch.split(reduction, [None, 1, DOT_INPUTS])
+    # As in the float32 rule, a unit reduction loop right above the instruction's loops: else
+    # RewriteParallelVectorizeUnroll tries to vectorize the vectors loop around it, and fails.
+    sch.reorder(batch, height, m_outer, n_outer, m_inner, n_inner, reduction, rows, vectors, unit_reduction, lane, dot)
+    sch.unroll(rows)
+    sch.unroll(vectors)
+    write_from_tile(sch, output, n_inner, lanes)
+    # The 16 x 4 products as one block that MetaSchedule's postprocs tensorize (RewriteTensorize)
+    # once RewriteReductionBlock has split off its init: tensorizing here, before the
+    # postprocs, leaves an init block that RewriteParallelVectorizeUnroll cannot parallelize.
+    dot_block = sch.blockize(lane)
+    sch.annotate(dot_block, "meta_schedule.auto_tensorize", VNNI_DOT)
+
+
+register_rule(RULE, register_tiles, _micro_kernel)  # ApplyCustomRule's entry: one design space per tile

@@ -1,0 +1,65 @@
+"""`quantized_weights: integer`: the pointwise convolutions of a quantized (QDQ) model run as
+integer GEMMs with AVX-512 VNNI, and the model answers what onnxruntime answers running the
+same quantized file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from edgetune.inventory.schema import Model, ModelInput
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
+from edgetune.tune.schedule_rules import depthwise, integer
+
+from onnx_samples import write_quantized_separable
+from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
+
+AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # has VNNI
+HOST_HAS_VNNI = "avx512_vnni" in Path("/proc/cpuinfo").read_text()
+RUNNABLE = AVX512 if HOST_HAS_VNNI else tvm.target.Target({"kind": "llvm", "num-cores": 1})  # no VNNI: stock kernels
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory) -> Model:
+    path = write_quantized_separable(tmp_path_factory.mktemp("qdq") / "separable.int8.onnx")
+    return Model("qdq-separable", (ModelInput("x", (1, 16, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
+
+
+def marked(prepared: tvm.IRModule, rule: str) -> list:
+    return [t for t in extract_tasks(prepared, AVX512) if f'"schedule_rule": "{rule}"' in t.dispatched[0].script()]
+
+
+def test_pointwise_convolutions_become_integer_kernels_and_the_quantize_operators_no_transposes(quantized):
+    mod = load_model(quantized)
+    text = mod.script()
+    assert text.count("R.permute_dims(") == 2  # the input's and the output's, nothing around Q/DQ
+    assert "R.quantize(" not in text and "R.dequantize(" not in text
+    prepared = prepare(mod, AVX512)
+    assert len(marked(prepared, integer.RULE)) == 2  # 16 -> 32 and 32 -> 48
+    assert len(marked(prepared, depthwise.RULE)) == 1  # the depthwise one stays float32, NHWC
+
+
+def test_the_untuned_build_answers_what_onnxruntime_answers_on_the_quantized_file(quantized):
+    prepared = prepare(load_model(quantized), RUNNABLE)
+    inputs = reference_inputs(quantized)
+    vm = relax.VirtualMachine(build_untuned(prepared, RUNNABLE), tvm.cpu())
+    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
+    expected = reference_outputs(quantized, inputs)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)  # the same integers, the same rounding
+    assert float(np.abs(expected).max()) > 0.1
+
+
+@pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX-512 VNNI to run the tuned kernels")
+def test_tuned_with_the_vnni_rule_the_model_answers_what_onnxruntime_answers(quantized, tmp_path):
+    prepared = prepare(load_model(quantized), AVX512)
+    tasks = marked(prepared, integer.RULE)
+    database = tune_briefly(tasks, AVX512, tmp_path)
+    for task in tasks:
+        (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
+        assert integer.VNNI_DOT in str(record.trace)  # the 16 x 4 products are one vpdpbusd
+    assert_answers_like_onnxruntime(quantized, prepared, database, AVX512, tuned_tasks=2)
