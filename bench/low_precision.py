@@ -4,10 +4,11 @@ anything is built for it.
 
 Two parts, one run, on the host (no fleet), 1 thread:
 
-1. The peer, per real model: onnxruntime's static quantizer (`quant_pre_process`, then
-   `quantize_static`: QDQ format, uint8 activations, int8 weights per output channel, MinMax
-   calibration on CALIBRATION seeded uniform [0, 1) inputs; opsets below 13 converted to 13
-   first) against the float32 model, both in onnxruntime (1 intra-op thread, ORT_ENABLE_ALL),
+1. The peer, per real model: onnxruntime's static quantizer (real_models.quantize:
+   `quant_pre_process`, then `quantize_static`: QDQ format, uint8 activations, int8 weights
+   per output channel, MinMax calibration on CALIBRATION seeded uniform [0, 1) inputs; opsets
+   below 13 converted to 13 first) against the float32 model, both in onnxruntime (1 intra-op
+   thread, ORT_ENABLE_ALL),
    timed interleaved in rounds (float, int8, float, ...; each sample the mean of a loop of
    >= --sample-ms), the ratio's median with a 95 % bootstrap interval over rounds. The accuracy
    change on HELD_OUT other seeded inputs: the int8 outputs' relative L2 error against the
@@ -52,11 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import tvm
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-from onnxruntime.quantization.shape_inference import quant_pre_process
 from tvm import s_tir, te
 from tvm.s_tir import TensorIntrin
 from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
@@ -70,7 +68,7 @@ from rule_kernels import sgemm_peak_gflops  # noqa: E402
 DEFAULT_MODELS = "pplcnet-orientation,ppocr-cls,yolov8n-320,ppocr-det,ppocr-rec"
 # Pointwise GEMMs (pixels x input channels x output channels) of YOLOv8n-320 and PP-LCNet.
 DEFAULT_SHAPES = "6400x32x32,1600x64x64,400x128x128,100x256x256,784x64x128,196x256x256"
-CALIBRATION, HELD_OUT = 16, 32
+HELD_OUT = 32
 # Models whose outputs are class scores over the last axis (per image, per text position).
 CLASS_SCORES = {"pplcnet-orientation", "ppocr-cls", "ppocr-rec"}
 LANES, DOT_INPUTS = 16, 4  # vpdpbusd: 16 int32 lanes, each the dot product of 4 byte pairs
@@ -114,36 +112,6 @@ def parse_args() -> argparse.Namespace:
 # ------------------------------------------------------------------ part 1: the peer
 
 
-class _Calibration(CalibrationDataReader):
-    def __init__(self, feeds: list[dict[str, np.ndarray]]):
-        self._feeds = iter(feeds)
-
-    def get_next(self):
-        return next(self._feeds, None)
-
-
-def random_feeds(model: real_models.RealModel, count: int, seed: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    return [{name: rng.random(shape, dtype=np.float32) for name, shape, _ in model.inputs} for _ in range(count)]
-
-
-def quantize(model: real_models.RealModel, source: Path, work: Path) -> Path:
-    """onnxruntime's QDQ int8 model of `source`, calibrated on seeded random inputs."""
-    proto = onnx.load(str(source))
-    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-    if opset < 13:  # per-channel DequantizeLinear needs opset 13
-        proto = onnx.version_converter.convert_version(proto, 13)
-    fixed = work / f"{model.name}.float.onnx"
-    onnx.save(proto, str(fixed))
-    prepared = work / f"{model.name}.pre.onnx"
-    quant_pre_process(str(fixed), str(prepared), skip_symbolic_shape=True)
-    quantized = work / f"{model.name}.int8.onnx"
-    quantize_static(str(prepared), str(quantized), _Calibration(random_feeds(model, CALIBRATION, seed=1)),
-                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, per_channel=True)  # fmt: skip
-    return quantized
-
-
 def session(path: Path) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -178,17 +146,17 @@ def interleaved(runs: dict[str, callable], rounds: int, sample_ms: float) -> dic
 def peer_row(model: real_models.RealModel, work: Path, args) -> dict:
     source = real_models.fetch(model)
     started = time.time()
-    quantized = quantize(model, source, work)
+    quantized = real_models.quantize(model, source, work)
     quantize_s = time.time() - started
     float_session, int8_session = session(source), session(quantized)
-    feed = random_feeds(model, 1, seed=2)[0]
+    feed = real_models.random_feeds(model, 1, seed=2)[0]
     samples = interleaved({"float": lambda: float_session.run(None, feed), "int8": lambda: int8_session.run(None, feed)},
                           args.rounds, args.sample_ms)  # fmt: skip
     return {"model": model.name, "quantize_s": quantize_s,
             "float_ms": 1e3 * statistics.median(s[0] for s in samples["float"]),
             "int8_ms": 1e3 * statistics.median(s[0] for s in samples["int8"]),
             "speedup": round_ratio(samples["float"], samples["int8"]),
-            **accuracy_change(float_session, int8_session, random_feeds(model, HELD_OUT, seed=3), model.name in CLASS_SCORES)}  # fmt: skip
+            **accuracy_change(float_session, int8_session, real_models.random_feeds(model, HELD_OUT, seed=3), model.name in CLASS_SCORES)}  # fmt: skip
 
 
 # ------------------------------------------------------------------ part 2: the kernel ceiling

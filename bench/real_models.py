@@ -20,6 +20,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import onnx
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
 
 class ModelFetchError(Exception):
     """A model could not be fetched or did not match its pin."""
@@ -46,6 +51,7 @@ class RealModel:
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
 
 
+CALIBRATION = 16  # seeded random inputs onnxruntime's quantizer calibrates on (quantize)
 _RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
 
 MODELS: tuple[RealModel, ...] = (
@@ -76,6 +82,36 @@ MODELS: tuple[RealModel, ...] = (
               "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87",
               (("input", (1, 576), "float32"), ("state", (2, 1, 128), "float32"))),
 )
+
+
+class _Calibration(CalibrationDataReader):
+    def __init__(self, feeds: list[dict[str, np.ndarray]]):
+        self._feeds = iter(feeds)
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+def random_feeds(model: RealModel, count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{name: rng.random(shape, dtype=np.float32) for name, shape, _ in model.inputs} for _ in range(count)]
+
+
+def quantize(model: RealModel, source: Path, work: Path) -> Path:
+    """onnxruntime's QDQ int8 model of `source`, calibrated on seeded random inputs."""
+    proto = onnx.load(str(source))
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < 13:  # per-channel DequantizeLinear needs opset 13
+        proto = onnx.version_converter.convert_version(proto, 13)
+    fixed = work / f"{model.name}.float.onnx"
+    onnx.save(proto, str(fixed))
+    prepared = work / f"{model.name}.pre.onnx"
+    quant_pre_process(str(fixed), str(prepared), skip_symbolic_shape=True)
+    quantized = work / f"{model.name}.int8.onnx"
+    quantize_static(str(prepared), str(quantized), _Calibration(random_feeds(model, CALIBRATION, seed=1)),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)  # fmt: skip
+    return quantized
 
 
 def cache_dir() -> Path:
