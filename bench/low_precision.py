@@ -24,15 +24,15 @@ Two parts, one run, on the host (no fleet), 1 thread:
    inputs per instruction; requantize epilogue: per-channel scale, round, clamp to uint8, as
    QLinearConv). Both sides get the same search (every tile that fits, best of a first timing)
    and are then timed interleaved (float, int8, float, ...), ROUNDS rounds. Outputs are
-   checked against NumPy (float: 1e-3 relative; int8: exact up to the rounding of .5 ties).
+   compared with NumPy's (the table's errors: largest difference over the largest value).
    The fp32 peak is OpenBLAS sgemm 1024^3 in the same run.
 
 TVM 0.27's own VNNI intrinsic (`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) does not
 compile with the LLVM 22 it ships: LLVM's `llvm.x86.avx512.vpdpbusd.512` now takes <64 x i8>
 operands and the intrinsic passes <16 x i32> ("Call parameter type does not match function
-signature"). This script registers the same description with an implementation that passes
-the bytes. The bf16 counterpart (`vdpbf16ps`) could not be reached: TVM legalizes bfloat16 on
-CPUs to uint16 storage and float32 arithmetic before code generation, so the intrinsic gets
+signature"). The script uses edgetune's corrected one (edgetune.tune.schedule_rules.integer),
+which passes the bytes. The bf16 counterpart (`vdpbf16ps`) could not be reached: TVM
+legalizes bfloat16 on CPUs to uint16 storage and float32 arithmetic before code generation, so the intrinsic gets
 <32 x i16> or <32 x float> operands; with both legalize passes disabled the build crashed.
 
     .venv/bin/python bench/low_precision.py [--models yolov8n-320,...] [--rounds 9] [--shapes MxKxN,...]
@@ -56,14 +56,13 @@ import numpy as np
 import onnxruntime as ort
 import tvm
 from tvm import s_tir, te
-from tvm.s_tir import TensorIntrin
-from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
-from tvm.script import tirx as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
 from _benchlib import machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 from rule_kernels import sgemm_peak_gflops  # noqa: E402
+
+from edgetune.tune.schedule_rules.integer import VNNI_DOT as VNNI_INTRIN  # noqa: E402
 
 DEFAULT_MODELS = "pplcnet-orientation,ppocr-cls,yolov8n-320,ppocr-det,ppocr-rec"
 # Pointwise GEMMs (pixels x input channels x output channels) of YOLOv8n-320 and PP-LCNet.
@@ -75,29 +74,6 @@ LANES, DOT_INPUTS = 16, 4  # vpdpbusd: 16 int32 lanes, each the dot product of 4
 ROW_TILES, VECTOR_TILES = (4, 5, 6, 7, 8), (1, 2, 4)
 MAX_ACCUMULATORS = 28  # of AVX-512's 32 registers: the rest hold weights and the input
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 1})
-VNNI_INTRIN = "edgetune_bench_dot_16x4_vnni_bytes"
-
-
-@T.prim_func(s_tir=True)
-def _dot_16x4_vnni_bytes(
-    A: T.Buffer((4,), "uint8", offset_factor=1),
-    B: T.Buffer((16, 4), "int8", offset_factor=1),
-    C: T.Buffer((16,), "int32", offset_factor=1),
-) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-        T.writes(C[0:16])
-        four_inputs = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
-        C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-            C.vload([0], dtype="int32x16"),
-            T.reinterpret(T.broadcast(four_inputs, 16), dtype="uint8x64"),
-            B.vload([0, 0], dtype="int8x64"),
-            dtype="int32x16",
-        )
-
-
-TensorIntrin.register(VNNI_INTRIN, dot_product_16x4_u8i8i32_desc, _dot_16x4_vnni_bytes, override=True)
 
 
 def parse_args() -> argparse.Namespace:
