@@ -32,8 +32,9 @@ compile with the LLVM 22 it ships: LLVM's `llvm.x86.avx512.vpdpbusd.512` now tak
 operands and the intrinsic passes <16 x i32> ("Call parameter type does not match function
 signature"). The script uses edgetune's corrected one (edgetune.tune.schedule_rules.integer),
 which passes the bytes. The bf16 counterpart (`vdpbf16ps`) could not be reached: TVM
-legalizes bfloat16 on CPUs to uint16 storage and float32 arithmetic before code generation, so the intrinsic gets
-<32 x i16> or <32 x float> operands; with both legalize passes disabled the build crashed.
+legalizes bfloat16 on CPUs to uint16 storage and float32 arithmetic before code generation,
+so the intrinsic gets <32 x i16> or <32 x float> operands; with both legalize passes disabled
+the build crashed.
 
     .venv/bin/python bench/low_precision.py [--models yolov8n-320,...] [--rounds 9] [--shapes MxKxN,...]
 """
