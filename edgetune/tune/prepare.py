@@ -29,7 +29,7 @@ from edgetune.tune.fast_math import legalize_fast_math
 from edgetune.tune.prepack import drop_reordered_layout_free_weights
 from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
 from edgetune.tune.schedule_rules.convolution import annotate_convolutions
-from edgetune.tune.schedule_rules.integer import annotate_integer_pointwise
+from edgetune.tune.schedule_rules.integer import annotate_integer_convolutions
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class TaskCoverage:
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: legalize, fuse, mark weights layout-free (needs weights bound as constants) and
-    mark NHWC convolutions (groups 1, depthwise, integer pointwise) for their micro-kernel rules."""
+    mark NHWC convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -59,7 +59,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
             ]
         )(mod)
     marked = annotate_convolutions(drop_reordered_layout_free_weights(fused), target)
-    return annotate_integer_pointwise(annotate_depthwise(marked, target), target)
+    return annotate_integer_convolutions(annotate_depthwise(marked, target), target)
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 
 from edgetune.inventory.schema import Model
-from edgetune.tune.integer import pack_integer_pointwise
+from edgetune.tune.integer import integer_convolutions
 from edgetune.tune.layout import convert_layout
 from edgetune.tune.models.builtin import load_builtin
 from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs
@@ -27,7 +27,7 @@ def load_model(model: Model) -> tvm.IRModule:
     weights bound as constants, convolutions in the model's `layout`. Raises TuneError naming
     the model when it cannot be imported."""
     mod = convert_layout(load_onnx(model) if model.onnx is not None else load_builtin(model), model.layout)
-    return pack_integer_pointwise(mod) if model.quantized_weights == "integer" else mod
+    return integer_convolutions(mod) if model.quantized_weights == "integer" else mod
 
 
 def entry_function(mod: tvm.IRModule) -> str:

@@ -13,7 +13,7 @@ Quantized (QDQ) models keep their weights as int8 constants `DequantizeLinear` w
 constant folding would widen them once at build (4x the bytes); each dequantize of a constant
 is therefore grouped with the matmul or convolution it feeds into one kernel, whose int8
 weight argument constant folding cannot evaluate. `quantized_weights: float` opts out;
-`quantized_weights: integer` computes the pointwise convolutions in integers instead
+`quantized_weights: integer` computes the convolutions in integers instead
 (edgetune.tune.integer), the other weights widened to float32.
 
 Every error names the model, and where it is about an input, the input and its values.
@@ -37,7 +37,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model
-from edgetune.tune.integer import integer_arithmetic
+from edgetune.tune.integer import quantization_as_element_wise
 from edgetune.tune.models.onnx_inputs import graph_inputs, input_mismatches
 from edgetune.tune.models.reference_values import reference_inputs, values_description
 
@@ -60,7 +60,7 @@ def load_onnx(model: Model) -> tvm.IRModule:
     except Exception as err:  # the frontend raises many kinds; all mean "cannot import"
         raise TuneError(f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend failed: {err}") from err
     if model.quantized_weights == "integer":
-        return integer_arithmetic(mod)
+        return quantization_as_element_wise(mod)
     return group_dequantized_weights(mod) if model.quantized_weights == "keep" else mod
 
 

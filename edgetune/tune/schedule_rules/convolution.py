@@ -68,7 +68,7 @@ def _convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.S
     """The function's convolution block if the function is exactly an NHWC convolution with
     groups 1 (its input's padding or copy at most before it, element-wise blocks after it, the
     last one writing the function's only output) that the register tiles fit."""
-    conv = lone_convolution(sch, params, _is_input_padding)
+    conv = lone_convolution(sch, params, is_input_padding)
     return conv if conv is not None and _fits_tiles(sch.get(conv), unit) else None
 
 
@@ -86,7 +86,7 @@ def _fits_tiles(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     return bool(row_tiles(width)) and channel_lanes(channels_out, unit.lanes) is not None
 
 
-def _is_input_padding(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
+def is_input_padding(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
     """A block such as `pad_temp`: one buffer copied, zeros around it or not."""
     b = sch.get(block)
     spatial = all(iv.iter_type == tvm.tirx.IterVar.DataPar for iv in b.iter_vars)

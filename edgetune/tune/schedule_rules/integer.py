@@ -1,13 +1,13 @@
-"""The micro-kernel schedule of integer pointwise convolutions (edgetune.tune.integer), with
-AVX-512 VNNI.
+"""The micro-kernel schedule of integer convolutions (edgetune.tune.integer), with AVX-512 VNNI.
 
-The kernel is a GEMM of uint8 activations (NHWC) by int8 weights packed (O/16, K/4, 16, 4)
-into int32, then its element-wise epilogue (zero-point correction, scale, bias, the next
-layer's quantize). The schedule is the pointwise rule's (edgetune.tune.schedule_rules.convolution):
-a register tile of `rows` pixels x `vectors` vectors of 16 int32 accumulators over the whole
-reduction, the tiles above it sampled by MetaSchedule, the epilogue computed from the
-accumulators right after the tile. The reduction steps 4 input channels at a time, and the
-innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic below). The packed
+The kernel is a convolution of uint8 activations (NHWC, padded with their zero point) by int8
+weights packed (O/16, KH, KW, K/4, 16, 4) into int32, then its element-wise epilogue
+(zero-point correction, scale, bias, the next layer's quantize). The schedule is the float
+rule's (edgetune.tune.schedule_rules.convolution): a register tile of `rows` pixels x
+`vectors` vectors of 16 int32 accumulators over the whole reduction (kh, kw, input channels),
+the tiles above it sampled by MetaSchedule, the padding placed by its stock rule, the epilogue
+computed from the accumulators right after the tile. The reduction steps 4 input channels at a
+time, and the innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic below). The packed
 weight is read as it is: it is taken out of the kernel's layout-free buffers, so MetaSchedule's
 RewriteLayout leaves the order the instruction needs.
 
@@ -38,9 +38,9 @@ from edgetune.tune.schedule_rules.common import (
     top_blocks,
     write_from_tile,
 )
-from edgetune.tune.schedule_rules.convolution import register_tiles
+from edgetune.tune.schedule_rules.convolution import is_input_padding, register_tiles
 
-RULE = "edgetune_pointwise_vnni"
+RULE = "edgetune_conv_vnni"
 VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 LAYOUT_FREE = "layout_free_buffers"
 
@@ -67,13 +67,13 @@ def _dot_16x4_vnni(
 TensorIntrin.register(VNNI_DOT, dot_product_16x4_u8i8i32_desc, _dot_16x4_vnni, override=True)
 
 
-def annotate_integer_pointwise(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """`mod` with the GEMM block of every integer pointwise kernel marked for the VNNI rule
-    and its packed weight no longer layout-free, on targets with AVX-512 VNNI; other targets
-    and kernels are left as they are (stock MetaSchedule schedules the GEMM there)."""
+def annotate_integer_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """`mod` with the reduction block of every integer convolution kernel marked for the VNNI
+    rule and its packed weight no longer layout-free, on targets with AVX-512 VNNI; other
+    targets and kernels are left as they are (stock MetaSchedule schedules them there)."""
     if not codegen.llvm_cpu_has_features(["avx512vnni"], target):
         return mod
-    marked = mark_kernels(mod, target, RULE, _integer_gemm)
+    marked = mark_kernels(mod, target, RULE, _integer_conv)
     for global_var, func in marked.functions_items():
         if marked is not mod and _is_marked(func) and func.attrs is not None and LAYOUT_FREE in func.attrs:
             marked[global_var] = func.without_attr(LAYOUT_FREE)
@@ -87,28 +87,29 @@ def _is_marked(func) -> bool:
     return any(sch.get(b).annotations.get("schedule_rule") == RULE for b in top_blocks(sch))
 
 
-def _integer_gemm(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
-    """The kernel's GEMM block if the kernel is one uint8 x packed int8 -> int32 GEMM
-    (edgetune.tune.integer) with element-wise blocks after it, on image rows the tiles divide."""
-    gemm = lone_convolution(sch, params, lambda _sch, _block: False)
-    if gemm is None:
+def _integer_conv(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
+    """The kernel's reduction block if the kernel is one uint8 x packed int8 -> int32
+    convolution (edgetune.tune.integer), its zero-point padding at most before it and
+    element-wise blocks after it, on image rows the tiles divide."""
+    conv = lone_convolution(sch, params, is_input_padding)
+    if conv is None:
         return None
-    block = sch.get(gemm)
+    block = sch.get(conv)
     spatial, reduce = tvm.tirx.IterVar.DataPar, tvm.tirx.IterVar.CommReduce
-    if [iv.iter_type for iv in block.iter_vars] != [spatial] * 4 + [reduce] or len(block.reads) != 2:
+    if [iv.iter_type for iv in block.iter_vars] != [spatial] * 4 + [reduce] * 3 or len(block.reads) != 2:
         return None
     data, weight = (region.source for region in block.reads)
     out = block.writes[0].source
     if (str(data.dtype), str(weight.dtype), str(out.dtype)) != ("uint8", "int8", "int32"):
         return None
-    if shape(weight)[2:] != (INTEGER_LANES, DOT_INPUTS) or None in shape(out):
+    if shape(weight)[-2:] != (INTEGER_LANES, DOT_INPUTS) or None in shape(out):
         return None
-    return gemm if row_tiles(shape(out)[2]) and unit.lanes == INTEGER_LANES else None
+    return conv if row_tiles(shape(out)[2]) and unit.lanes == INTEGER_LANES else None
 
 
-def _micro_kernel(sch: s_tir.Schedule, gemm: s_tir.SBlockRV, tile, lanes: int) -> None:
-    output = fold_into_tile(sch, gemm, inline_padding=False, accumulator_scope="global")  # the intrinsic's scope
-    batch, height, width, channel, reduction = sch.get_loops(gemm)
+def _micro_kernel(sch: s_tir.Schedule, conv: s_tir.SBlockRV, tile, lanes: int) -> None:
+    output = fold_into_tile(sch, conv, inline_padding=False, accumulator_scope="global")  # the intrinsic's scope
+    batch, height, width, channel, kernel_h, kernel_w, reduction = sch.get_loops(conv)
     pixel_blocks, rows = sch.split(width, [None, tile.rows])
     channel_blocks, vectors, lane = sch.split(channel, [None, tile.vectors, lanes])
     m_outer, m_inner = sch.split(pixel_blocks, sch.sample_perfect_tile(pixel_blocks, n=2))
@@ -116,7 +117,9 @@ def _micro_kernel(sch: s_tir.Schedule, gemm: s_tir.SBlockRV, tile, lanes: int) -
     reduction, unit_reduction, dot = sch.split(reduction, [None, 1, DOT_INPUTS])
     # As in the float32 rule, a unit reduction loop right above the instruction's loops: else
     # RewriteParallelVectorizeUnroll tries to vectorize the vectors loop around it, and fails.
-    sch.reorder(batch, height, m_outer, n_outer, m_inner, n_inner, reduction, rows, vectors, unit_reduction, lane, dot)
+    # (Batch, rows and pixel tiles stay apart: fused, the block's bindings cannot be blockized.)
+    sch.reorder(batch, height, m_outer, n_outer, m_inner, n_inner, kernel_h, kernel_w, reduction,
+                rows, vectors, unit_reduction, lane, dot)  # fmt: skip
     sch.unroll(rows)
     sch.unroll(vectors)
     write_from_tile(sch, output, n_inner, lanes)
