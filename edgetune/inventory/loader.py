@@ -370,7 +370,7 @@ def _models(node: Node, base: Path) -> tuple[Model, ...]:
         layout = item.choice("layout", LAYOUTS, "NCHW")
         if quantized_weights == "integer" and layout != "NHWC":
             raise item.child("quantized_weights").error(
-                f"'integer' computes pointwise convolutions in the NHWC micro-kernel; add 'layout: NHWC' (layout is {layout})")
+                f"'integer' computes convolutions in the NHWC micro-kernel; add 'layout: NHWC' (layout is {layout})")
         models.append(
             Model(
                 name=name,

@@ -173,7 +173,7 @@ class ModelInput:
 
 
 QUANTIZED_WEIGHTS = ("keep", "float", "integer")  # int8 weights of quantized models: kept, widened to float32,
-# or kept with the pointwise convolutions computed in integers (needs layout NHWC)
+# or kept with the convolutions (groups 1) computed in integers (needs layout NHWC)
 LAYOUTS = ("NCHW", "NHWC")  # the layout convolutions are compiled in (NCHW: as the graph has them)
 
 

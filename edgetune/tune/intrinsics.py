@@ -1,4 +1,18 @@
-"""Register only the CPU tensor intrinsics before MetaSchedule creates its tune contexts.
+"""The tensor intrinsics edgetune's kernels use, and TVM's CPU ones only, registered cheaply.
+
+`VNNI_DOT` (edgetune's, registered when this module is imported): 16 int32 lanes, each
+accumulating the dot product of 4 uint8 by 4 int8 values, as one AVX-512 VNNI `vpdpbusd`; the
+integer convolution rule (edgetune.tune.schedule_rules.integer) tensorizes with it. Its records
+name it, so every process that loads a class database or applies one must have it registered:
+edgetune.tune.database imports this module. TVM 0.27 ships the same description
+(`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) with an implementation that its LLVM 22
+rejects: `llvm.x86.avx512.vpdpbusd.512` takes <64 x i8> operands and it passes <16 x i32>
+("Call parameter type does not match function signature"); this one passes the bytes. It is
+written here rather than imported, because importing any part of `tvm.s_tir.tensor_intrin`
+imports all of it (below).
+
+`load_cpu_intrinsics`: only TVM's CPU tensor intrinsics, before MetaSchedule creates its tune
+contexts.
 
 `TuneContext.__init__` imports the whole `tvm.s_tir.tensor_intrin` package, whose CUDA part
 parses hundreds of TVMScript functions: 26 s alone here, over 80 s with two classes starting
@@ -14,6 +28,10 @@ import importlib.util
 import sys
 import types
 
+from tvm.s_tir import TensorIntrin
+from tvm.script import tirx as T
+
+VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 PACKAGE = "tvm.s_tir.tensor_intrin"
 CPU_MODULES = ("x86", "arm_cpu", "riscv_cpu")
 
@@ -29,3 +47,41 @@ def load_cpu_intrinsics() -> None:
     sys.modules[PACKAGE] = package
     for name in CPU_MODULES:
         importlib.import_module(f"{PACKAGE}.{name}")
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_description(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((16, 4), "int8", offset_factor=1),
+    C: T.Buffer((16,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+        T.writes(C[0:16])
+        for i in T.serial(0, 16):
+            for k in T.serial(0, 4):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_vnni(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((16, 4), "int8", offset_factor=1),
+    C: T.Buffer((16,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+        T.writes(C[0:16])
+        four_inputs = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+        C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+            C.vload([0], dtype="int32x16"),
+            T.reinterpret(T.broadcast(four_inputs, 16), dtype="uint8x64"),
+            B.vload([0, 0], dtype="int8x64"),
+            dtype="int32x16",
+        )
+
+
+TensorIntrin.register(VNNI_DOT, _dot_16x4_description, _dot_16x4_vnni, override=True)

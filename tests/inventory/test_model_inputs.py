@@ -173,7 +173,7 @@ def test_builtin_models_take_neither_fixed_inputs_nor_quantized_weights(fleet_di
 
 def test_integer_arithmetic_needs_the_nhwc_layout(fleet_dir):
     data = encoder_fleet(fleet_dir, GOOD_INPUTS, quantized_weights="integer")
-    with pytest.raises(InventoryError, match=r"models\[1\].quantized_weights: 'integer' computes pointwise convolutions "
+    with pytest.raises(InventoryError, match=r"models\[1\].quantized_weights: 'integer' computes convolutions "
                                              r"in the NHWC micro-kernel; add 'layout: NHWC' \(layout is NCHW\)"):
         load_fleet(write(fleet_dir, data))
     data["models"][1]["layout"] = "NHWC"

@@ -4,14 +4,18 @@ the same quantized file."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tvm
 from tvm import relax
+from tvm.s_tir import meta_schedule as ms
 
 from edgetune.inventory.schema import Model, ModelInput
+from edgetune.tune.database import ClassDatabasePaths, open_database
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
 from edgetune.tune.schedule_rules import depthwise, integer
@@ -63,3 +67,14 @@ def test_tuned_with_the_vnni_rule_the_model_answers_what_onnxruntime_answers(qua
         (record,) = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
         assert integer.VNNI_DOT in str(record.trace)  # the 16 x 4 products are one vpdpbusd
     assert_answers_like_onnxruntime(quantized, prepared, database, AVX512, tuned_tasks=2)
+    # The records name edgetune's intrinsic: a class database holding them loads in any process.
+    paths = ClassDatabasePaths(tmp_path / "class")
+    saved = open_database(paths)
+    for record in database.get_all_tuning_records():
+        saved.commit_tuning_record(ms.database.TuningRecord(record.trace, saved.commit_workload(record.workload.mod),
+                                                            record.run_secs, record.target, record.args_info))  # fmt: skip
+    load = f"from pathlib import Path; from edgetune.tune.database import ClassDatabasePaths, open_database; " \
+           f"print(len(open_database(ClassDatabasePaths(Path({str(paths.directory)!r}))).get_all_tuning_records()))"
+    loaded = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert int(loaded.stdout) == len(database.get_all_tuning_records())

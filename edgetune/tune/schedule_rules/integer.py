@@ -7,26 +7,20 @@ rule's (edgetune.tune.schedule_rules.convolution): a register tile of `rows` pix
 `vectors` vectors of 16 int32 accumulators over the whole reduction (kh, kw, input channels),
 the tiles above it sampled by MetaSchedule, the padding placed by its stock rule, the epilogue
 computed from the accumulators right after the tile. The reduction steps 4 input channels at a
-time, and the innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic below). The packed
-weight is read as it is: it is taken out of the kernel's layout-free buffers, so MetaSchedule's
-RewriteLayout leaves the order the instruction needs.
-
-TVM 0.27 ships a VNNI intrinsic (`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) that its
-LLVM 22 rejects: `llvm.x86.avx512.vpdpbusd.512` takes <64 x i8> operands, the intrinsic passes
-<16 x i32> ("Call parameter type does not match function signature"). VNNI_DOT is the same
-description with an implementation that passes the bytes.
+time, and the innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic
+edgetune.tune.intrinsics.VNNI_DOT). The packed weight is read as it is: it is taken out of the
+kernel's layout-free buffers, so MetaSchedule's RewriteLayout leaves the order the instruction
+needs.
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm import s_tir
-from tvm.s_tir import TensorIntrin
-from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
-from tvm.script import tirx as T
 from tvm.target import codegen
 
 from edgetune.tune.integer import DOT_INPUTS, INTEGER_LANES
+from edgetune.tune.intrinsics import VNNI_DOT
 from edgetune.tune.schedule_rules.common import (
     VectorUnit,
     fold_into_tile,
@@ -41,30 +35,7 @@ from edgetune.tune.schedule_rules.common import (
 from edgetune.tune.schedule_rules.convolution import is_input_padding, register_tiles
 
 RULE = "edgetune_conv_vnni"
-VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 LAYOUT_FREE = "layout_free_buffers"
-
-
-@T.prim_func(s_tir=True)
-def _dot_16x4_vnni(
-    A: T.Buffer((4,), "uint8", offset_factor=1),
-    B: T.Buffer((16, 4), "int8", offset_factor=1),
-    C: T.Buffer((16,), "int32", offset_factor=1),
-) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-        T.writes(C[0:16])
-        four_inputs = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
-        C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-            C.vload([0], dtype="int32x16"),
-            T.reinterpret(T.broadcast(four_inputs, 16), dtype="uint8x64"),
-            B.vload([0, 0], dtype="int8x64"),
-            dtype="int32x16",
-        )
-
-
-TensorIntrin.register(VNNI_DOT, dot_product_16x4_u8i8i32_desc, _dot_16x4_vnni, override=True)
 
 
 def annotate_integer_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
