@@ -76,17 +76,18 @@ class _ElementWiseQuantization(relax.PyExprMutator):
             return call
         value, scale, zero = call.args
         s, z = _scalar(scale), _scalar(zero)
-        if s is None or z is None or is_constant(value) or str(call.attrs.out_dtype) not in ("uint8", "int8", "float32"):
-            return call  # per-channel parameters, constant weights: left as they are
+        out_dtype = str(call.attrs.out_dtype)
+        if s is None or z is None or is_constant(value) or out_dtype not in (("uint8", "int8") if quantize else ("float32",)):
+            return call  # per-channel parameters, constant weights, other types: left as they are
         # of shape (1,), not scalars: LegalizeOps writes scalars into kernels as literals, and
         # every layer's scale would make its kernels a tuning task of their own
         s, z = relax.const(np.array([s], np.float32)), relax.const(np.array([z], np.float32))
         if dequantize:
             return relax.op.multiply(relax.op.subtract(relax.op.astype(value, "float32"), z), s)
-        info = np.iinfo(str(call.attrs.out_dtype))
+        info = np.iinfo(out_dtype)
         rounded = relax.op.add(relax.op.round(relax.op.divide(value, s)), z)
         saturated = relax.op.clip(rounded, int(info.min), int(info.max))
-        return relax.op.astype(saturated, str(call.attrs.out_dtype))
+        return relax.op.astype(saturated, out_dtype)
 
 
 @relax.expr_functor.mutator
@@ -214,5 +215,6 @@ class _Geometry:
             ),
             name="integer_conv",
         )
+
 
 _element_wise_quantization = rewrite_with(_ElementWiseQuantization, "ElementWiseQuantization")
