@@ -30,7 +30,6 @@ import yaml
 
 import real_models
 from _benchlib import (
-    round_ratio,
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
@@ -42,6 +41,7 @@ from _benchlib import (
     make_cnn_onnx,
     max_diff,
     output_tolerance,
+    round_ratio,
     running_fleet,
     say,
     write_fleet_yaml,
