@@ -133,7 +133,6 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
         inputs = tuple(ModelInput(i["name"], tuple(i["shape"]), i["dtype"]) for i in entry["inputs"])
         onnx = Path(entry["onnx"]) if "onnx" in entry else None
         quantized = entry.get("quantized_weights", "keep")
-        layout = "NHWC" if quantized == "integer" else layout
         model = Model(entry["name"], inputs, onnx=onnx, builtin=entry.get("builtin"), layout=layout, quantized_weights=quantized)
         return len(extract_tasks(prepare(load_model(model), target), target))
 

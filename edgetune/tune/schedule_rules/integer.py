@@ -29,7 +29,6 @@ from edgetune.tune.schedule_rules.common import (
     register_rule,
     row_tiles,
     shape,
-    top_blocks,
     write_from_tile,
 )
 from edgetune.tune.schedule_rules.convolution import is_input_padding, register_tiles
@@ -46,16 +45,9 @@ def annotate_integer_convolutions(mod: tvm.IRModule, target: tvm.target.Target) 
         return mod
     marked = mark_kernels(mod, target, RULE, _integer_conv)
     for global_var, func in marked.functions_items():
-        if marked is not mod and _is_marked(func) and func.attrs is not None and LAYOUT_FREE in func.attrs:
-            marked[global_var] = func.without_attr(LAYOUT_FREE)
+        if not func.same_as(mod[global_var]) and func.attrs is not None and LAYOUT_FREE in func.attrs:
+            marked[global_var] = func.without_attr(LAYOUT_FREE)  # a kernel mark_kernels marked
     return marked
-
-
-def _is_marked(func) -> bool:
-    if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
-        return False
-    sch = s_tir.Schedule(func)
-    return any(sch.get(b).annotations.get("schedule_rule") == RULE for b in top_blocks(sch))
 
 
 def _integer_conv(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
