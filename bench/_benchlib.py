@@ -48,14 +48,15 @@ MOBILENET_MINI_INPUT = ("image", (1, 3, 64, 64))
 BOOTSTRAP_DRAWS = 2000
 
 
-# How far a build's outputs may be from the reference: OUTPUT_RTOL of the reference's largest
-# magnitude plus OUTPUT_ATOL, as the tests compare models with onnxruntime (relative to the
-# largest magnitude because a detector's box coordinates go up to its image size).
-OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5
+def output_tolerance(expected: Sequence[np.ndarray], rounding_spread: float = 0.0) -> float:
+    """How far a build's outputs may be from the reference: the artifact check's tolerance
+    (`edgetune.artifact.reference.output_tolerance`, wider for quantized models), its rtol
+    taken of the reference's largest magnitude (a detector's box coordinates go up to its
+    image size)."""
+    from edgetune.artifact.reference import output_tolerance as artifact_tolerance
 
-
-def output_tolerance(expected: Sequence[np.ndarray]) -> float:
-    return OUTPUT_ATOL + OUTPUT_RTOL * max(float(np.max(np.abs(e))) for e in expected)
+    tolerance = artifact_tolerance(rounding_spread)
+    return tolerance.atol + tolerance.rtol * max(float(np.max(np.abs(e))) for e in expected)
 
 
 def max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:

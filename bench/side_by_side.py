@@ -108,6 +108,7 @@ class ModelSpec:
     kind: str
     tasks: int
     nhwc_tasks: int
+    float_onnx: Path | None = None  # an int8 model's float32 original: the accuracy its quantization costs
 
     def fleet_entries(self, ablate_layout: bool, layout: str) -> list[dict]:
         """The model in `layout`, weighted by its task count; with `ablate_layout`, its NHWC twin too.
@@ -138,6 +139,7 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
 
     specs = []
     for name in names:
+        float_onnx = None
         if name == "cnn":
             make_cnn_onnx(workdir / "cnn.onnx")
             inp, shape = ONNX_CNN_INPUT
@@ -152,12 +154,13 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
             (real,) = real_models.by_name([name.removesuffix(INT8_SUFFIX)])
             quantized = real_models.quantize(real, real_models.fetch(real), workdir)
             entry = dict(real.fleet_entry(quantized), name=name, quantized_weights="integer")
-            kind = f"{real.kind}, int8 (onnxruntime's QDQ quantization)"
+            kind, float_onnx = f"{real.kind}, int8 (onnxruntime's QDQ quantization)", real_models.fetch(real)
         else:
             (real,) = real_models.by_name([name])
             entry, kind = real.fleet_entry(real_models.fetch(real)), real.kind
         nhwc_tasks = tasks(entry, "NHWC")
-        specs.append(ModelSpec(entry, kind, nhwc_tasks if "quantized_weights" in entry else tasks(entry, "NCHW"), nhwc_tasks))
+        specs.append(ModelSpec(entry, kind, nhwc_tasks if "quantized_weights" in entry else tasks(entry, "NCHW"), nhwc_tasks,
+                               float_onnx))
         say(f"model {name}: {specs[-1].tasks} tasks (NHWC: {specs[-1].nhwc_tasks})")
     return specs
 
@@ -302,7 +305,21 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
                if label in outputs},  # every timed variant answers what the model answers
         },
         "ort_note": built.ort_note,
-    } | output_check(built.expected, outputs)
+    } | output_check(built.expected, built.rounding_spread, outputs) | change_from_float(spec.float_onnx, built, outputs)
+
+
+def change_from_float(float_onnx: Path | None, built: Built, outputs: dict[str, list[np.ndarray]]) -> dict:
+    """For an int8 row: each variant's output against the float32 model's (onnxruntime, host,
+    same input), as relative L2 distance ||int8 - float|| / ||float||: what quantizing cost."""
+    if float_onnx is None:
+        return {}
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(float_onnx), providers=["CPUExecutionProvider"])
+    want = [np.asarray(o, np.float64) for o in session.run(None, dict(zip([i.name for i in built.model.inputs], built.args)))]
+    norm = np.sqrt(sum(float(np.square(w).sum()) for w in want))
+    return {"relative_l2_vs_float32": {
+        label: np.sqrt(sum(float(np.square(g - w).sum()) for g, w in zip(got, want))) / norm for label, got in outputs.items()}}
 
 
 def time_stats(rounds: list[list[int]]) -> dict:
@@ -322,9 +339,9 @@ def model_flops(built: Built) -> int | None:
     return total_flops(preprocess(built.model, onnx.load(str(built.ort_model))))
 
 
-def output_check(expected: list[np.ndarray], outputs: dict[str, list[np.ndarray]]) -> dict:
+def output_check(expected: list[np.ndarray], rounding_spread: float, outputs: dict[str, list[np.ndarray]]) -> dict:
     """Every timed variant against the model's reference, within `output_tolerance`."""
-    tolerance = output_tolerance(expected)
+    tolerance = output_tolerance(expected, rounding_spread)
     wrong = sorted(label for label, got in outputs.items() if max_diff(got, expected) > tolerance)
     return {"output_tolerance": tolerance, "outputs_wrong": wrong}
 
@@ -418,6 +435,9 @@ def markdown(report: dict) -> str:
     lines += ablation_table(report)
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
+    lines += [f"Quantization cost, {row['model']}: relative L2 distance from the float32 model's output on the same input: "
+              + ", ".join(f"{label} {v:.3g}" for label, v in row["relative_l2_vs_float32"].items())
+              for row in report["rows"] if row.get("relative_l2_vs_float32")]
     lines += [f"**{row['model']}: outputs of {', '.join(row['outputs_wrong'])} differ from the reference by more than "
               f"{row['output_tolerance']:.2g}: their times do not count.**" for row in report["rows"] if row.get("outputs_wrong")]
     return "\n".join(lines) + "\n"

@@ -66,6 +66,7 @@ class Built:
     entry: str
     args: list[np.ndarray]
     expected: list[np.ndarray]  # edgetune's reference output (onnxruntime / untuned host build)
+    rounding_spread: float  # how far a correct output may lie from it (quantized models)
     libraries: dict[str, Path]  # "tuned" / "untuned" -> .so
     tasks_tuned: int
     tasks_total: int
@@ -152,7 +153,7 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
     ("tuned-bytecode", an ablation of `exec_mode="compiled"`)."""
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+    from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
     from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
     from edgetune.tune.target import build_target
 
@@ -185,7 +186,8 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
         ort_model = mirror if ok else None
         note = (f"ONNX mirror of the built-in, same weights; host check vs edgetune's reference: "
                 f"max |diff| {diff:.2g} ({'ok' if ok else 'MISMATCH: onnxruntime not timed'})")
-    return Built(model, entry_function(mod), [inputs[i.name] for i in model.inputs], expected, libraries,
+    return Built(model, entry_function(mod), [inputs[i.name] for i in model.inputs], expected,
+                 rounding_spread(model, inputs), libraries,
                  coverage.tuned, coverage.total, ort_model, note)
 
 

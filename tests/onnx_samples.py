@@ -110,11 +110,11 @@ def write_separable_block(path: Path) -> Path:
                 [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 32, 1, 1])], weights)
 
 
-def write_quantized_separable(path: Path) -> Path:
+def write_quantized_separable(path: Path, softmax: bool = False) -> Path:
     """A float32 block (3x3 16 -> 32 padded, with bias and ReLU; depthwise 3x3 with ReLU;
-    pointwise 32 -> 48) on a 1 x 16 x 8 x 8 image, quantized by onnxruntime's static quantizer
-    as a user would (QDQ, uint8 activations, int8 weights per channel, calibrated on 8 seeded
-    inputs)."""
+    pointwise 32 -> 48; with `softmax`, a softmax over its channels) on a 1 x 16 x 8 x 8 image,
+    quantized by onnxruntime's static quantizer as a user would (QDQ, uint8 activations, int8
+    weights per channel, calibrated on 8 seeded inputs)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(0)
@@ -122,7 +122,8 @@ def write_quantized_separable(path: Path) -> Path:
                for name, shape in (("w1", (32, 16, 3, 3)), ("b1", (32,)), ("w2", (32, 1, 3, 3)), ("w3", (48, 32, 1, 1)))]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], group=32, pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3"], ["y"])]  # fmt: skip
+             helper.make_node("Conv", ["r2", "w3"], ["p" if softmax else "y"])]  # fmt: skip
+    nodes += [helper.make_node("Softmax", ["p"], ["y"], axis=1)] if softmax else []
     image = [1, 16, 8, 8]
     float_path = save(path.with_suffix(".float.onnx"), nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, image)],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48, 8, 8])], weights)  # fmt: skip

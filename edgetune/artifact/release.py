@@ -10,7 +10,8 @@ For each pair (`plan_builds`, pure), `build_pair`:
 3. runs both on every board of the class through the tracker, timed against each other in
    interleaved rounds (`measure.compare_on_board`, the profile's `measurement.compare`), and
    checks the tuned outputs on the reference input against the host reference (onnxruntime
-   for ONNX models, an untuned host build otherwise) within `TOLERANCE`;
+   for ONNX models, an untuned host build otherwise) within `reference.output_tolerance`
+   (wider for quantized models, by how far onnxruntime's own int8 kernels lie from the graph);
 4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
    on every board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
    `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
@@ -28,6 +29,7 @@ import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Collection, Sequence
@@ -55,7 +57,7 @@ from edgetune.artifact.manifest import (
     Tolerance,
 )
 from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
-from edgetune.artifact.reference import check_outputs, npz_bytes
+from edgetune.artifact.reference import check_outputs, npz_bytes, output_tolerance
 from edgetune.artifact.signing import load_private_key
 from edgetune.artifact.store import ArtifactStore, Staging
 from edgetune.artifact.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
@@ -63,11 +65,10 @@ from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
 from edgetune.tune.target import build_target, missing_cross_compiler
 
-TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
 # board. Not 1: two loads of the very same library differed by up to 4 % on the simulated
 # boards, consistently, so an interval just above 1 does not mean the tuning did anything
@@ -220,6 +221,11 @@ class _Pair:
     ref_inputs: dict[str, np.ndarray]  # every declared input, fixed ones included
     work: Path  # scratch directory of this build
 
+    @cached_property
+    def tolerance(self) -> Tolerance:
+        """How close the outputs must be to the reference: wider for quantized models."""
+        return output_tolerance(rounding_spread(self.model, self.ref_inputs))
+
     @property
     def fed_inputs(self) -> dict[str, np.ndarray]:
         """The reference input the built library takes (fixed inputs are baked into it)."""
@@ -350,7 +356,7 @@ def _measure(
         if board.name not in runs.succeeded:
             continue
         firmware = firmware_fingerprint(fleet, board)
-        result, problem = _board_result(board.name, firmware, runs.succeeded[board.name], expected)
+        result, problem = _board_result(board.name, firmware, runs.succeeded[board.name], expected, pair.tolerance)
         results.append(result)
         problems += [problem] if problem else []
     if problems:
@@ -359,11 +365,11 @@ def _measure(
 
 
 def _board_result(
-    board: str, firmware: str, runs: dict[str, RunResult], expected: dict[str, np.ndarray]
+    board: str, firmware: str, runs: dict[str, RunResult], expected: dict[str, np.ndarray], tolerance: Tolerance
 ) -> tuple[BoardResult, str | None]:
     """The board's manifest entry, and why its tuned output fails the check (None if it passes)."""
     tuned = runs["tuned"]
-    check = check_outputs(tuned.outputs, expected, TOLERANCE)
+    check = check_outputs(tuned.outputs, expected, tolerance)
     problem = None if check.ok else (
         f"{board}: tuned output differs from the reference ({check.detail}): the tuned build is wrong "
         "for this board; check its TVM runtime and target, then re-tune the class"
@@ -384,7 +390,7 @@ def _build_inputs(pair: _Pair, database_dir: Path) -> BuildInputs:
         tvm_ffi_version=importlib.metadata.version("apache-tvm-ffi"),
         database_sha256=tree_digest(database_dir),
         reference_input_sha256=sha256_hex(npz_bytes(pair.fed_inputs)),
-        tolerance=TOLERANCE,
+        tolerance=pair.tolerance,
         edgetune_version=__version__,
     )
 

@@ -29,6 +29,7 @@ _PUBLIC = {
     "load_model": "models",
     "reference_inputs": "models",
     "reference_outputs": "models",
+    "rounding_spread": "models",
     "TuningPlan": "plan",
     "plan_tuning": "plan",
     "select_models": "plan",

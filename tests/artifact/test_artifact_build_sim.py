@@ -107,7 +107,7 @@ def test_output_mismatch_fails_that_artifact_and_keeps_v1(built, monkeypatch):
     v1_tarball = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS).tarball.read_bytes()
     wrong = release.reference_outputs
     monkeypatch.setattr(release, "reference_outputs", lambda m, i: [o + 1.0 for o in wrong(m, i)])
-    monkeypatch.setattr(release, "TOLERANCE", Tolerance(rtol=1e-4, atol=2e-5))  # new inputs
+    monkeypatch.setattr(release, "output_tolerance", lambda spread: Tolerance(rtol=1e-4, atol=2e-5))  # new inputs
     report = build_artifacts(fleet, classes=[CLASS])
     (outcome,) = report.outcomes
     assert outcome.status == "failed" and "output differs from the reference" in outcome.error

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.artifact.reference import FLOAT_TOLERANCE, check_outputs, output_tolerance
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.database import ClassDatabasePaths, open_database
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
+from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
 from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
 from edgetune.tune.schedule_rules import depthwise, integer
 
@@ -78,3 +80,28 @@ def test_tuned_with_the_vnni_rule_the_model_answers_what_onnxruntime_answers(qua
     loaded = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert int(loaded.stdout) == len(database.get_all_tuning_records())
+
+
+def test_a_quantized_softmax_is_checked_against_the_graph_as_defined_within_onnxruntimes_own_spread(tmp_path):
+    """onnxruntime's fused int8 softmax rounds differently from the graph's quantize steps: the
+    reference is the graph as defined, and the tolerance widens to twice that spread, so the
+    integer build passes where the float tolerance would refuse onnxruntime itself."""
+    path = write_quantized_separable(tmp_path / "softmax.int8.onnx", softmax=True)
+    model = Model("qdq-softmax", (ModelInput("x", (1, 16, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
+    inputs = reference_inputs(model)
+    expected = {"y": reference_outputs(model, inputs)[0]}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    fused = {"y": ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, inputs)[0]}
+    spread = rounding_spread(model, inputs)
+    assert 0 < spread < 0.1 * float(np.abs(expected["y"]).max())
+    assert not check_outputs(fused, expected, FLOAT_TOLERANCE).ok
+    assert check_outputs(fused, expected, output_tolerance(spread)).ok
+
+    prepared = prepare(load_model(model), RUNNABLE)
+    vm = relax.VirtualMachine(build_untuned(prepared, RUNNABLE), tvm.cpu())
+    got = {"y": vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()}
+    assert check_outputs(got, expected, output_tolerance(spread)).ok
+    assert not check_outputs({"y": got["y"][:, ::-1]}, expected, output_tolerance(spread)).ok  # channels swapped
+    float_model = Model("softmax", model.inputs, onnx=path.with_suffix(".float.onnx"))
+    assert rounding_spread(float_model, inputs) == 0.0
