@@ -43,7 +43,7 @@ arm-packages:
 	fi
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests

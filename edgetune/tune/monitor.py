@@ -78,8 +78,6 @@ class RunState:
     """One class's run, shared by the monitor (which records) and the scheduler (which decides)."""
 
     device_class: str
-    budget: int
-    trials: int  # trials in the database for the selected tasks, this run included
     task_calls: dict[str, dict[str, int]]  # model -> workload hash -> calls
     ledgers: list[TaskLedger]  # per task id in the scheduler
     names: list[str]  # per task id
@@ -102,7 +100,6 @@ class RunState:
         latencies = [_latency(result) for result in results]
         ledger = self.ledgers[task_id]
         ledger.record(latencies)
-        self.trials += len(results)
         valid = [x for x in latencies if x is not None]
         if valid:
             self.best[ledger.workload_hash] = min(min(valid), self.best.get(ledger.workload_hash, float("inf")))
@@ -143,7 +140,7 @@ class RunMonitor(PyMeasureCallback):
             self.state.stopped = NO_BOARDS
         busy = class_load(self.runner.endpoint).busy
         log.info(progress_line(
-            self.state.device_class, self.state.trials, self.state.budget, len(self.state.best),
+            self.state.device_class, self.state.spent, self.state.run_budget, len(self.state.best),
             len(self.state.ledgers), self.state.estimates(), busy, self.runner.boards,
         ))
 

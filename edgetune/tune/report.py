@@ -189,7 +189,8 @@ def progress_line(
     device_class: str, trials: int, budget: int, tasks_done: int, tasks: int,
     estimates: dict[str, float | None], boards_busy: int, boards: int,
 ) -> str:
-    """`[class] trials 48/128  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2`."""
+    """`[class] trials 48/128 this run  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2`:
+    this run's trials against what it may measure (earlier runs' records are not in either)."""
     best = "  ".join(f"{m} {v * 1e3:.3f} ms" if v is not None else f"{m} -" for m, v in estimates.items())
-    return (f"[{device_class}] trials {trials}/{budget}  tasks {tasks_done}/{tasks}  "
+    return (f"[{device_class}] trials {trials}/{budget} this run  tasks {tasks_done}/{tasks}  "
             f"best est. {best}  boards busy {boards_busy}/{boards}")

@@ -271,8 +271,6 @@ def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[
     ]
     return RunState(
         device_class=plan.device_class,
-        budget=plan.budget,
-        trials=plan.done + sum(seeded.values()),
         task_calls={m: {t.workload_hash: t.calls_in(m) for t in tasks.tasks if t.calls_in(m)}
                     for m in plan.models},
         ledgers=ledgers,

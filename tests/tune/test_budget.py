@@ -195,7 +195,7 @@ def test_a_task_whose_search_space_ran_out_stops_at_its_first_empty_round(tmp_pa
     )
     budget = 40
     ledger = TaskLedger("relu", weight=1.0, share=budget, ceiling=budget, history=[])
-    state = RunState(device_class="host", budget=budget, trials=0, task_calls={}, ledgers=[ledger], names=["relu"],
+    state = RunState(device_class="host", task_calls={}, ledgers=[ledger], names=["relu"],
                      run_budget=budget, trials_per_iter=PER_ITER, early_stop=None, time_limit_s=None)
     sizes: list[int] = []
     (tmp_path / "candidates").mkdir()
