@@ -38,7 +38,8 @@ DISTORTION_LIMIT = 0.15  # instrumented vs plain model time beyond which the pro
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help=", ".join(m.name for m in real_models.MODELS))
+    parser.add_argument("--model", required=True,
+                        help=", ".join(m.name for m in real_models.MODELS) + f" (NAME{real_models.INT8_SUFFIX}: its int8 model, NHWC)")
     parser.add_argument("--database", type=Path, help="tuning database directory (default: profile untuned)")
     parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="models[].layout (default NCHW)")
     parser.add_argument("--calls", type=int, default=30, help="profiled model calls per runtime (default 30)")
@@ -62,9 +63,13 @@ def main() -> None:
     from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, prepare
     from edgetune.tune.target import build_target
 
-    (real,) = real_models.by_name([args.model])
+    int8 = args.model.endswith(real_models.INT8_SUFFIX)
+    (real,) = real_models.by_name([args.model.removesuffix(real_models.INT8_SUFFIX)])
     path = real_models.fetch(real)
-    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=path, layout=args.layout)
+    if int8:  # onnxruntime's QDQ model of it, computed in integers (NHWC), as side_by_side.py times it
+        path, args.layout = real_models.quantize(real, path, Path(tempfile.mkdtemp(prefix="edgetune-int8-"))), "NHWC"
+    model = Model(args.model, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=path, layout=args.layout,
+                  quantized_weights="integer" if int8 else "keep")
     target = build_target(load_profile(PROFILE_AVX512))
     prepared = prepare(load_model(model), target)
     database = open_database(ClassDatabasePaths(args.database)) if args.database else ms.database.MemoryDatabase()
@@ -97,13 +102,13 @@ def main() -> None:
                                   inputs, args.calls)
     peak = max(gemm + gemm_gflops())  # the fastest call: other work on the machine only slows calls down
 
-    report = {"model": real.name, "layout": args.layout, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    report = {"model": args.model, "layout": args.layout, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
               "machine": machine_facts(), "database": str(args.database) if args.database else None,
               "kernels_with_record": [coverage.tuned, coverage.total], "peak_gflops": peak, "calls": args.calls,
               "tvm": _as_json(tvm_profile), "onnxruntime": _as_json(ort_profile), "onnxruntime_unprofiled_ms": ort_plain_ms,
               "versions": {"onnxruntime": ort.__version__, "tvm": tvm.__version__, "numpy": np.__version__}}
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = f"profile_{real.name}" + ("-nhwc" if args.layout == "NHWC" else "")
+    stem = f"profile_{args.model}" + ("-nhwc" if args.layout == "NHWC" else "")
     (args.results / f"{stem}.json").write_text(json.dumps(report, indent=1))
     text = markdown(report, tvm_profile, ort_profile)
     (args.results / f"{stem}.md").write_text(text)

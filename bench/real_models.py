@@ -97,6 +97,9 @@ def random_feeds(model: RealModel, count: int, seed: int) -> list[dict[str, np.n
     return [{name: rng.random(shape, dtype=np.float32) for name, shape, _ in model.inputs} for _ in range(count)]
 
 
+INT8_SUFFIX = "-int8"  # a bench's name for a model's `quantize`d file, built with `quantized_weights: integer`
+
+
 def quantize(model: RealModel, source: Path, work: Path) -> Path:
     """onnxruntime's QDQ int8 model of `source`, calibrated on seeded random inputs."""
     proto = onnx.load(str(source))

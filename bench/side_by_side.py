@@ -54,7 +54,6 @@ LABELS = {"untuned": "TVM, no schedules", "tuned": "TVM tuned (edgetune)", "onnx
 ABLATIONS = {"tuned-bytecode": "tuned, bytecode VM instead of exec_mode='compiled'",
              "tuned-nhwc": "tuned, convolutions channels-last (layout: NHWC; tuned in the same class run)"}
 NHWC_SUFFIX = "-nhwc"  # the fleet model that is the NHWC twin of a model (--ablate-layout)
-INT8_SUFFIX = "-int8"  # a real model quantized by onnxruntime (real_models.quantize), `quantized_weights: integer`
 # What fits in about an hour here (100 tasks at ~30 s of search per task and round); the detectors
 # and the recogniser (187 tasks more) take hours at any budget: name them with --models.
 DEFAULT_MODELS = "cnn,mobilenet-mini,pplcnet-orientation,ppocr-cls"
@@ -131,8 +130,8 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
             inp, shape = MOBILENET_MINI_INPUT
             entry = {"name": name, "builtin": name, "inputs": [{"name": inp, "shape": list(shape), "dtype": "float32"}]}
             kind = "built-in mobilenet-mini, 64x64"
-        elif name.endswith(INT8_SUFFIX):  # onnxruntime's own quantized model, computed in integers
-            (real,) = real_models.by_name([name.removesuffix(INT8_SUFFIX)])
+        elif name.endswith(real_models.INT8_SUFFIX):  # onnxruntime's own quantized model, computed in integers
+            (real,) = real_models.by_name([name.removesuffix(real_models.INT8_SUFFIX)])
             quantized = real_models.quantize(real, real_models.fetch(real), workdir)
             entry = dict(real.fleet_entry(quantized), name=name, quantized_weights="integer")
             kind, float_onnx = f"{real.kind}, int8 (onnxruntime's QDQ quantization)", real_models.fetch(real)

@@ -29,6 +29,7 @@ BUILTIN_PREFIX = "vm.builtin."
 PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for a kernel on pre-packed weights
 OTHER = "other kernels (element-wise, pooling, reductions)"
 LAYOUT = "layout transforms"
+INT8_CONV = "conv int8 (integer kernels / QLinearConv, any kernel size)"
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ def tvm_kernel_kinds(prepared: tvm.IRModule, layout: str = "NCHW") -> dict[str, 
                 weight = [weight[0], weight[3], weight[1], weight[2]]  # OHWI -> OIHW
             flops = 2 * math.prod(shapes[0]) * math.prod(weight[1:]) if transposed else 2 * math.prod(output) * math.prod(weight[1:])
             out[name] = (conv_kind(weight, transposed), flops)
+        elif "integer_conv" in name and len(shapes) >= 3 and len(shapes[1]) == 6:
+            _, kh, kw, lanes, _, _ = shapes[1]  # packed (O/16, KH, KW, K/4, 16, 4), edgetune.tune.integer
+            out[name] = (INT8_CONV, 2 * math.prod(shapes[-1]) * 4 * lanes * kh * kw)
         elif "matmul" in name or "dense" in name:
             out[name] = ("matmul / dense", 2 * math.prod(shapes[-1]) * shapes[0][-1])
         else:
@@ -181,6 +185,8 @@ def _ort_kind(args: dict) -> str:
         return LAYOUT
     if "ConvTranspose" in op:
         return "conv transpose"
+    if op == "QLinearConv":  # its pre-packed weight is not among the profiled inputs: no kernel size
+        return INT8_CONV
     if "Conv" in op and len(inputs) > 1:
         return conv_kind(inputs[1])
     if "MatMul" in op or "Gemm" in op:

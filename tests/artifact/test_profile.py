@@ -10,10 +10,12 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
-from edgetune.artifact.profile import onnxruntime_profile, profile_vm, tvm_kernel_kinds
+from edgetune.artifact.profile import INT8_CONV, onnxruntime_profile, profile_vm, tvm_kernel_kinds
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import entry_function, load_model, reference_inputs
 from edgetune.tune.prepare import build_untuned, prepare
+
+from onnx_samples import write_quantized_separable
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 # The kernel rows and the VM builtins, timed by the instrument, against uninstrumented calls
@@ -107,3 +109,23 @@ def test_onnxruntime_profile_rows_by_kind_within_the_run_time(tmp_path):
     kinds = set(profile.by_kind())
     assert {"conv 3x3", "conv 3x3 depthwise", "conv 1x1 (pointwise)"} <= kinds
     assert 0 < profile.kernels_ms <= profile.model_ms
+
+
+def test_integer_convolutions_and_onnxruntimes_qlinearconv_are_one_kind_with_their_flops(tmp_path):
+    """A block quantized by onnxruntime: edgetune's two integer convolutions (3x3 16 -> 32, 1x1
+    32 -> 48 at 8x8) and onnxruntime's QLinearConv nodes are both 'conv int8'; the depthwise
+    convolution stays float32 in TVM."""
+    path = write_quantized_separable(tmp_path / "block.int8.onnx")
+    model = Model("qdq", (ModelInput("x", (1, 16, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
+    kinds = tvm_kernel_kinds(prepare(load_model(model), TARGET), "NHWC")
+    assert sorted(flops for kind, flops in kinds.values() if kind == INT8_CONV) == [2 * 64 * 48 * 32, 2 * 64 * 32 * 16 * 9]
+    assert "conv 3x3 depthwise" in {kind for kind, _ in kinds.values()}
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "ort")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        session.run(None, reference_inputs(model))
+    assert INT8_CONV in onnxruntime_profile(tmp_path / session.end_profiling(), skip_runs=1).by_kind()
