@@ -132,9 +132,10 @@ def model_specs(names: list[str], workdir: Path) -> list[ModelSpec]:
             kind = "built-in mobilenet-mini, 64x64"
         elif name.endswith(real_models.INT8_SUFFIX):  # onnxruntime's own quantized model, computed in integers
             (real,) = real_models.by_name([name.removesuffix(real_models.INT8_SUFFIX)])
-            quantized = real_models.quantize(real, real_models.fetch(real), workdir)
+            float_onnx = real_models.fetch(real)
+            quantized = real_models.quantize(real, float_onnx, workdir)
             entry = dict(real.fleet_entry(quantized), name=name, quantized_weights="integer")
-            kind, float_onnx = f"{real.kind}, int8 (onnxruntime's QDQ quantization)", real_models.fetch(real)
+            kind = f"{real.kind}, int8 (onnxruntime's QDQ quantization)"
         else:
             (real,) = real_models.by_name([name])
             entry, kind = real.fleet_entry(real_models.fetch(real)), real.kind
