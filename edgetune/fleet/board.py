@@ -1,5 +1,6 @@
 """What the host does on one board over SSH: probe it, preflight it, start and stop its
-TVM rpc_server (`tvm.exec.rpc_server`, detached in its own session so its group can be stopped).
+TVM rpc_server (board_rpc_server.py, uploaded to the board's workdir and run detached in its
+own session so its group can be stopped).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.ssh import BoardSession
@@ -14,7 +16,10 @@ from edgetune.fleet.state import TrackerRecord
 from edgetune.fleet.sim import sim_firmware_file_on_board
 from edgetune.inventory.schema import Board, Fleet
 
-RPC_SERVER_MODULE = "tvm.exec.rpc_server"
+RPC_SERVER_SCRIPT = "edgetune-rpc-server.py"  # board_rpc_server.py, as the board's copy is named
+# What a recorded rpc_server's command line holds: this script, or TVM's module, which boards
+# ran before it (so `fleet up` and `fleet down` still recognise those).
+_RPC_SERVER_COMMAND = rf"{RPC_SERVER_SCRIPT}|tvm\.exec\.rpc_server"
 RPC_SERVER_PORT = 9090
 RPC_SERVER_LOG = "rpc_server.log"
 MIN_FREE_MB = 256
@@ -97,7 +102,7 @@ def check_ready(board: Board, facts: BoardFacts, host_tvm: str) -> None:
 
 def _is_server(pid: int) -> str:
     """A shell test: is `pid` still our rpc_server (not a reused PID)?"""
-    return f"tr '\\0' ' ' </proc/{pid}/cmdline 2>/dev/null | grep -q {RPC_SERVER_MODULE}"
+    return f"tr '\\0' ' ' </proc/{pid}/cmdline 2>/dev/null | grep -qE {shlex.quote(_RPC_SERVER_COMMAND)}"
 
 
 def server_running(session: BoardSession, pid: int) -> bool:
@@ -105,12 +110,15 @@ def server_running(session: BoardSession, pid: int) -> bool:
 
 
 def start_server(session: BoardSession, tracker: TrackerRecord, key: str, threads: int) -> int:
-    """Start the rpc_server detached (`setsid nohup ... &`) and return its PID (= its group)."""
+    """Upload board_rpc_server.py, start it detached (`setsid nohup ... &`) and return its PID
+    (= its group)."""
     board = session.board
-    argv = [board.python, "-m", RPC_SERVER_MODULE, "--tracker", tracker.address, "--key", key,
+    script = f"{board.workdir}/{RPC_SERVER_SCRIPT}"
+    session.put_file(script, resources.files("edgetune.fleet").joinpath("board_rpc_server.py").read_bytes())
+    argv = [board.python, script, "--tracker", tracker.address, "--key", key,
             "--host", board.address, "--custom-addr", board.address, "--port", str(RPC_SERVER_PORT)]  # fmt: skip
     command = (
-        f"mkdir -p {shlex.quote(board.workdir)}; cd {shlex.quote(board.workdir)}; "
+        f"cd {shlex.quote(board.workdir)}; "
         f"TVM_NUM_THREADS={threads} setsid nohup {shlex.join(argv)} >{RPC_SERVER_LOG} 2>&1 </dev/null & echo $!"
     )
     return int(session.run(command).stdout.strip())

@@ -8,6 +8,9 @@ has boards. A board that dies mid-measurement turns that candidate into a failed
 
 from __future__ import annotations
 
+import gc
+
+from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.fleet.tracker import RpcEndpoint, wait_for_servers
@@ -20,6 +23,16 @@ def wait_for_boards(endpoint: RpcEndpoint) -> int:
     """Registered boards of the class, waiting for the first a little longer than a session
     timeout: after a host crash a board re-registers only when its orphaned session times out."""
     return wait_for_servers(endpoint, SESSION_TIMEOUT_S + 15)
+
+
+def create_session(rpc_config: ms.runner.RPCConfig) -> rpc.RPCSession:
+    """MetaSchedule's session from the tracker, asked for only once the worker's earlier sessions
+    are collected: a finished session can stay alive in a reference cycle until the garbage
+    collector runs, holding its board all the while. With the class's other board dead, the
+    worker then waited on the tracker for the very board its finished session held, until the board
+    timed that session out (SESSION_TIMEOUT_S; 5 of 6 such runs here)."""
+    gc.collect()
+    return rpc_config.connect_server()
 
 
 def make_runner(endpoint: RpcEndpoint, boards: int, measurement: Measurement) -> ms.runner.RPCRunner:
@@ -38,4 +51,5 @@ def make_runner(endpoint: RpcEndpoint, boards: int, measurement: Measurement) ->
         ),
         cooldown_sec=measurement.cooldown_ms / 1000.0,
         max_workers=boards,
+        f_create_session=create_session,
     )

@@ -45,11 +45,12 @@ class Loopback:
                                 start_new_session=True)
 
     def start_board(self, name: str, key: str) -> None:
-        """An rpc_server on a port of its own: two started at once on TVM's default range both
-        bind 9090 (SO_REUSEADDR) and the second dies at listen() with EADDRINUSE."""
+        """The rpc_server `fleet up` runs on a board (board_rpc_server), on a port of its own: two
+        started at once on TVM's default range both bind 9090 (SO_REUSEADDR) and the second dies
+        at listen() with EADDRINUSE."""
         port = _free_port()
         self.servers[name] = self._spawn(name, [
-            "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
+            "edgetune.fleet.board_rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
             "--host", "127.0.0.1", "--custom-addr", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)])
 
     def wait_registered(self, count: int, timeout_s: float = 60.0) -> None:
