@@ -21,7 +21,9 @@ SESSION_TIMEOUT_S = 60
 
 def wait_for_boards(endpoint: RpcEndpoint) -> int:
     """Registered boards of the class, waiting for the first a little longer than a session
-    timeout: after a host crash a board re-registers only when its orphaned session times out."""
+    timeout: after a host crash a board re-registers only once its orphaned session has timed
+    out, or, if the session was reset, once its watchdog has started a new server
+    (edgetune.fleet.board_rpc_server)."""
     return wait_for_servers(endpoint, SESSION_TIMEOUT_S + 15)
 
 

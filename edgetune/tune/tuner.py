@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import EdgetuneError, TuneError
@@ -176,7 +177,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                 log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement), exclusive)
             selected = _searched_tasks(plan)
-            contexts = _tune_contexts(selected, tasks, paths, options.search)
+            contexts = _tune_contexts(selected, tasks, target, paths, options.search)
             cost_model = _cost_model(paths, options.search)
             donor = plan.borrow_from if options.borrow else None
             seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
@@ -211,11 +212,11 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
     return [t for t in plan.tasks if t.planned > 0 or (plan.freed and not t.at_knee)]
 
 
-def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, paths: ClassDatabasePaths,
-                   search: SearchSettings) -> list[ms.TuneContext]:
+def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
+                   paths: ClassDatabasePaths, search: SearchSettings) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
     gets the rule registered by edgetune.tune.schedule_rules (imported with prepare)."""
-    load_cpu_intrinsics()
+    load_cpu_intrinsics(target)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],
         work_dir=str(paths.logs),
