@@ -31,8 +31,8 @@ import types
 
 import tvm
 from tvm.s_tir import TensorIntrin
-from tvm.target import codegen
 from tvm.script import tirx as T
+from tvm.target import codegen
 
 VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 PACKAGE = "tvm.s_tir.tensor_intrin"

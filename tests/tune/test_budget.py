@@ -39,7 +39,7 @@ from fleets import AVX512, make_fleet, mlp
 
 PER_ITER = 4
 STRICT = EarlyStop(window=4, min_gain=0.99)
-TIME_LIMIT_S = 20.0
+TIME_LIMIT_S = 10.0
 QUICK = TuneOptions(search=SearchSettings(population_size=32, genetic_num_iters=1))  # less host CPU per round
 
 

@@ -164,16 +164,15 @@ def test_a_board_whose_client_vanished_mid_session_serves_again(loopback):
     loopback.start_board("a1", "classa")
     loopback.wait_registered(1)
     _vanish_mid_session(loopback.port, "classa")
-    assert "exited unsuccessfully" in _wait_for_log(loopback, "a1", "exited unsuccessfully")
+    _wait_for_log(loopback, "a1", "exited unsuccessfully")  # TVM's listening thread has ended
     loopback.wait_registered(1, timeout_s=(MISSING_CHECKS + 2) * CHECK_PERIOD_S + 10)
     session = rpc.connect_tracker("127.0.0.1", loopback.port).request("classa", session_timeout=30)
     assert session.cpu(0).exist  # the new server measures again
     assert loopback.servers["a1"].poll() is None
 
 
-def _wait_for_log(loopback, board: str, text: str, timeout_s: float = 10.0) -> str:
+def _wait_for_log(loopback, board: str, text: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while text not in (log := (loopback.directory / f"{board}.log").read_text(errors="replace")):
         assert time.monotonic() < deadline, f"{board}'s log never said {text!r}:\n{log[-2000:]}"
         time.sleep(0.2)
-    return log
