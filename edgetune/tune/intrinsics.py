@@ -32,7 +32,8 @@ import types
 import tvm
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
-from tvm.target import codegen
+
+from edgetune.tune.target import target_triple
 
 VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 PACKAGE = "tvm.s_tir.tensor_intrin"
@@ -47,7 +48,7 @@ def load_cpu_intrinsics(target: tvm.target.Target) -> None:
         package.__spec__ = spec
         package.__package__ = PACKAGE
         sys.modules[PACKAGE] = package
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    triple = target_triple(target)
     module = next((m for prefix, m in CPU_MODULES.items() if triple.startswith(prefix)), "x86")
     importlib.import_module(f"{PACKAGE}.{module}")
 

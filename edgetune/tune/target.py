@@ -14,6 +14,11 @@ from edgetune.inventory.schema import DeviceProfile, Fleet
 CROSS_COMPILER_PACKAGES = {"aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
 
 
+def target_triple(target: tvm.target.Target) -> str:
+    """The LLVM triple code is generated for: the target's `mtriple`, else this host's."""
+    return str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+
+
 def build_target(profile: DeviceProfile) -> tvm.target.Target:
     """The profile's `target` JSON dict as a TVM target; InventoryError if TVM rejects it.
 

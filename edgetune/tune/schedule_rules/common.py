@@ -17,6 +17,8 @@ import tvm
 from tvm import s_tir
 from tvm.target import codegen
 
+from edgetune.tune.target import target_triple
+
 MIN_ROWS, MAX_ROWS = 4, 8  # pixels of an image row in a register tile
 MIN_LANES = 4  # the narrowest vector a tile uses (SSE / NEON width)
 VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rules read, set by mark_kernels
@@ -35,7 +37,7 @@ def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
     """The target CPU's float32 SIMD registers, or None for targets the rules are not made for."""
     if target.kind.name != "llvm":
         return None
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    triple = target_triple(target)
     if triple.startswith("aarch64"):
         return VectorUnit(lanes=4, registers=32)
     if not triple.startswith("x86_64"):
