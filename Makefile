@@ -17,7 +17,7 @@ setup: $(STAMP) system-packages
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[host,test]'
 	touch $(STAMP)
 
 system-packages:

@@ -50,10 +50,10 @@ BOOTSTRAP_DRAWS = 2000
 
 def output_tolerance(expected: Sequence[np.ndarray], rounding_spread: float = 0.0) -> float:
     """How far a build's outputs may be from the reference: the artifact check's tolerance
-    (`edgetune.artifact.reference.output_tolerance`, wider for quantized models), its rtol
+    (`edgetune.artifact_format.reference.output_tolerance`, wider for quantized models), its rtol
     taken of the reference's largest magnitude (a detector's box coordinates go up to its
     image size)."""
-    from edgetune.artifact.reference import output_tolerance as artifact_tolerance
+    from edgetune.artifact_format.reference import output_tolerance as artifact_tolerance
 
     tolerance = artifact_tolerance(rounding_spread)
     return tolerance.atol + tolerance.rtol * max(float(np.max(np.abs(e))) for e in expected)

@@ -180,7 +180,7 @@ def _blocks(row: dict, count: int, per_round: int) -> list[dict[str, list[float]
 def report(data: list[dict], facts: str, args) -> None:
     from tabulate import tabulate
 
-    from edgetune.artifact.timing_stats import ratio_of_medians
+    from edgetune.artifact_format.timing_stats import ratio_of_medians
 
     noise, designs = [], []
     keyed = {(r["board"], r["model"], r["min_repeat_ms"], r["comparison"]): r for r in data}

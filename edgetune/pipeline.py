@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from edgetune.artifact.release import BuildReport, build_artifacts
-from edgetune.artifact.signing import init_keys
+from edgetune.artifact_format.signing import init_keys
+from edgetune.errors import Interrupted
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 from edgetune.inventory import Fleet
-from edgetune.errors import Interrupted
 from edgetune.tune import TuneOptions, TuneResult, stop_requested, tune_fleet
 
 log = logging.getLogger(__name__)

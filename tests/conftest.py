@@ -1,7 +1,7 @@
 """Shared fixtures. `sim_fleet`: a real simulated fleet (network namespaces, OpenSSH, a TVM
 tracker and an rpc_server per board) for the whole test session, torn down at the end.
 
-Two device classes, two boards each: `gw-fast` (x86-avx512 profile, a full core) and
+Two device classes, two boards each: `gw-fast` (x86-64-v3 profile: AVX2, a full core) and
 `gw-slow` (x86-64-v2 profile, a quarter of a core). Each concurrent test session takes its
 own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port 9290+10N, artifact server
 port 8470+N) under a lock
@@ -38,7 +38,7 @@ ssh:
   connect_timeout_s: 3
   command_timeout_s: 60
 device_classes:
-  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-64-v3.yaml}}
   - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
 boards:
   - {{name: fast-1, address: 10.231.{subnet}.11, device_class: gw-fast, python: {python}, workdir: work/boards/fast-1, simulated: {{cpu_quota: 1.0}}}}
@@ -143,7 +143,7 @@ def built_fleet(sim_fleet, tmp_path_factory):
     import dataclasses
 
     from edgetune.artifact.release import build_artifacts
-    from edgetune.artifact.signing import init_keys
+    from edgetune.artifact_format.signing import init_keys
     from edgetune.inventory.schema import ArtifactSettings
     from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 

@@ -4,6 +4,7 @@ the inventory is pure data, and the board agent needs none of the host's package
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edgetune"
 
 # Lowest first; a module may import edgetune modules of its own floor or below.
-FLOORS = ["errors", "durable", "inventory", "fleet", "tune", "artifact", "agent", "deploy", "regress", "pipeline", "cli"]
+FLOORS = ["errors", "durable", "artifact_format", "inventory", "fleet", "tune", "artifact", "agent", "deploy", "regress", "pipeline", "cli"]
 TOP_LEVEL = {"__init__": 0, "__main__": len(FLOORS)}
 PURE_FLOORS = {"errors", "inventory"}  # pure data: no machine, SSH, network or TVM (reading files is fine)
-HOST_PACKAGES = {"paramiko", "yaml", "tabulate", "onnx", "onnxruntime", "xgboost", "matplotlib", "starlette", "uvicorn", "tvm"}
 
 
 def floor_of(module: str) -> int:
@@ -58,12 +58,41 @@ def test_inventory_and_errors_are_pure(path):
 
 
 def test_the_agent_imports_nothing_of_the_host_side():
-    agent_modules = sorted((PACKAGE / "agent").glob("*.py"))
-    for path in agent_modules:
-        for name, line in imports(path):
-            top = name.split(".")[0]
-            assert top not in HOST_PACKAGES - {"tvm"}, f"{path.name}:{line} imports {name}"
-            assert not name.startswith(("edgetune.fleet", "edgetune.inventory", "edgetune.tune", "edgetune.deploy")), f"{path.name}:{line} imports {name}"
+    """The agent's whole import closure (lazy imports too) is the board-side core the bundle
+    carries: every edgetune module it reaches is in BOARD_SIDE, and of the rest only the
+    standard library, numpy, cryptography and the TVM runtime."""
+    from edgetune.fleet.agent_bundle import BOARD_SIDE, board_side_sources
+
+    modules = {module_name(path): path for path in SOURCES}
+    reached, todo, outside = set(), [m for m in modules if m.startswith("edgetune.agent")], set()
+    while todo:
+        module = todo.pop()
+        if module in reached:
+            continue
+        reached.add(module)
+        for name, line in imports(modules[module]):
+            if name == "edgetune" or name.startswith("edgetune."):
+                loaded = loaded_modules(name, modules)
+                assert loaded, f"{module}:{line} imports {name}, which is not a module of the package"
+                todo += loaded
+            else:
+                outside.add((name.split(".")[0], module, line))
+    bundled = {module_name(path) for path in board_side_sources()}
+    assert reached <= bundled, f"the agent reaches modules the bundle ({BOARD_SIDE}) lacks: {sorted(reached - bundled)}"
+    foreign = [f"{module}:{line} imports {top}" for top, module, line in outside
+               if top not in sys.stdlib_module_names | {"numpy", "cryptography", "tvm"}]  # fmt: skip
+    assert not foreign, foreign
+    tvm_uses = {name for module in reached for name, _ in imports(modules[module]) if name.split(".")[0] == "tvm"}
+    assert all(name == "tvm" or name.startswith("tvm.runtime") for name in tvm_uses), f"beyond TVM's runtime: {tvm_uses}"
+
+
+def loaded_modules(name: str, modules: dict[str, Path]) -> list[str]:
+    """The package's modules that `import name` runs: its own (or its package's __init__, or
+    for `from package import name` the package's) and the __init__ of every package above it."""
+    own = next((m for m in (name, f"{name}.__init__", f"{name.rsplit('.', 1)[0]}.__init__") if m in modules), None)
+    parts = name.split(".")
+    inits = [f"{'.'.join(parts[:i])}.__init__" for i in range(1, len(parts))]
+    return [m for m in (own, *inits) if m in modules] if own else []
 
 
 def test_no_import_circle_between_modules():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from edgetune.artifact.manifest import (
+from edgetune.artifact_format.manifest import (
     BoardResult,
     BuildInputs,
     Entry,

@@ -18,8 +18,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from edgetune.agent.errors import AgentError
-from edgetune.artifact.codec import from_json
-from edgetune.artifact.files import fsync_dir, write_atomic
+from edgetune.artifact_format.codec import from_json
+from edgetune.durable import fsync_dir, write_atomic
 from edgetune.errors import ArtifactError
 
 TIMEOUT_S = 30.0

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.errors import AgentConfigError
-from edgetune.artifact.codec import canonical_bytes, from_json, to_json
-from edgetune.artifact.files import write_atomic
+from edgetune.artifact_format.codec import canonical_bytes, from_json, to_json
+from edgetune.durable import write_atomic
 from edgetune.errors import ArtifactError
 
 CONFIG_NAME = "agent.json"

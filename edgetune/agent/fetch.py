@@ -27,11 +27,11 @@ from edgetune.agent.config import AgentConfig
 from edgetune.agent.errors import AgentError
 from edgetune.agent.layout import Layout, check_model_name
 from edgetune.agent.state import ModelState
-from edgetune.artifact.codec import sha256_hex
-from edgetune.artifact.files import fsync_dir
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from edgetune.artifact.signing import Signature, signature_problem
-from edgetune.artifact.verify import verify_artifact
+from edgetune.artifact_format.codec import sha256_hex
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from edgetune.artifact_format.signing import Signature, signature_problem
+from edgetune.artifact_format.verify import verify_artifact
+from edgetune.durable import fsync_dir
 from edgetune.errors import ArtifactError
 
 

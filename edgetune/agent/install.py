@@ -36,12 +36,17 @@ from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
 from edgetune.agent.layout import check_model_name
 from edgetune.agent.state import ModelState, activated, save_state
-from edgetune.artifact.files import unpack_tarball, write_atomic
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact.verify import verify_artifact
+from edgetune.artifact_format.files import unpack_tarball
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.artifact_format.verify import verify_artifact
+from edgetune.durable import write_atomic
 from edgetune.errors import EdgetuneError
 
 CHECK_TIMEOUT_S = 600.0
+# The child imports this same edgetune, from the folder or the bundle (a zip) it came from; -I
+# keeps the working directory and PYTHONPATH from putting another one first.
+_PACKAGE_PARENT = str(Path(edgetune.__file__).resolve().parents[1])
+_CHILD = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('edgetune.agent', run_name='__main__', alter_sys=True)"
 MAX_HEAD_BYTES = 16 << 20  # manifest.json and manifest.sig are far smaller
 
 
@@ -220,10 +225,10 @@ def prune(board: Board, model: str, state: ModelState) -> list[int]:
 
 
 def check_in_child(board: Board, directory: Path) -> None:
-    """Run the reference check of `directory` in a child process (`python -m edgetune.agent
-    check`); AgentError saying why if it fails, crashes or hangs."""
-    command = [sys.executable, "-m", "edgetune.agent", "--root", str(board.root), "check", "--json",
-               "--dir", str(directory)]
+    """Run the reference check of `directory` in a child process (this agent's `check` verb);
+    AgentError saying why if it fails, crashes or hangs."""
+    command = [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, "--root", str(board.root), "check", "--json",
+               "--dir", str(directory)]  # fmt: skip
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, env=_child_env(board))
     except subprocess.TimeoutExpired:
@@ -242,8 +247,6 @@ def _child_env(board: Board) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(board.config.threads))
     env.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the check needs only TVM's runtime, which loads faster
-    package_parent = str(Path(edgetune.__file__).resolve().parents[1])  # the child imports this same edgetune
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
 
 

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from edgetune.agent.config import SAFE_NAME
 from edgetune.agent.errors import AgentConfigError, AgentError
-from edgetune.artifact.files import fsync_dir
+from edgetune.durable import fsync_dir
 
 RELEASE_DIR = re.compile(r"^v([1-9][0-9]*)$")
 CURRENT = "current"

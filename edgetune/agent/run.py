@@ -19,8 +19,8 @@ from edgetune.agent.board import Board
 from edgetune.agent.errors import AgentError
 from edgetune.agent.layout import check_model_name
 from edgetune.agent.runtime import LoadedRelease, TimingSettings
-from edgetune.artifact.reference import read_npz
-from edgetune.artifact.verify import verify_artifact
+from edgetune.artifact_format.reference import read_npz
+from edgetune.artifact_format.verify import verify_artifact
 
 
 @dataclass(frozen=True)

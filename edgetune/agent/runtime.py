@@ -19,8 +19,8 @@ import tvm
 from tvm.runtime.vm import VirtualMachine
 
 from edgetune.agent.errors import AgentError
-from edgetune.artifact.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, MANIFEST_NAME, REFERENCE_INPUT_NAME, Manifest
-from edgetune.artifact.reference import check_outputs, read_npz
+from edgetune.artifact_format.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, MANIFEST_NAME, REFERENCE_INPUT_NAME, Manifest
+from edgetune.artifact_format.reference import check_outputs, read_npz
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Callable
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.layout import Layout
-from edgetune.artifact.codec import canonical_bytes, from_json, to_json
-from edgetune.artifact.files import write_atomic
+from edgetune.artifact_format.codec import canonical_bytes, from_json, to_json
+from edgetune.durable import write_atomic
 from edgetune.errors import ArtifactError
 
 STATE_SCHEMA = "edgetune.agent-state"

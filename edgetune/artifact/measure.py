@@ -31,8 +31,8 @@ import numpy as np
 import tvm
 from tvm import relax, rpc
 
-from edgetune.artifact.files import sha256_file
-from edgetune.artifact.manifest import Timing
+from edgetune.artifact_format.files import sha256_file
+from edgetune.artifact_format.manifest import Timing
 from edgetune.errors import EdgetuneError
 from edgetune.fleet.board import read_firmware
 from edgetune.fleet.parallel import GroupResult

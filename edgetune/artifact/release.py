@@ -29,8 +29,8 @@ import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
@@ -40,9 +40,11 @@ from tabulate import tabulate
 
 from edgetune import __version__
 from edgetune.artifact import tuning_inputs
-from edgetune.artifact.codec import canonical_bytes, sha256_hex
-from edgetune.artifact.files import tree_digest
-from edgetune.artifact.manifest import (
+from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
+from edgetune.artifact.store import ArtifactStore, Staging
+from edgetune.artifact_format.codec import canonical_bytes, sha256_hex
+from edgetune.artifact_format.files import tree_digest
+from edgetune.artifact_format.manifest import (
     DATABASE_DIR,
     EXPECTED_OUTPUT_NAME,
     LIBRARY_NAME,
@@ -56,11 +58,9 @@ from edgetune.artifact.manifest import (
     Reference,
     Tolerance,
 )
-from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
-from edgetune.artifact.reference import check_outputs, npz_bytes, output_tolerance
-from edgetune.artifact.signing import load_private_key
-from edgetune.artifact.store import ArtifactStore, Staging
-from edgetune.artifact.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
+from edgetune.artifact_format.reference import check_outputs, npz_bytes, output_tolerance
+from edgetune.artifact_format.signing import load_private_key
+from edgetune.artifact_format.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
 from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model

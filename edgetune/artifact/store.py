@@ -13,7 +13,7 @@
   from its directory's, is re-packed at the next commit of that (model, class).
 - `index.json` lists every version whose manifest agrees with its place (model, class,
   version); it is rebuilt from the version directories, signed into `index.sig` with the
-  artifact key, and both are replaced atomically (`verify.verify_index` checks them).
+  artifact key, and both are replaced atomically (`index_check.verify_index` checks them).
 """
 
 from __future__ import annotations
@@ -31,38 +31,23 @@ from typing import Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgetune.artifact.codec import canonical_bytes, load_versioned, sha256_hex
+from edgetune.artifact_format.codec import canonical_bytes, load_versioned, sha256_hex
+from edgetune.artifact_format.files import file_entries, open_archive, pack_tarball
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from edgetune.artifact_format.places import INDEX_NAME, INDEX_SIGNATURE_NAME, SAFE_NAME, StorePlace
+from edgetune.artifact_format.signing import sign
 from edgetune.durable import fsync_dir, fsync_tree, write_atomic
-from edgetune.artifact.files import file_entries, open_archive, pack_tarball
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from edgetune.artifact.signing import sign
 from edgetune.errors import ArtifactError
 
-INDEX_NAME = "index.json"
-INDEX_SIGNATURE_NAME = "index.sig"
 INDEX_SCHEMA = "edgetune.artifact-index"
 INDEX_SCHEMA_VERSION = 1
 HIGHWATER_NAME = ".highwater"
 MAX_INDEX_BYTES = 64 << 20
 
 _VERSION_DIR = re.compile(r"^v([1-9][0-9]{0,9})$")
-_VERSION_ENTRY = re.compile(r"^v([1-9][0-9]{0,9})(\.tar\.gz)?$")
 _STAGING_PREFIX = ".staging-"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StorePlace:
-    """Where a version sits in a store: `<model>/<class>/v<version>`."""
-
-    model: str
-    device_class: str
-    version: int
-
-    def __str__(self) -> str:
-        return f"{self.model}/{self.device_class}/v{self.version}"
 
 
 @dataclass(frozen=True)
@@ -136,7 +121,7 @@ class ArtifactStore:
 
     def class_dir(self, model: str, device_class: str) -> Path:
         for name in (model, device_class):
-            if not _SAFE_NAME.match(name):
+            if not SAFE_NAME.match(name):
                 raise ArtifactError(f"{name!r} cannot name an artifact directory")
         return self.root / model / device_class
 
@@ -165,9 +150,9 @@ class ArtifactStore:
         pairs = sorted(
             (m.name, c.name)
             for m in self.root.iterdir()
-            if m.is_dir() and _SAFE_NAME.match(m.name)
+            if m.is_dir() and SAFE_NAME.match(m.name)
             for c in m.iterdir()
-            if c.is_dir() and _SAFE_NAME.match(c.name)
+            if c.is_dir() and SAFE_NAME.match(c.name)
         )
         return [StorePlace(m, c, v) for m, c in pairs for v in self.versions(m, c)]
 
@@ -281,22 +266,6 @@ class ArtifactStore:
 def tarball_path(version_dir: Path) -> Path:
     """`<model>/<class>/v<N>.tar.gz` beside the version directory `v<N>`."""
     return version_dir.with_name(f"{version_dir.name}.tar.gz")
-
-
-def store_place(path: Path) -> StorePlace | None:
-    """Where `path` sits if it is a version of an artifacts store, `<root>/<model>/<class>/v<N>`
-    or `v<N>.tar.gz` with `<root>/index.json` beside the models; None anywhere else (a
-    download directory, a board's install tree)."""
-    path = Path(os.path.abspath(path))
-    match = _VERSION_ENTRY.match(path.name)
-    if match is None or len(path.parents) < 3:
-        return None
-    class_dir, model_dir = path.parent, path.parent.parent
-    if not (_SAFE_NAME.match(class_dir.name) and _SAFE_NAME.match(model_dir.name)):
-        return None
-    if not (model_dir.parent / INDEX_NAME).is_file():
-        return None
-    return StorePlace(model_dir.name, class_dir.name, int(match.group(1)))
 
 
 def _tarball_is_current(version_dir: Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.artifact.manifest import TuningStats
+from edgetune.artifact_format.manifest import TuningStats
 from edgetune.errors import ArtifactError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir

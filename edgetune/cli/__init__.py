@@ -10,8 +10,6 @@ import sys
 import traceback
 
 from edgetune import __version__
-from edgetune.errors import EdgetuneError
-
 from edgetune.cli import (
     build_cmd,
     check_cmd,
@@ -28,6 +26,7 @@ from edgetune.cli import (
     tune_fleet_cmd,
     verify_cmd,
 )
+from edgetune.errors import EdgetuneError
 
 # In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (

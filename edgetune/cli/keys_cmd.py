@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from edgetune.artifact.signing import init_keys
+from edgetune.artifact_format.signing import init_keys
 from edgetune.cli.common import add_fleet_argument
 from edgetune.inventory import load_fleet
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edgetune.artifact.signing import load_public_key
-from edgetune.artifact.store import INDEX_NAME
-from edgetune.artifact.verify import Expected, verify_artifact, verify_index
+from edgetune.artifact.index_check import verify_index
+from edgetune.artifact_format.places import INDEX_NAME
+from edgetune.artifact_format.signing import load_public_key
+from edgetune.artifact_format.verify import Expected, verify_artifact
 from edgetune.cli.common import add_fleet_argument
 from edgetune.errors import ArtifactError
 from edgetune.inventory import load_fleet

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from edgetune.artifact.files import unpack_tarball
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact.signing import load_public_key
 from edgetune.artifact.store import ArtifactStore, StoredVersion
-from edgetune.artifact.verify import Expected, verify_artifact
+from edgetune.artifact_format.files import unpack_tarball
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.artifact_format.signing import load_public_key
+from edgetune.artifact_format.verify import Expected, verify_artifact
 from edgetune.deploy.offer import find_board, offer
 from edgetune.inventory.schema import Fleet
 

@@ -1,10 +1,12 @@
 """The board agent driven over SSH: provision it on a board, then run its verbs.
 
-Provisioning writes `<board workdir>/agent/`: `agent.json` (the board's name, class, the server
-URL, releases to keep, its firmware command), `fleet.pub` (the fleet's public key: the only key
-the agent trusts; a different pinned key is never replaced behind the operator's back) and
-`token` (mode 0600). Each verb is `python -m edgetune.agent --root ROOT VERB ... --json` with the
-board's Python; its JSON answer is returned as data, a failure to reach the board raised.
+Before its first verb on a board, the agent's bundle is delivered where its copy is missing or
+differs (`fleet.agent_bundle`: the board needs nothing of edgetune installed). Provisioning
+writes `<board workdir>/agent/`: `agent.json` (the board's name, class, the server URL, releases
+to keep, its firmware command), `fleet.pub` (the fleet's public key: the only key the agent
+trusts; a different pinned key is never replaced behind the operator's back) and `token`
+(mode 0600). Each verb runs the hash-checked bundle with the board's Python (`... --root ROOT
+VERB ... --json`); its JSON answer is returned as data, a failure to reach the board raised.
 """
 
 from __future__ import annotations
@@ -14,17 +16,13 @@ import shlex
 
 from edgetune.agent.config import AgentConfig, config_bytes
 from edgetune.errors import DeployError
+from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
 from edgetune.fleet.board import firmware_command
 from edgetune.fleet.ssh import BoardSession, tail
 from edgetune.inventory.schema import Board, Fleet
 
-AGENT_DIR = "agent"
 PUBLIC_KEY_NAME = "fleet.pub"
 TOKEN_NAME = "token"
-
-
-def agent_root(board: Board) -> str:
-    return f"{board.workdir.rstrip('/')}/{AGENT_DIR}"
 
 
 def agent_config(fleet: Fleet, board: Board) -> AgentConfig:
@@ -47,6 +45,7 @@ class RemoteAgent:
     def __init__(self, session: BoardSession, fleet: Fleet):
         self.session, self.fleet, self.board = session, fleet, session.board
         self.root = agent_root(self.board)
+        self._bundle_checked = False
 
     def provision(self, token: str, public_key_pem: bytes) -> None:
         """Write the agent's config, pinned key and token (idempotent)."""
@@ -62,7 +61,10 @@ class RemoteAgent:
 
     def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
         """Run one agent verb; its JSON record (which may say the verb failed on the board)."""
-        argv = [self.board.python, "-m", "edgetune.agent", "--root", self.root, verb, *args, "--json"]
+        if not self._bundle_checked:
+            ensure_bundle(self.session)
+            self._bundle_checked = True
+        argv = agent_argv(self.board, "--root", self.root, verb, *args, "--json")
         result = self.session.run(shlex.join(argv), check=False, timeout=timeout_s)
         for line in reversed(result.stdout.strip().splitlines()):
             try:

@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from edgetune.artifact.codec import to_json
-from edgetune.artifact.files import sha256_file
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.codec import to_json
+from edgetune.artifact_format.files import sha256_file
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.deploy.offer import OfferError, check_name, find_board, offer
 from edgetune.deploy.tokens import TokenBook
 from edgetune.errors import DeployError

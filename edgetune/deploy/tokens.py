@@ -15,7 +15,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from edgetune.artifact.files import write_atomic
+from edgetune.durable import write_atomic
 from edgetune.errors import DeployError
 from edgetune.inventory.schema import Board, Fleet
 

@@ -1,10 +1,12 @@
 """Side effects on machines: SSH to boards, the host's TVM tracker, rpc_servers on boards,
 and the simulated local fleet. One module per role:
 
-- `ssh`: a lazy, strictly host-key-checked paramiko session per board (`BoardSession.run`).
+- `ssh`: a lazy, strictly host-key-checked paramiko session per board (`BoardSession.run`),
+  through the bastions of its route; `ssh_route`: that route, from fleet.yaml and the ssh config.
 - `tracker`: TVM's rpc_tracker on the host, started in its own process group, queried, and
   asked for board sessions; `RpcEndpoint` / `rpc_endpoint`: where a device class is reached.
 - `board`: preflight a board and start/stop its rpc_server over SSH.
+- `agent_bundle`: the board agent as one hash-checked zipapp, delivered to boards over SSH.
 - `lifecycle`: `fleet_up` / `fleet_down` over all boards in parallel (`GroupResult`).
 - `status`: `fleet_status`, `tracker_status` (read-only).
 - `trust`: `trust_board`, the operator's explicit acceptance of a host key.

@@ -1,19 +1,29 @@
 """What the host does on one board over SSH: probe it, preflight it, start and stop its
 TVM rpc_server (board_rpc_server.py, uploaded to the board's workdir and run detached in its
 own session so its group can be stopped).
+
+A board needs only what `board_requirements` names (Python >= 3.10, the TVM runtime, numpy,
+cryptography, and what TVM's rpc_server imports): the preflight names what is missing and the
+command that installs it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
+from typing import Any, Mapping
+
+import tvm
+from tvm.target.codegen import llvm_get_cpu_features
 
 from edgetune.fleet.errors import BoardNotReady
-from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.state import TrackerRecord
 from edgetune.fleet.sim import sim_firmware_file_on_board
+from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh_route import network_address
+from edgetune.fleet.state import TrackerRecord
 from edgetune.inventory.schema import Board, Fleet
 
 RPC_SERVER_SCRIPT = "edgetune-rpc-server.py"  # board_rpc_server.py, as the board's copy is named
@@ -23,12 +33,23 @@ _RPC_SERVER_COMMAND = rf"{RPC_SERVER_SCRIPT}|tvm\.exec\.rpc_server"
 RPC_SERVER_PORT = 9090
 RPC_SERVER_LOG = "rpc_server.log"
 MIN_FREE_MB = 256
+MIN_PYTHON = (3, 10)
+# The modules the agent and TVM's rpc_server import beside TVM, and the distribution of each.
+BOARD_MODULES = {"numpy": "numpy", "cryptography": "cryptography", "psutil": "psutil", "cloudpickle": "cloudpickle"}
+# x86 instruction sets a kernel may use, as LLVM names them; /proc/cpuinfo's flags name the same
+# without '.', '_' and '-' (sse4.1 / sse4_1, avx512vnni / avx512_vnni, amx-int8 / amx_int8).
+X86_INSTRUCTION_SETS = frozenset({
+    "ssse3", "sse4.1", "sse4.2", "popcnt", "movbe", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw",
+    "avx512cd", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512ifma", "avx512vbmi",
+    "avx512vbmi2", "avx512bitalg", "avx512vpopcntdq", "avxvnni", "amx-tile", "amx-int8", "amx-bf16",
+})  # fmt: skip
 STOP_GRACE_TENTHS = 30  # SIGTERM, then SIGKILL after 3 s
 
 # Prints the board's facts as JSON. With IMPORT=1 it imports the TVM runtime (the preflight
-# check, seconds on a slow board); otherwise the installed package's version is enough.
+# check, seconds on a slow board) and looks for the other modules a board needs; otherwise
+# the installed TVM's version is enough.
 _PROBE = """\
-import json, platform, shutil, sys
+import importlib.util, json, platform, shutil, sys
 
 def tvm_version():
     if sys.argv[1] == "0":
@@ -45,6 +66,13 @@ try:
     facts["tvm"] = tvm_version()
 except Exception as err:
     facts["tvm_error"] = f"{type(err).__name__}: {err}"
+if sys.argv[1] == "1":
+    facts["missing"] = [name for name in sys.argv[2:] if importlib.util.find_spec(name) is None]
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            facts["cpu_flags"] = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        pass
 print(json.dumps(facts))
 """
 
@@ -58,6 +86,8 @@ class BoardFacts:
     tvm_error: str | None
     free_mb: int
     firmware: str
+    missing: tuple[str, ...] = ()  # of BOARD_MODULES (known only after a preflight probe)
+    cpu_flags: tuple[str, ...] = ()  # an x86 board's /proc/cpuinfo flags (after a preflight probe)
 
 
 def firmware_command(fleet: Fleet, board: Board) -> str:
@@ -79,20 +109,70 @@ def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFac
     `import_runtime` proves the TVM runtime imports (preflight) instead of reading its version."""
     board = session.board
     workdir = shlex.quote(board.workdir)
-    script = f"{shlex.quote(board.python)} -c {shlex.quote(_PROBE)} {int(import_runtime)}"
+    script = shlex.join([board.python, "-I", "-c", _PROBE, str(int(import_runtime)), *BOARD_MODULES])
     command = f"mkdir -p {workdir} && cd {workdir} && {script}"
     facts = json.loads(session.run(command).stdout.strip().splitlines()[-1])
-    return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]), read_firmware(session, fleet))
+    return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]),
+                      read_firmware(session, fleet), tuple(facts.get("missing", ())), tuple(facts.get("cpu_flags", ())))  # fmt: skip
 
 
-def check_ready(board: Board, facts: BoardFacts, host_tvm: str) -> None:
-    """Raise BoardNotReady unless the board can run what this host builds."""
+def board_requirements() -> dict[str, str]:
+    """What a board's Python needs, pinned as this edgetune asks for it: the distribution's
+    dependencies without extras (pyproject.toml), by distribution name."""
+    pinned = [r for r in metadata.requires("edgetune") or () if "extra ==" not in r]
+    return {re.split(r"[=<>!~ ;\[]", r, maxsplit=1)[0].lower(): r.split(";")[0].strip() for r in pinned}
+
+
+def install_command(python: str, distributions: list[str]) -> str:
+    """The command that installs `distributions` (all a board needs if empty) into `python`."""
+    pins = board_requirements()
+    return shlex.join([python, "-m", "pip", "install", *(pins[d] for d in (distributions or pins))])
+
+
+def missing_instruction_sets(target: Mapping[str, Any], cpu_flags: tuple[str, ...]) -> list[str]:
+    """The x86 instruction sets code built for `target` may use that a CPU with `cpu_flags` lacks
+    (none when the board shows no x86 flags: another architecture)."""
+    if not cpu_flags:
+        return []
+    has = {_isa_name(flag) for flag in cpu_flags}
+    needed = X86_INSTRUCTION_SETS.intersection(llvm_get_cpu_features(tvm.target.Target(dict(target))))
+    return sorted(name for name in needed if _isa_name(name) not in has)
+
+
+def _isa_name(name: str) -> str:
+    return re.sub(r"[._-]", "", name.lower())
+
+
+def check_ready(board: Board, facts: BoardFacts, host_tvm: str, target: Mapping[str, Any]) -> None:
+    """Raise BoardNotReady unless the board can run the agent and what this host builds for
+    `target` (its class's)."""
+    if tuple(int(part) for part in facts.python_version.split(".")[:2]) < MIN_PYTHON:
+        raise BoardNotReady(
+            f"{board.name}: {board.python} is Python {facts.python_version}; a board needs Python "
+            f"{'.'.join(map(str, MIN_PYTHON))} or newer (name another in the board's `python` field)"
+        )
+    if facts.missing:
+        raise BoardNotReady(
+            f"{board.name}: {board.python} lacks {', '.join(facts.missing)}, which a board needs; install with: "
+            f"{install_command(board.python, [BOARD_MODULES[name] for name in facts.missing])}"
+        )
     if facts.tvm_version is None:
-        raise BoardNotReady(f"{board.name}: {board.python} cannot import the TVM runtime: {facts.tvm_error}")
+        raise BoardNotReady(
+            f"{board.name}: {board.python} cannot import the TVM runtime: {facts.tvm_error}; install it with: "
+            f"{install_command(board.python, ['apache-tvm', 'apache-tvm-ffi'])}"
+        )
     if facts.tvm_version != host_tvm:
         raise BoardNotReady(
             f"{board.name}: board runs TVM {facts.tvm_version}, this host runs TVM {host_tvm}; the Relax VM "
-            "refuses executables built by another TVM version, so install the same TVM build on the board"
+            f"refuses executables built by another TVM version; install this host's: "
+            f"{install_command(board.python, ['apache-tvm', 'apache-tvm-ffi'])}"
+        )
+    lacking = missing_instruction_sets(target, facts.cpu_flags)
+    if lacking:
+        raise BoardNotReady(
+            f"{board.name}: its class {board.device_class} targets {target.get('mcpu', 'a CPU')} ({json.dumps(dict(target))}), "
+            f"whose code uses {', '.join(lacking)}, which this board's CPU lacks (its kernels would die of SIGILL); "
+            "give the board a class whose profile names its CPU"
         )
     if facts.free_mb < MIN_FREE_MB:
         raise BoardNotReady(
@@ -112,11 +192,11 @@ def server_running(session: BoardSession, pid: int) -> bool:
 def start_server(session: BoardSession, tracker: TrackerRecord, key: str, threads: int) -> int:
     """Upload board_rpc_server.py, start it detached (`setsid nohup ... &`) and return its PID
     (= its group)."""
-    board = session.board
+    board, address = session.board, network_address(session.board)
     script = f"{board.workdir}/{RPC_SERVER_SCRIPT}"
     session.put_file(script, resources.files("edgetune.fleet").joinpath("board_rpc_server.py").read_bytes())
     argv = [board.python, script, "--tracker", tracker.address, "--key", key,
-            "--host", board.address, "--custom-addr", board.address, "--port", str(RPC_SERVER_PORT)]  # fmt: skip
+            "--host", address, "--custom-addr", address, "--port", str(RPC_SERVER_PORT)]  # fmt: skip
     command = (
         f"cd {shlex.quote(board.workdir)}; "
         f"TVM_NUM_THREADS={threads} setsid nohup {shlex.join(argv)} >{RPC_SERVER_LOG} 2>&1 </dev/null & echo $!"

@@ -9,7 +9,7 @@ from edgetune.errors import FleetError
 
 
 class SshConnectRefused(FleetError):
-    """Nothing listens on the board's SSH port."""
+    """Nothing listens on the SSH port of the board or of a bastion on the way."""
 
 
 class SshTimeout(FleetError):
@@ -22,6 +22,10 @@ class SshUnreachable(FleetError):
 
 class SshAuthFailed(FleetError):
     """The board refused our key, or the key could not be read."""
+
+
+class SshConfigInvalid(FleetError):
+    """The ssh config file cannot be read, or sets a value edgetune cannot use for a board."""
 
 
 class HostKeyUnknown(FleetError):

@@ -1,7 +1,8 @@
 """Bring a fleet online and take it down: trackers on the host, an rpc_server per board.
 
-`fleet_up` is idempotent: it starts a tracker only if its recorded one is dead, and an
-rpc_server only where the recorded one is dead or not registered; then it waits until every
+`fleet_up` is idempotent: it starts a tracker only if its recorded one is dead, an rpc_server
+only where the recorded one is dead or not registered, and uploads the agent's bundle only
+where the board's copy differs (fleet/agent_bundle.py); then it waits until every
 board is registered under its class key, reporting boards as they come online. Every board
 is handled in parallel and reported on its own (`GroupResult`); state goes to fleet.json.
 """
@@ -16,8 +17,10 @@ import tvm
 
 from edgetune.errors import EdgetuneError
 from edgetune.fleet import board as remote
+from edgetune.fleet.agent_bundle import ensure_bundle
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh_route import network_address
 from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, start_tracker, stop_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
@@ -75,16 +78,18 @@ def _ensure_trackers(fleet: Fleet, state: FleetState, progress: Progress) -> dic
 def _bring_up(
     fleet: Fleet, board: Board, tracker: TrackerRecord, summary: TrackerSummary, previous: BoardRecord | None
 ) -> tuple[BoardRecord, bool]:
-    """Preflight the board and start its rpc_server unless the recorded one is fine.
+    """Preflight the board, deliver the agent's bundle where the board's copy differs, and start
+    its rpc_server unless the recorded one is fine.
     Returns the board's record and whether a server was started."""
     profile = fleet.device_class(board.device_class).profile
     with BoardSession(board) as session:
         facts = remote.probe(session, fleet, import_runtime=True)
-        remote.check_ready(board, facts, tvm.__version__)
+        remote.check_ready(board, facts, tvm.__version__, profile.target)
+        ensure_bundle(session)
         keep = (
             previous is not None
             and previous.tracker == tracker.address
-            and summary.registered(board.device_class, board.address)
+            and summary.registered(board.device_class, network_address(board))
             and remote.server_running(session, previous.pid)
         )
         if keep:
@@ -116,10 +121,10 @@ def _await_registration(
         summaries = {name: query_tracker(record) for name, record in trackers.items()}
         for name in sorted(waiting):
             board = fleet.board(name)
-            if summaries[board.tracker].registered(board.device_class, board.address):
+            if summaries[board.tracker].registered(board.device_class, network_address(board)):
                 waiting.discard(name)
                 online += 1
-                progress(f"{name}: online as {board.device_class} at {board.address} ({online}/{total})")
+                progress(f"{name}: online as {board.device_class} at {network_address(board)} ({online}/{total})")
         if not waiting or time.monotonic() >= deadline:
             break
         time.sleep(REGISTER_POLL_S)

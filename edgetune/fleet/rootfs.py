@@ -4,9 +4,8 @@ An arm64 Debian (bookworm, minbase, python3) with a venv at /opt/tvm holding the
 wheels of the very TVM build this host runs. It is built once with debootstrap and cached as a
 tarball under the inventory's `sim.cache` (kept by `sim down`); each emulated board gets its
 own unpacked copy there, which its sshd enters with ChrootDirectory. Every program in it runs
-under qemu-user through binfmt_misc, so over SSH the board is an aarch64 machine. Like the
-simulated x86 boards, whose Python is this host's venv, its venv gets this host's edgetune
-package (pure Python), refreshed at every `sim up`, so the board agent runs there.
+under qemu-user through binfmt_misc, so over SSH the board is an aarch64 machine. Like a real
+board it holds nothing of edgetune: `fleet up` and `rollout` deliver the agent's bundle.
 """
 
 from __future__ import annotations
@@ -115,18 +114,10 @@ def ensure_board_root(tarball: Path, root: Path) -> None:
         root.mkdir(parents=True, mode=0o755)
         _run(["tar", "-C", str(root), "-xf", str(tarball)], "tar")
         (root / _COMPLETE).touch()
-    _install_edgetune(root)
     if not os.path.ismount(root / "proc"):
         _run(["mount", "-t", "proc", "proc", str(root / "proc")], "mount proc")
     if not os.path.ismount(root / "dev"):
         _run(["mount", "--bind", "/dev", str(root / "dev")], "mount --bind /dev")
-
-
-def _install_edgetune(root: Path) -> None:
-    (site_packages,) = (root / BOARD_PYTHON.lstrip("/")).parent.parent.glob("lib/python3*/site-packages")
-    target = site_packages / "edgetune"
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(Path(__file__).resolve().parents[1], target, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def remove_board_root(root: Path) -> bool:

@@ -33,6 +33,7 @@ from edgetune.fleet.errors import HostKeyMismatch, SimError
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.process import running, spawn_detached, stop_group, wait_until
 from edgetune.fleet.ssh import known_hosts_name, record_host_key
+from edgetune.fleet.ssh_route import resolve_route
 from edgetune.fleet.state import read_state, state_path, write_state
 from edgetune.inventory.schema import Board, Fleet
 from edgetune.inventory.workdir import Workdir
@@ -309,7 +310,7 @@ def _ensure_sshd_files(sim: SimBoard) -> None:
         _trust_existing_host_key(board, paramiko.PKey.from_path(sim.host_key))
     (sim.dir / "authorized_keys").write_text(Path(f"{board.ssh.key}.pub").read_text())
     sim.sshd_config.write_text(
-        f"Port {board.ssh.port}\n"
+        f"Port {resolve_route(board).target.port}\n"
         f"ListenAddress {board.address}\n"
         f"HostKey {sim.host_key}\n"
         f"PidFile {sim.dir / 'sshd.pid'}\n"
@@ -344,14 +345,15 @@ def _trust_existing_host_key(board: Board, key: paramiko.PKey) -> None:
 
 
 def _await_sshd(board: Board) -> None:
-    if not wait_until(lambda: _ssh_banner(board), SSHD_READY_TIMEOUT_S):
-        raise SimError(f"{board.name}: sshd did not answer on {board.address}:{board.ssh.port} "
+    port = resolve_route(board).target.port
+    if not wait_until(lambda: _ssh_banner(board.address, port), SSHD_READY_TIMEOUT_S):
+        raise SimError(f"{board.name}: sshd did not answer on {board.address}:{port} "
                        f"within {SSHD_READY_TIMEOUT_S:g} s; see its sshd.log")  # fmt: skip
 
 
-def _ssh_banner(board: Board) -> bool:
+def _ssh_banner(address: str, port: int) -> bool:
     try:
-        with socket.create_connection((board.address, board.ssh.port), timeout=1.0) as sock:
+        with socket.create_connection((address, port), timeout=1.0) as sock:
             return sock.recv(64).startswith(b"SSH-")
     except OSError:
         return False

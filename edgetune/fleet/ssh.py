@@ -1,9 +1,18 @@
-"""SSH to one board with paramiko: key auth, strict host keys, timeouts, distinct errors.
+"""SSH sessions to boards with paramiko: through the bastions an ssh config names, with key
+auth (the named key, IdentityFile, a running ssh-agent), strict host keys on every hop,
+timeouts and distinct errors.
 
-A `BoardSession` connects lazily on its first command. Host keys are checked against the
+A `BoardSession` connects lazily on its first command, hop by hop along the board's route
+(ssh_route.py): it logs in to each bastion, opens a `direct-tcpip` channel from it to the next
+hop, and speaks SSH to that hop over the channel. Each hop is offered the keys its route
+names, then a running ssh-agent's (SSH_AUTH_SOCK). Every hop's host key is checked against the
 inventory's known_hosts file only (never ~/.ssh): an unknown key is refused with the hint to
-run `edgetune fleet trust BOARD`; a changed key is always refused, showing both fingerprints.
-`fetch_host_key` / `record_host_key` are the two halves of `fleet trust`.
+run `edgetune fleet trust BOARD`; a changed key is always refused, showing both fingerprints
+and naming the hop. Every error names the board and the hop (`gw-7: via bastion jump
+(root@10.0.0.2:22): connection refused (is sshd running on the bastion?)`) and is a
+FleetError, so a fleet operation reports it for that board and goes on with the others.
+Closing the session closes every hop's connection, the board's first.
+`fetch_host_keys` / `record_host_keys` are the two halves of `fleet trust`, bastions included.
 """
 
 from __future__ import annotations
@@ -15,10 +24,14 @@ import logging
 import os
 import shlex
 import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import paramiko
+from paramiko.auth_strategy import AuthStrategy, InMemoryPrivateKey
+from paramiko.common import OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import (
@@ -30,12 +43,16 @@ from edgetune.fleet.errors import (
     SshTimeout,
     SshUnreachable,
 )
+from edgetune.fleet.ssh_route import Hop, Route, resolve_route
 from edgetune.inventory.schema import Board
 
 STDERR_TAIL_LINES = 8
 
+HOP_LOG_CHANNEL = "paramiko.transport.edgetune"
+
 # paramiko announces every connection at INFO; our own progress lines say what matters.
 logging.getLogger("paramiko").setLevel(logging.WARNING)
+logging.getLogger(HOP_LOG_CHANNEL).addFilter(lambda record: "open FAILED" not in record.getMessage())
 
 
 @dataclass(frozen=True)
@@ -52,31 +69,20 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 def known_hosts_name(board: Board) -> str:
-    """How known_hosts names the board (OpenSSH's `[host]:port` form off port 22)."""
-    return board.address if board.ssh.port == 22 else f"[{board.address}]:{board.ssh.port}"
+    """How known_hosts names the board: its resolved HostName, `[host]:port` off port 22."""
+    return resolve_route(board).target.known_hosts_name
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
-    def __init__(self, board: Board):
-        self._board = board
-
-    def missing_host_key(self, client, hostname, key):
-        raise HostKeyUnknown(
-            f"{self._board.name}: host key of {hostname} ({key.get_name()} {fingerprint(key)}) is not in "
-            f"{self._board.ssh.known_hosts}; check it, then run `edgetune fleet trust {self._board.name}`"
-        )
-
-
 class BoardSession:
-    """One lazily opened SSH connection to a board; use as a context manager."""
+    """One lazily opened SSH connection to a board (through its bastions); a context manager."""
 
     def __init__(self, board: Board):
         self.board = board
-        self._client: paramiko.SSHClient | None = None
+        self._clients: list[paramiko.SSHClient] = []  # the bastions', this host's side first, then the board's
 
     def __enter__(self) -> "BoardSession":
         return self
@@ -85,14 +91,13 @@ class BoardSession:
         self.close()
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        _close_all(self._clients)
+        self._clients = []
 
     def connect(self) -> paramiko.SSHClient:
-        if self._client is None:
-            self._client = _connect(self.board)
-        return self._client
+        if not self._clients:
+            self._clients = _connect(self.board)
+        return self._clients[-1]
 
     def run(self, command: str, check: bool = True, timeout: float | None = None) -> CommandResult:
         """Run `command` in the board's login shell. `timeout` (default: the inventory's
@@ -136,117 +141,312 @@ class BoardSession:
             raise SshUnreachable(f"{self.board.name}: writing {remote_path} failed: {err}") from None
 
 
-def _connect(board: Board) -> paramiko.SSHClient:
-    ssh = board.ssh
+def _connect(board: Board) -> list[paramiko.SSHClient]:
+    """Log in to every hop of the board's route in turn: the bastions' clients, then the board's."""
+    route = resolve_route(board)
+    clients: list[paramiko.SSHClient] = []
+    with _agent_keys(board) as agent:
+        try:
+            sock = _through_bastions(board, route, _RefuseUnknownHost, agent, clients)
+            clients.append(_login(board, route.target, sock, _RefuseUnknownHost, agent))
+        except BaseException:
+            _close_all(clients)
+            raise
+    return clients
+
+
+def _through_bastions(
+    board: Board, route: Route, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey], clients: list[paramiko.SSHClient]
+) -> paramiko.Channel | None:
+    """Log in to each bastion (its client appended to `clients`) over a channel from the one
+    before; return a channel from the last one to the board (None: no bastion, go direct)."""
+    sock = None
+    for hop, next_hop in zip(route.jumps, route.hops[1:]):
+        clients.append(_login(board, hop, sock, policy, agent))
+        sock = _tunnel(board, hop, clients[-1], next_hop)
+    return sock
+
+
+def _close_all(clients: Sequence[paramiko.SSHClient]) -> None:
+    """The board's connection first, then each bastion's back towards this host."""
+    for client in reversed(clients):
+        client.close()
+
+
+def _where(board: Board, hop: Hop) -> str:
+    return f"{board.name}: via bastion {hop}" if hop.bastion else f"{board.name}: {hop}"
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """What to do with a hop whose host key known_hosts does not hold (a changed one is
+    always refused, by paramiko: BadHostKeyException)."""
+
+    def __init__(self, board: Board, hop: Hop | None = None):
+        self._board = board
+        self._role = hop.role if hop is not None else "board"
+
+
+class _RefuseUnknownHost(_HostKeyPolicy):
+    def missing_host_key(self, client, hostname, key):
+        raise HostKeyUnknown(
+            f"{self._board.name}: host key of {self._role} {hostname} ({key.get_name()} {fingerprint(key)}) is not in "
+            f"{self._board.ssh.known_hosts}; check it, then run `edgetune fleet trust {self._board.name}`"
+        )
+
+
+class _AcceptUnknownOnce(_HostKeyPolicy):
+    """`fleet trust`: let an unknown key through for this connection only, to be shown and
+    recorded by the operator's decision."""
+
+    def missing_host_key(self, client, hostname, key):
+        return None
+
+
+class _HopTransport(paramiko.Transport):
+    """A Transport that keeps the server's own words when it refuses to open a channel (sshd
+    says `Connection refused`, `No route to host`...; paramiko keeps only the reason code).
+    Should paramiko rename the hook, messages fall back to the code's text. It logs to its own
+    channel, where paramiko's line about that refusal is dropped: our error says it, per board."""
+
+    open_failure = ""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.set_log_channel(HOP_LOG_CHANNEL)
+
+    def _parse_channel_open_failure(self, m):
+        m.get_int()  # the channel
+        m.get_int()  # the reason code
+        self.open_failure = m.get_text()
+        m.rewind()
+        super()._parse_channel_open_failure(m)
+
+
+class _OfferKeys(AuthStrategy):
+    """Public-key authentication with these keys, in order, until the server takes one."""
+
+    def __init__(self, user: str, keys: Sequence[paramiko.PKey]):
+        super().__init__(ssh_config=None)
+        self._sources = [InMemoryPrivateKey(user, key) for key in keys]
+
+    def get_sources(self):
+        return iter(self._sources)
+
+
+def _login(
+    board: Board, hop: Hop, sock: paramiko.Channel | None, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey]
+) -> paramiko.SSHClient:
+    """An authenticated client of `hop`, over `sock` (a channel from the bastion before it) or
+    a TCP connection of its own."""
+    keys, offered = _keys_for(board, hop, agent)
     client = paramiko.SSHClient()
-    if ssh.known_hosts is not None and ssh.known_hosts.exists():
-        client.load_host_keys(str(ssh.known_hosts))
-    client.set_missing_host_key_policy(_RefuseUnknownHost(board))
-    where = f"{board.name}: {ssh.user}@{board.address}:{ssh.port}"
+    if board.ssh.known_hosts is not None and board.ssh.known_hosts.exists():
+        client.load_host_keys(str(board.ssh.known_hosts))
+    client.set_missing_host_key_policy(policy(board, hop))
+    timeout = board.ssh.connect_timeout_s
     try:
         client.connect(
-            board.address,
-            port=ssh.port,
-            username=ssh.user,
-            pkey=_private_key(board),
-            timeout=ssh.connect_timeout_s,
-            banner_timeout=ssh.connect_timeout_s,
-            auth_timeout=ssh.connect_timeout_s,
-            allow_agent=False,
-            look_for_keys=False,
-        )
-    except paramiko.BadHostKeyException as err:
-        client.close()
-        raise HostKeyMismatch(
-            f"{board.name}: HOST KEY CHANGED for {board.address}: known_hosts ({ssh.known_hosts}) has "
-            f"{fingerprint(err.expected_key)}, the board now offers {fingerprint(err.key)}. Refused: this is "
-            "what a man-in-the-middle looks like. If the board was really reinstalled, remove the old entry "
-            f"(ssh-keygen -R {known_hosts_name(board)} -f {ssh.known_hosts}) and run `edgetune fleet trust {board.name}`"
-        ) from None
-    except paramiko.AuthenticationException as err:
-        client.close()
-        raise SshAuthFailed(f"{where}: authentication failed with key {ssh.key}: {err}") from None
-    except paramiko.ssh_exception.NoValidConnectionsError:
-        client.close()
-        raise SshConnectRefused(f"{where}: connection refused (is sshd running on the board?)") from None
-    except (socket.timeout, TimeoutError):
-        client.close()
-        raise SshTimeout(f"{where}: no answer within {ssh.connect_timeout_s:g} s (board down or link down?)") from None
-    except HostKeyUnknown:
-        client.close()
-        raise
-    except OSError as err:
-        client.close()
-        if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            raise SshUnreachable(f"{where}: unreachable ({os.strerror(err.errno)})") from None
-        raise SshUnreachable(f"{where}: {err}") from None
-    except paramiko.SSHException as err:
+            hop.host, port=hop.port, username=hop.user, sock=sock or _tcp(board, hop), timeout=timeout,
+            banner_timeout=timeout, auth_timeout=timeout, auth_strategy=_OfferKeys(hop.user, keys),
+            transport_factory=_HopTransport,
+        )  # fmt: skip
+    except (paramiko.SSHException, OSError, EOFError, FleetError) as err:
         transport = client.get_transport()
         spoke = transport is not None and bool(transport.remote_version)
         client.close()
-        if not spoke:
-            raise SshTimeout(f"{where}: no SSH banner within {ssh.connect_timeout_s:g} s (not an SSH server, or overloaded)") from None
-        raise SshUnreachable(f"{where}: SSH handshake failed: {err}") from None
+        raise _login_failure(board, hop, err, spoke, offered) from None
     return client
 
 
-def _private_key(board: Board) -> paramiko.PKey:
+def _login_failure(board: Board, hop: Hop, err: Exception, spoke: bool, offered: str) -> FleetError:
+    where, timeout = _where(board, hop), board.ssh.connect_timeout_s
+    if isinstance(err, FleetError):
+        return err
+    if isinstance(err, paramiko.BadHostKeyException):
+        return _changed_key(board, hop, err.expected_key, err.key)
+    if isinstance(err, paramiko.AuthenticationException):
+        return SshAuthFailed(f"{where}: authentication failed with {offered}")
+    if not spoke:
+        return SshTimeout(f"{where}: no SSH banner within {timeout:g} s (not an SSH server, or overloaded)")
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return SshTimeout(f"{where}: no answer within {timeout:g} s during the SSH handshake")
+    return SshUnreachable(f"{where}: SSH handshake failed: {err}")
+
+
+def _changed_key(board: Board, hop: Hop, recorded: paramiko.PKey, offered: paramiko.PKey) -> HostKeyMismatch:
+    known_hosts = board.ssh.known_hosts
+    return HostKeyMismatch(
+        f"{board.name}: HOST KEY CHANGED for {hop.role} {hop.known_hosts_name}: known_hosts ({known_hosts}) has "
+        f"{fingerprint(recorded)}, the {hop.role} now offers {fingerprint(offered)}. Refused: this is what a "
+        f"man-in-the-middle looks like. If the {hop.role} was really reinstalled, remove the old entry "
+        f"(ssh-keygen -R {hop.known_hosts_name} -f {known_hosts}) and run `edgetune fleet trust {board.name}`"
+    )
+
+
+def _tcp(board: Board, hop: Hop) -> socket.socket:
+    """A TCP connection from this host to `hop`."""
+    where, timeout = _where(board, hop), board.ssh.connect_timeout_s
+    try:
+        return socket.create_connection((hop.host, hop.port), timeout=timeout)
+    except ConnectionRefusedError:
+        raise SshConnectRefused(f"{where}: connection refused (is sshd running on the {hop.role}?)") from None
+    except (socket.timeout, TimeoutError):
+        raise SshTimeout(f"{where}: no answer within {timeout:g} s ({hop.role} down or link down?)") from None
+    except socket.gaierror as err:
+        raise SshUnreachable(f"{where}: cannot resolve {hop.host} ({err.strerror}); is it a Host alias of the ssh config?") from None
+    except OSError as err:
+        if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            raise SshUnreachable(f"{where}: unreachable ({os.strerror(err.errno)})") from None
+        raise SshUnreachable(f"{where}: {err}") from None
+
+
+def _tunnel(board: Board, bastion: Hop, client: paramiko.SSHClient, next_hop: Hop) -> paramiko.Channel:
+    """A `direct-tcpip` channel from the bastion to the next hop's SSH port."""
+    transport = client.get_transport()
+    where = f"{_where(board, bastion)}: cannot reach the {next_hop.role} at {next_hop.host}:{next_hop.port}"
+    try:
+        return transport.open_channel("direct-tcpip", (next_hop.host, next_hop.port), ("127.0.0.1", 0),
+                                      timeout=board.ssh.connect_timeout_s)  # fmt: skip
+    except paramiko.ChannelException as err:
+        raise _tunnel_failure(where, next_hop, err, transport.open_failure) from None
+    except (paramiko.SSHException, OSError, EOFError) as err:
+        if "Timeout" in str(err):
+            raise SshTimeout(f"{where}: no answer within {board.ssh.connect_timeout_s:g} s") from None
+        raise SshUnreachable(f"{where}: the bastion's connection was lost ({err})") from None
+
+
+def _tunnel_failure(where: str, next_hop: Hop, err: paramiko.ChannelException, reason: str) -> FleetError:
+    """The bastion's refusal to open a channel, by the reason its sshd gave."""
+    if err.code == OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+        return SshUnreachable(f"{where}: the bastion does not forward connections (AllowTcpForwarding no?): {reason or err.text}")
+    if "refused" in reason.lower():
+        return SshConnectRefused(f"{where}: connection refused (is sshd running on the {next_hop.role}?)")
+    if "timed out" in reason.lower():
+        return SshTimeout(f"{where}: no answer ({next_hop.role} down or link down?)")
+    return SshUnreachable(f"{where}: {reason or err.text}")
+
+
+@contextmanager
+def _agent_keys(board: Board) -> Iterator[tuple[paramiko.PKey, ...]]:
+    """The keys of a running ssh-agent (SSH_AUTH_SOCK; none without one), for as long as the
+    hops need them to sign."""
+    try:
+        agent = paramiko.Agent()
+    except paramiko.SSHException as err:
+        raise SshAuthFailed(f"{board.name}: the ssh-agent at SSH_AUTH_SOCK does not answer as an ssh-agent: {err}") from None
+    try:
+        yield agent.get_keys()
+    finally:
+        agent.close()
+
+
+def _keys_for(board: Board, hop: Hop, agent: Sequence[paramiko.PKey]) -> tuple[list[paramiko.PKey], str]:
+    """The keys to offer `hop`, in order, and how an authentication failure names them. A named
+    key must be readable; an IdentityFile that is not is skipped, and said so if none is taken."""
+    keys, offered, skipped = [], [], []
+    if hop.named_key is not None:
+        keys.append(_private_key(board, hop.named_key))
+        offered.append(f"key {hop.named_key}")
+    for path in hop.key_files:
+        try:
+            keys.append(_private_key(board, path))
+            offered.append(f"key {path}")
+        except SshAuthFailed as err:
+            skipped.append(str(err).removeprefix(f"{board.name}: "))
+    if agent:
+        keys += agent
+        offered.append(f"{len(agent)} key(s) of the ssh-agent")
+    notes = f" (skipped: {'; '.join(skipped)})" if skipped else ""
+    if not keys:
+        raise SshAuthFailed(
+            f"{_where(board, hop)}: no key to log in with{notes}: name one in ssh.key, give the host an IdentityFile "
+            "in the ssh config, or load one into a running ssh-agent (SSH_AUTH_SOCK)"
+        )
+    return keys, " and ".join(offered) + notes
+
+
+def _private_key(board: Board, path: Path) -> paramiko.PKey:
     ssh = board.ssh
     passphrase = os.environ.get(ssh.passphrase_env) if ssh.passphrase_env else None
     try:
-        return paramiko.PKey.from_path(ssh.key, password=passphrase)
+        return paramiko.PKey.from_path(path, password=passphrase)
     except FileNotFoundError:
-        raise SshAuthFailed(f"{board.name}: private key {ssh.key} does not exist") from None
+        raise SshAuthFailed(f"{board.name}: private key {path} does not exist") from None
     except (paramiko.PasswordRequiredException, TypeError):  # TypeError: from cryptography, same meaning
         hint = f"set {ssh.passphrase_env}" if ssh.passphrase_env else "name the variable holding it in ssh.passphrase_env"
-        raise SshAuthFailed(f"{board.name}: private key {ssh.key} is encrypted; {hint}") from None
-    except (paramiko.SSHException, ValueError) as err:
-        raise SshAuthFailed(f"{board.name}: cannot read private key {ssh.key} (wrong passphrase?): {err}") from None
+        raise SshAuthFailed(f"{board.name}: private key {path} is encrypted; {hint}") from None
+    except (paramiko.SSHException, ValueError, OSError) as err:
+        raise SshAuthFailed(f"{board.name}: cannot read private key {path} (wrong passphrase?): {err}") from None
+
+
+def fetch_host_keys(board: Board) -> list[tuple[Hop, paramiko.PKey]]:
+    """Every hop's host key, this host's side first, the board's last: each bastion's read while
+    logging in to it (a changed one is refused), the board's read without authenticating."""
+    route = resolve_route(board)
+    clients: list[paramiko.SSHClient] = []
+    with _agent_keys(board) as agent:
+        try:
+            sock = _through_bastions(board, route, _AcceptUnknownOnce, agent, clients)
+            keys = [(hop, client.get_transport().get_remote_server_key()) for hop, client in zip(route.jumps, clients)]
+            return [*keys, (route.target, _read_host_key(board, route.target, sock))]
+        finally:
+            _close_all(clients)
 
 
 def fetch_host_key(board: Board) -> paramiko.PKey:
-    """The host key the board offers, read without authenticating."""
-    where = f"{board.name}: {board.address}:{board.ssh.port}"
-    try:
-        sock = socket.create_connection((board.address, board.ssh.port), timeout=board.ssh.connect_timeout_s)
-    except ConnectionRefusedError:
-        raise SshConnectRefused(f"{where}: connection refused (is sshd running on the board?)") from None
-    except (socket.timeout, TimeoutError):
-        raise SshTimeout(f"{where}: no answer within {board.ssh.connect_timeout_s:g} s") from None
-    except OSError as err:
-        raise SshUnreachable(f"{where}: {err}") from None
-    transport = paramiko.Transport(sock)
+    """The host key the board itself offers (through its bastions), read without authenticating."""
+    return fetch_host_keys(board)[-1][1]
+
+
+def _read_host_key(board: Board, hop: Hop, sock: paramiko.Channel | None) -> paramiko.PKey:
+    transport = paramiko.Transport(sock or _tcp(board, hop))
     try:
         transport.start_client(timeout=board.ssh.connect_timeout_s)
         return transport.get_remote_server_key()
-    except paramiko.SSHException as err:
-        raise SshUnreachable(f"{where}: SSH handshake failed: {err}") from None
+    except (paramiko.SSHException, EOFError) as err:
+        raise SshUnreachable(f"{_where(board, hop)}: SSH handshake failed: {err}") from None
     finally:
         transport.close()
 
 
 def record_host_key(board: Board, key: paramiko.PKey) -> bool:
-    """Append the board's key to known_hosts; False if it was there already. Any other key
-    recorded for the board, of any type, is never replaced nor joined (HostKeyMismatch)."""
+    """`record_host_keys` of the board's own key."""
+    return record_host_keys(board, [(resolve_route(board).target, key)])[0]
+
+
+def record_host_keys(board: Board, keys: Sequence[tuple[Hop, paramiko.PKey]]) -> list[bool]:
+    """Append each hop's key to known_hosts under the hop's name; per hop, False if it was there
+    already. A hop with any other key recorded, of any type, is refused (HostKeyMismatch)
+    before anything is written: a recorded key is never replaced nor joined."""
     if board.ssh.known_hosts is None:
         raise FleetError(f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards")
     path = Path(board.ssh.known_hosts)
-    name = known_hosts_name(board)
     try:
         known = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
     except (OSError, paramiko.SSHException) as err:
         raise FleetError(f"{board.name}: cannot read known_hosts {path}: {err}") from None
+    new = [_is_new(board, known, hop, key) for hop, key in keys]
+    lines = [f"{hop.known_hosts_name} {key.get_name()} {key.get_base64()}\n" for (hop, key), fresh in zip(keys, new) if fresh]
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.writelines(lines)
+    return new
+
+
+def _is_new(board: Board, known: paramiko.HostKeys, hop: Hop, key: paramiko.PKey) -> bool:
+    """Whether `key` is still to be recorded for `hop` (noted in `known`); HostKeyMismatch if
+    another key is recorded for it."""
+    name = hop.known_hosts_name
     recorded = list((known.lookup(name) or {}).values())
     if any(other == key for other in recorded):
         return False
     if recorded:
         shown = ", ".join(f"{k.get_name()} {fingerprint(k)}" for k in recorded)
         raise HostKeyMismatch(
-            f"{board.name}: known_hosts already has {shown} for {name}, the board offers {key.get_name()} "
-            f"{fingerprint(key)}; refused. If the board was really reinstalled, remove the old entry first: "
-            f"ssh-keygen -R {name} -f {path}"
+            f"{board.name}: known_hosts already has {shown} for {name}, the {hop.role} offers {key.get_name()} "
+            f"{fingerprint(key)}; refused. If the {hop.role} was really reinstalled, remove the old entry first: "
+            f"ssh-keygen -R {name} -f {board.ssh.known_hosts}"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+    known.add(name, key.get_name(), key)
     return True

@@ -10,6 +10,7 @@ from edgetune.errors import EdgetuneError
 from edgetune.fleet import board as remote
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh_route import network_address
 from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
@@ -50,7 +51,7 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
 
     def status(board: Board) -> BoardStatus:
         summary = summaries.get(board.tracker)
-        registered = summary is not None and summary.registered(board.device_class, board.address)
+        registered = summary is not None and summary.registered(board.device_class, network_address(board))
         found = _board_status(fleet, board, state.boards.get(board.name), registered)
         return replace(found, deployed=deployed.get(board.name, {}))
 

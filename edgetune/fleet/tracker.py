@@ -28,6 +28,7 @@ from tvm.rpc import base
 
 from edgetune.fleet.errors import FleetError
 from edgetune.fleet.process import port_answers, running, spawn_detached, stop_group, wait_until
+from edgetune.fleet.ssh_route import network_address
 from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
@@ -165,11 +166,12 @@ def board_sessions(
     """(sessions by board name, failures by board name), one held session per registered board."""
     with _TrackerConnection(endpoint.host, endpoint.port, wait_s) as tracker:
         registered = set(tracker.summary().servers.get(endpoint.key, ()))
-        by_address = {b.address: b for b in boards if b.address in registered}
+        addresses = {b.name: network_address(b) for b in boards}
+        by_address = {addresses[b.name]: b for b in boards if addresses[b.name] in registered}
         failed = {
             b.name: f"{b.name}: not registered with the tracker under '{endpoint.key}': run `edgetune fleet up`"
             for b in boards
-            if b.address not in registered
+            if addresses[b.name] not in registered
         }
         sessions: dict[str, rpc.RPCSession] = {}
         for _ in range(len(registered)):

@@ -1,9 +1,10 @@
-"""`edgetune fleet trust BOARD`: the operator's explicit decision to accept a board's host key.
+"""`edgetune fleet trust BOARD`: the operator's explicit decision to accept a board's host key,
+and those of the bastions on the way to it.
 
-The key the board offers is shown (type and SHA256 fingerprint) and appended to the
-inventory's known_hosts; a board whose recorded key differs (in any key type) is refused,
-never overwritten. With `expected_fingerprint` (read off the board's console, say), a key
-with another fingerprint is refused before anything is recorded.
+Every hop's key is shown (type and SHA256 fingerprint) and appended to the inventory's
+known_hosts; a hop whose recorded key differs (in any key type) is refused, never
+overwritten, and nothing is recorded then. With `expected_fingerprint` (read off the board's
+console, say), a board key with another fingerprint is refused before anything is recorded.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Callable
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import HostKeyMismatch
-from edgetune.fleet.ssh import fetch_host_key, fingerprint, record_host_key
+from edgetune.fleet.ssh import fetch_host_keys, fingerprint, record_host_keys
 from edgetune.inventory.schema import Fleet
 
 log = logging.getLogger(__name__)
@@ -22,19 +23,21 @@ log = logging.getLogger(__name__)
 def trust_board(
     fleet: Fleet, board_name: str, progress: Callable[[str], None] = log.info, expected_fingerprint: str | None = None
 ) -> str:
-    """Record the host key `board_name` offers in known_hosts; return its fingerprint."""
+    """Record the host keys `board_name` and its bastions offer in known_hosts; return the
+    board's fingerprint."""
     names = [board.name for board in fleet.boards]
     if board_name not in names:
         raise FleetError(f"no board named '{board_name}' in {fleet.path} (boards: {', '.join(names)})")
     board = fleet.board(board_name)
-    key = fetch_host_key(board)
-    shown = f"{key.get_name()} {fingerprint(key)}"
+    keys = fetch_host_keys(board)
+    target, key = keys[-1]
     if expected_fingerprint is not None and expected_fingerprint.removeprefix("SHA256:") != fingerprint(key).removeprefix("SHA256:"):
         raise HostKeyMismatch(
-            f"{board.name} ({board.address}) offers {shown}, not the expected {expected_fingerprint}: refused, nothing recorded"
+            f"{board.name} ({target.known_hosts_name}) offers {key.get_name()} {fingerprint(key)}, not the expected "
+            f"{expected_fingerprint}: refused, nothing recorded"
         )
-    if record_host_key(board, key):
-        progress(f"{board.name} ({board.address}): trusted {shown}; recorded in {board.ssh.known_hosts}")
-    else:
-        progress(f"{board.name} ({board.address}): {shown} was already trusted")
+    for (hop, hop_key), new in zip(keys, record_host_keys(board, keys)):
+        who = f"{board.name}: bastion {hop.known_hosts_name}" if hop.bastion else f"{board.name} ({hop.known_hosts_name})"
+        shown = f"{hop_key.get_name()} {fingerprint(hop_key)}"
+        progress(f"{who}: trusted {shown}; recorded in {board.ssh.known_hosts}" if new else f"{who}: {shown} was already trusted")
     return fingerprint(key)

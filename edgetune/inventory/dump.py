@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgetune.inventory.schema import (
-    SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, FixedValue, Fleet, ModelInput, SshSettings, ValueRange,
+    NO_SSH_CONFIG, SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, FixedValue, Fleet, ModelInput, SshSettings, ValueRange,
 )
 
 
@@ -81,6 +81,7 @@ def _ssh(ssh: SshSettings) -> dict[str, Any]:
         "port": ssh.port,
         "key": str(ssh.key) if ssh.key else None,
         "known_hosts": str(ssh.known_hosts) if ssh.known_hosts else None,
+        "config": str(ssh.config) if ssh.config else NO_SSH_CONFIG,
         "host_key_policy": ssh.host_key_policy,
         "passphrase_env": ssh.passphrase_env,
         "connect_timeout_s": ssh.connect_timeout_s,

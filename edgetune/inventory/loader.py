@@ -3,12 +3,13 @@
 Validation happens once, here; an invalid inventory raises `InventoryError` naming the file,
 the YAML path and what is allowed. Every value's type is checked before it is used, every
 count and duration is capped, and the files and folders the inventory names (profiles, ONNX
-models, SSH keys, known_hosts, work and artifact folders) must be of the right kind. Nothing
-outside the inventory files is changed.
+models, SSH keys, known_hosts, ssh config files, work and artifact folders) must be of the
+right kind. Nothing outside the inventory files is changed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -26,6 +27,7 @@ from edgetune.inventory.schema import (
     FixedValue,
     FrozenMap,
     HOST_KEY_POLICIES,
+    NO_SSH_CONFIG,
     SCHEMA_VERSION,
     ArtifactSettings,
     Board,
@@ -58,7 +60,7 @@ FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_cl
 BOARD_KEYS = ("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated", "pin", "token_env")
 DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
 MAX_KEEP_RELEASES = 100
-SSH_KEYS = ("user", "port", "key", "known_hosts", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
+SSH_KEYS = ("user", "port", "key", "known_hosts", "config", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
 MODEL_KEYS = ("name", "builtin", "onnx", "inputs", "weight", "reference_input", "quantized_weights", "layout")
 INTEGER_LIMITS = {"int8": (-(2**7), 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -110,7 +112,7 @@ def load_fleet(path: str | Path) -> Fleet:
     trackers = _trackers(root.child("trackers"))
     ssh = _ssh(root.child("ssh", {}), base, SshSettings())
     classes = _device_classes(root.child("device_classes"), base)
-    boards = _boards(root.child("boards"), base, ssh, classes, trackers, sim)
+    boards = _with_home_ssh_config(root, _boards(root.child("boards"), base, ssh, classes, trackers, sim))
     models = _models(root.child("models"), base)
     fleet = Fleet(
         path=path,
@@ -205,16 +207,44 @@ def _ssh(node: Node, base: Path, defaults: SshSettings) -> SshSettings:
     node.mapping(SSH_KEYS)
     key = node.child("key", None)
     known_hosts = node.child("known_hosts", None)
+    config = node.child("config", None)
     passphrase_env = _env_name(node, "passphrase_env", defaults.passphrase_env)
     return SshSettings(
         user=node.get("user", str, defaults.user),
         port=_port(node, "port", default=defaults.port),
         key=_path(key, base) if key.value is not None else defaults.key,
         known_hosts=_file(known_hosts, base) if known_hosts.value is not None else defaults.known_hosts,
+        config=_ssh_config(config, base) if config.value is not None else defaults.config,
         host_key_policy=node.choice("host_key_policy", HOST_KEY_POLICIES, defaults.host_key_policy),
         passphrase_env=passphrase_env,
         connect_timeout_s=node.positive("connect_timeout_s", float, MAX_CONNECT_TIMEOUT_S, defaults.connect_timeout_s),
         command_timeout_s=node.positive("command_timeout_s", float, MAX_COMMAND_TIMEOUT_S, defaults.command_timeout_s),
+    )
+
+
+def _ssh_config(node: Node, base: Path) -> Path | None:
+    """An OpenSSH client config file that exists, or `none` for no file at all."""
+    if node.scalar(str) == NO_SSH_CONFIG:
+        return None
+    path = _path(node, base)
+    found = _stat(node, path)
+    if found is None or not stat.S_ISREG(found.st_mode):
+        what = "does not exist" if found is None else "is not a file"
+        raise node.error(f"ssh config file '{node.value}' {what} (looked for {path}); name an OpenSSH client "
+                         f"config file, or '{NO_SSH_CONFIG}' for none")
+    return path
+
+
+def _with_home_ssh_config(root: Node, boards: tuple[Board, ...]) -> tuple[Board, ...]:
+    """A board for which no ssh config file is named reads ~/.ssh/config, if there is one, as
+    ssh would; a simulated board none: it is reached directly on the bridge made for it."""
+    home = Path.home() / ".ssh" / "config"
+    if not home.is_file():
+        return boards
+    return tuple(
+        board if board.simulated is not None or _ssh_location(root, index, "config").value is not None
+        else dataclasses.replace(board, ssh=dataclasses.replace(board.ssh, config=home))
+        for index, board in enumerate(boards)
     )
 
 
@@ -731,9 +761,9 @@ def _name(node: Node, key: str) -> str:
     return value
 
 
-def _port(node: Node, key: str, default: Any = ...) -> int:
+def _port(node: Node, key: str, default: Any = ...) -> int | None:
     value = node.get(key, int) if default is ... else node.get(key, int, default)
-    if not 1 <= value <= 65535:
+    if value is not None and not 1 <= value <= 65535:
         raise node.child(key).error(f"must be a TCP port between 1 and 65535, got {value}")
     return value
 
@@ -810,9 +840,10 @@ def _check_makeable(node: Node, path: Path) -> None:
 
 
 def _check_ssh_files(root: Node, fleet: Fleet) -> None:
-    """Every board needs a known_hosts file (host keys are always checked) and a private key
-    that exists, is a private key, and is readable by its owner only. Keys of simulated boards
-    are made by `edgetune sim up`, so they may not exist yet."""
+    """Every board needs a known_hosts file (host keys are always checked) and a way to log
+    in: a named private key that exists, is a private key, and is readable by its owner only;
+    without one, an ssh config file (its IdentityFile) or a running ssh-agent. Keys of
+    simulated boards are made by `edgetune sim up`, so they must be named but may not exist yet."""
     for index, board in enumerate(fleet.boards):
         if board.ssh.known_hosts is None:
             raise _ssh_location(root, index, "known_hosts").error(
@@ -821,13 +852,24 @@ def _check_ssh_files(root: Node, fleet: Fleet) -> None:
         where = _ssh_location(root, index, "key")
         key = board.ssh.key
         if key is None:
-            raise where.error("required field is missing: the private key used to log in to the board")
+            _check_other_key_source(where, board)
+            continue
         found = _stat(where, key)
         if found is None:
             if board.simulated is not None:
                 continue
             raise where.error(f"private key file '{key}' does not exist")
         _check_private_key(where, key, found)
+
+
+def _check_other_key_source(where: Node, board: Board) -> None:
+    """A board without ssh.key logs in with its ssh config's IdentityFile or the agent's keys."""
+    if board.simulated is not None:
+        raise where.error("required field is missing: a simulated board needs the private key `edgetune sim up` "
+                          "makes and authorizes on it, e.g. .edgetune/sim/id_ed25519")
+    if board.ssh.config is None and not os.environ.get("SSH_AUTH_SOCK"):
+        raise where.error("required field is missing: the private key used to log in to the board (or an ssh config "
+                          "file, ssh.config, whose IdentityFile names it, or a running ssh-agent, SSH_AUTH_SOCK)")
 
 
 def _check_private_key(where: Node, key: Path, found: os.stat_result) -> None:

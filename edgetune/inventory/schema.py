@@ -29,6 +29,7 @@ class FrozenMap(dict):
 BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 HOST_KEY_POLICIES = ("strict",)
+NO_SSH_CONFIG = "none"  # `ssh.config: none`: no OpenSSH client config file, not even ~/.ssh/config
 DEFAULT_ROUNDS_PER_TASK = 4  # trials per task when neither trials_per_task nor trials_per_class is set
 
 
@@ -89,12 +90,16 @@ class Tracker:
 
 @dataclass(frozen=True)
 class SshSettings:
-    """How the host reaches a board. Secrets are never in YAML, only the name of a variable."""
+    """How the host reaches a board. Secrets are never in YAML, only the name of a variable.
+    `user`, `port` and `key` are None where fleet.yaml leaves them unset: the OpenSSH client
+    config file `config` may set them then (fleet/ssh_route.py resolves them, root and 22
+    last). `config` None: no config file."""
 
-    user: str = "root"
-    port: int = 22
+    user: str | None = None
+    port: int | None = None
     key: Path | None = None
     known_hosts: Path | None = None
+    config: Path | None = None
     host_key_policy: str = "strict"
     passphrase_env: str | None = None
     connect_timeout_s: float = 10.0

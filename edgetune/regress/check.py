@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact.timing_stats import FASTER, SLOWER, compare, summarize
+from edgetune.artifact_format.timing_stats import FASTER, SLOWER, compare, summarize
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.errors import ArtifactError, DeployError
 from edgetune.fleet.parallel import MAX_WORKERS, for_each_board

@@ -23,21 +23,21 @@ from pathlib import Path
 
 import pytest
 import tvm
+from agent_support import free_port
+from tests_samples import FAKE_PRIVATE_KEY, sample_inputs
 from tvm import relax
 
-from agent_support import free_port
 from edgetune.agent import AgentConfig, write_config
 from edgetune.agent.install import install_tarball
-from edgetune.artifact.codec import sha256_hex
-from edgetune.artifact.manifest import Entry, Manifest, RecordHits, Reference, TuningStats
-from edgetune.artifact.reference import npz_bytes
-from edgetune.artifact.signing import init_keys, load_private_key
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.codec import sha256_hex
+from edgetune.artifact_format.manifest import Entry, Manifest, RecordHits, Reference, TuningStats
+from edgetune.artifact_format.reference import npz_bytes
+from edgetune.artifact_format.signing import init_keys, load_private_key
 from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import load_model, reference_inputs, reference_outputs
-from tests_samples import FAKE_PRIVATE_KEY, sample_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_INPUT_SHAPE = (1, 64)
@@ -50,9 +50,9 @@ trackers:
   - {{name: host, bind_host: 127.0.0.1, public_address: 127.0.0.1, port: 9390}}
 ssh: {{user: root, key: id_ed25519, known_hosts: known_hosts}}
 device_classes:
-  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-64-v3.yaml}}
   - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
-  - {{name: gw-bad, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: gw-bad, profile: {repo}/device_profiles/x86-64-v3.yaml}}
 boards:
   - {{name: fast-1, address: 127.0.0.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/f1}}
   - {{name: slow-1, address: 127.0.0.21, device_class: gw-slow, python: /usr/bin/python3, workdir: /tmp/s1}}

@@ -12,12 +12,12 @@ import time
 
 import numpy as np
 import pytest
-
 from agent_support import agent_cli, current
+
 from edgetune.agent import AgentConfig, load_config, write_config
 from edgetune.agent.cli import main
 from edgetune.agent.errors import AgentConfigError
-from edgetune.artifact.reference import npz_bytes
+from edgetune.artifact_format.reference import npz_bytes
 
 CONFIG = AgentConfig(board="gw-a1", device_class="gateway-avx512", server="http://10.231.7.1:8470", token_file="token",
                      public_key="fleet.pub", keep_releases=3, firmware_command="uname -srm", threads=1)

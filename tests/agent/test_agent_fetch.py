@@ -5,12 +5,12 @@ token the server does not accept."""
 from __future__ import annotations
 
 import pytest
-
 from agent_support import CuttingProxy, current
+
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import fetch
 from edgetune.agent.install import install
-from edgetune.artifact.signing import init_keys
+from edgetune.artifact_format.signing import init_keys
 
 
 def _requests_since(server, mark: int) -> list[tuple[str, int]]:

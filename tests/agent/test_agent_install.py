@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agent_support import current
+
 from edgetune.agent.install import install_tarball, rollback
-from edgetune.artifact.files import pack_tarball
-from edgetune.artifact.signing import init_keys, load_private_key, sign
+from edgetune.artifact_format.files import pack_tarball
+from edgetune.artifact_format.signing import init_keys, load_private_key, sign
 
 
 def _state(root: Path) -> dict:

@@ -59,7 +59,7 @@ def arm_fleet(tmp_path_factory, sim_slot):
 @pytest.fixture(scope="module")
 def arm_built(arm_fleet):
     from edgetune.artifact.release import build_artifacts
-    from edgetune.artifact.signing import init_keys
+    from edgetune.artifact_format.signing import init_keys
     from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
     fleet = arm_fleet
@@ -85,10 +85,10 @@ def test_the_board_is_an_aarch64_machine_over_ssh(arm_fleet):
 
 def test_arm_artifact_is_an_aarch64_library_verified_on_the_board(arm_built):
     from edgetune.artifact.release import board_speedups
-    from edgetune.artifact.manifest import LIBRARY_NAME
-    from edgetune.artifact.signing import load_public_key
+    from edgetune.artifact_format.manifest import LIBRARY_NAME
+    from edgetune.artifact_format.signing import load_public_key
     from edgetune.artifact.store import ArtifactStore
-    from edgetune.artifact.verify import verify_artifact
+    from edgetune.artifact_format.verify import verify_artifact
 
     stored = ArtifactStore(arm_built.artifacts.dir).latest("mlp", CLASS)
     assert verify_artifact(stored.tarball, load_public_key(arm_built.artifacts.public_key)) == stored.manifest

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from edgetune.artifact.manifest import Manifest
-from edgetune.artifact.signing import init_keys, load_private_key, load_public_key
-from edgetune.artifact.store import ArtifactStore
 from tests_samples import sample_inputs, sample_manifest
+
+from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.manifest import Manifest
+from edgetune.artifact_format.signing import init_keys, load_private_key, load_public_key
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ ssh:
   key: work/id_ed25519
   known_hosts: work/known_hosts
 device_classes:
-  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-64-v3.yaml}}
 boards:
   - {{name: fast-1, address: 10.231.99.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/b, simulated: {{cpu_quota: 1.0}}}}
 models:

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from edgetune.artifact.files import pack_tarball
-from edgetune.artifact.signing import sign
+from edgetune.artifact_format.files import pack_tarball
+from edgetune.artifact_format.signing import sign
 from edgetune.cli import main
 
 RAW = "@@raw-json-token@@"  # replaced by raw bytes after json.dumps

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from edgetune.artifact.release import gate_refusal
-from edgetune.artifact.manifest import Timing
-
 from tests_samples import sample_manifest
+
+from edgetune.artifact.release import gate_refusal
+from edgetune.artifact_format.manifest import Timing
 
 FLEET = Path("/srv/fleet.yaml")
 

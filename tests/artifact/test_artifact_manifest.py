@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgetune.artifact.manifest import SCHEMA, SCHEMA_VERSION, Manifest, Timing
-from edgetune.artifact.reference import npz_bytes
+from edgetune.artifact_format.manifest import SCHEMA, SCHEMA_VERSION, Manifest, Timing
+from edgetune.artifact_format.reference import npz_bytes
 from edgetune.errors import ArtifactError
 
 

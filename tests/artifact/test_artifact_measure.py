@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
 
 from edgetune.artifact.measure import interleave, run_on_boards
 from edgetune.fleet.tracker import RpcEndpoint
 from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
 from edgetune.tune.models import entry_function
-from tvm.script import ir as I, relax as R
 
 KEY = "loopback-class"
 ADDRESSES = ("127.0.0.2", "127.0.0.3")

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from onnx_samples import qdq_model
+
 from edgetune.artifact.release import build_artifacts
-from edgetune.artifact.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
-from edgetune.artifact.reference import read_npz
-from edgetune.artifact.signing import init_keys
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
+from edgetune.artifact_format.reference import read_npz
+from edgetune.artifact_format.signing import init_keys
 from edgetune.inventory.schema import FixedValue, Model, ModelInput
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
-
-from onnx_samples import qdq_model
 
 CLASS = "gw-fast"
 

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from edgetune.artifact.signing import init_keys, load_private_key, load_public_key, sign, signature_problem
+from edgetune.artifact_format.signing import init_keys, load_private_key, load_public_key, sign, signature_problem
 from edgetune.errors import ArtifactError
 
 

@@ -10,10 +10,12 @@ import tarfile
 
 import pytest
 
-from edgetune.artifact.files import pack_tarball
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact.store import HIGHWATER_NAME, INDEX_NAME
-from edgetune.artifact.verify import VerificationError, verify_index
+from edgetune.artifact.index_check import verify_index
+from edgetune.artifact.store import HIGHWATER_NAME
+from edgetune.artifact_format.files import pack_tarball
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.artifact_format.places import INDEX_NAME
+from edgetune.artifact_format.verify import VerificationError
 from edgetune.cli import main
 from edgetune.errors import ArtifactError
 

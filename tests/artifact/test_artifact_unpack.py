@@ -10,8 +10,8 @@ import tarfile
 
 import pytest
 
-from edgetune.artifact.files import UnpackLimits, pack_tarball, unpack_tarball
-from edgetune.artifact.verify import VerificationError, verify_artifact
+from edgetune.artifact_format.files import UnpackLimits, pack_tarball, unpack_tarball
+from edgetune.artifact_format.verify import VerificationError, verify_artifact
 from edgetune.errors import ArtifactError
 
 GIB = 1 << 30

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from edgetune.artifact.files import pack_tarball
-from edgetune.artifact.signing import init_keys, load_public_key, sign
-from edgetune.artifact.verify import Expected, VerificationError, verify_artifact
+from edgetune.artifact_format.files import pack_tarball
+from edgetune.artifact_format.signing import init_keys, load_public_key, sign
+from edgetune.artifact_format.verify import Expected, VerificationError, verify_artifact
 from edgetune.cli import main
 
 

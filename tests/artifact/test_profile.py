@@ -8,14 +8,13 @@ import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import write_quantized_separable
 from tvm import relax
 
 from edgetune.artifact.profile import INT8_CONV, onnxruntime_profile, profile_vm, tvm_kernel_kinds
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import entry_function, load_model, reference_inputs
 from edgetune.tune.prepare import build_untuned, prepare
-
-from onnx_samples import write_quantized_separable
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 # The kernel rows and the VM builtins, timed by the instrument, against uninstrumented calls

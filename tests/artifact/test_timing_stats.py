@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgetune.artifact.timing_stats import (
+from edgetune.artifact_format.timing_stats import (
     FASTER,
     SAME,
     SLOWER,

@@ -7,10 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
-
-from tests_samples import FAKE_PRIVATE_KEY
-
 from artifact_server import RunningServer
+from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +20,7 @@ trackers:
   - {{name: host, bind_host: 127.0.0.1, public_address: 127.0.0.1, port: 9390}}
 ssh: {{user: root, key: id_ed25519, known_hosts: known_hosts}}
 device_classes:
-  - {{name: gw-fast, profile: {repo}/device_profiles/x86-avx512.yaml, pin: {{}}}}
+  - {{name: gw-fast, profile: {repo}/device_profiles/x86-64-v3.yaml, pin: {{}}}}
   - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
 boards:
   - {{name: fast-1, address: 127.0.0.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/f1}}

@@ -13,12 +13,13 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from artifact_server import RunningServer
 from deploy_support import republish
+
 from edgetune.artifact.store import ArtifactStore
-from edgetune.deploy.remote import RemoteAgent, agent_root
+from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
+from edgetune.fleet.agent_bundle import agent_root
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import load_deployed
 

@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from deploy_support import publish_version
+
 from edgetune.deploy.tokens import ensure_token, read_token
 from edgetune.errors import DeployError
 
@@ -171,8 +171,8 @@ def test_pull_writes_what_the_board_would_get_verified(deploy_fleet, published, 
     assert "fast-2: mlp v1 verified" in capsys.readouterr().out  # fast-2 is pinned to v1
     assert (out / "fast-2/mlp/v1.tar.gz").read_bytes() == versions[0].tarball.read_bytes()
     assert (out / "fast-2/mlp/v1/model.so").read_bytes() == b"fast-v1" * 100
-    from edgetune.artifact.signing import load_public_key
-    from edgetune.artifact.verify import verify_artifact
+    from edgetune.artifact_format.signing import load_public_key
+    from edgetune.artifact_format.verify import verify_artifact
 
     assert verify_artifact(out / "fast-2/mlp/v1", load_public_key(deploy_fleet.artifacts.public_key)).version == 1
 

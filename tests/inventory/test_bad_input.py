@@ -303,7 +303,7 @@ def test_public_key_equal_to_signing_key_is_refused_before_keys_init_writes(flee
 
 
 def test_init_keys_refuses_one_file_for_both_keys(tmp_path):
-    from edgetune.artifact.signing import init_keys
+    from edgetune.artifact_format.signing import init_keys
 
     key = tmp_path / "keys" / "signing.key"
     with pytest.raises(ArtifactError, match="the signing key and the public key are the same file"):

@@ -23,7 +23,7 @@ def test_check_summarises_the_default_fleet():
     result = run("check")
     assert result.returncode == 0, result.stderr
     assert "fleet.yaml: valid (2 device classes, 4 boards, 2 models)" in result.stdout
-    assert "gateway-avx512" in result.stdout and "icelake-server" in result.stdout
+    assert "gateway-avx2" in result.stdout and "x86-64-v3" in result.stdout
 
 
 def test_plan_json_lists_boards_and_budgets_per_class():
@@ -32,8 +32,8 @@ def test_plan_json_lists_boards_and_budgets_per_class():
     plan = json.loads(result.stdout)
     by_class = {c["device_class"]: c for c in plan["classes"]}
     assert by_class["gateway-v2"]["boards"] == ["gw-b1", "gw-b2"]
-    assert by_class["gateway-v2"]["borrows_from"] == "gateway-avx512"
-    budgets = {b["model"]: b["trials"] for b in by_class["gateway-avx512"]["budgets"]}
+    assert by_class["gateway-v2"]["borrows_from"] == "gateway-avx2"
+    budgets = {b["model"]: b["trials"] for b in by_class["gateway-avx2"]["budgets"]}
     assert budgets == {"mlp": 48, "mobilenet-mini": 144}
 
 
@@ -47,7 +47,7 @@ def test_invalid_inventory_exits_2_without_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: fleet.yaml: boards[2].device_class: 'rpi5' is not a declared device class "
-        "(declared: gateway-avx512, gateway-v2)"
+        "(declared: gateway-avx2, gateway-v2)"
     )
     assert "Traceback" not in result.stderr
     verbose = run("--verbose", "check", "-f", "fleet.yaml", cwd=tmp_path)

@@ -8,11 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from artifact_server import RunningServer
-from edgetune.deploy.remote import RemoteAgent, agent_root
+
+from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet import cgroups
+from edgetune.fleet.agent_bundle import agent_root
 from edgetune.fleet.sim import plan_sim, sim_firmware, sim_firmware_file
 from edgetune.fleet.ssh import BoardSession
 from edgetune.regress.check import regress

@@ -9,7 +9,7 @@ from edgetune.inventory.schema import (
     SshSettings, Tracker, TuningPolicy,
 )
 
-AVX512 = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1}
+V3 = {"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1}  # AVX2: runs on every host here
 V2 = {"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1}
 
 

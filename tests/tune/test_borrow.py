@@ -20,7 +20,7 @@ from edgetune.tune.monitor import load_cost_model
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from loopback_boards import Loopback
-from fleets import AVX512, V2, make_fleet, mlp
+from fleets import V2, V3, make_fleet, mlp
 
 BUDGET = 24  # mlp: 2 tasks of 12 trials; the borrower seeds each with 4 of the donor's best
 PER_ITER = 8
@@ -35,7 +35,7 @@ def borrowing(tmp_path_factory):
         for name in CLASSES:
             loopback.start_board(name, name)
         loopback.wait_registered(len(CLASSES))
-        fleet = make_fleet(workdir, loopback.port, {"classa": AVX512, "classb": V2, "classc": V2},
+        fleet = make_fleet(workdir, loopback.port, {"classa": V3, "classb": V2, "classc": V2},
                            {name: 1 for name in CLASSES}, (mlp(),), BUDGET, PER_ITER, 16,
                            borrow={"classb": "classa", "classc": "classa"})
         first = tune_fleet(fleet, TuneOptions(classes=("classa", "classb")))

@@ -35,7 +35,7 @@ from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
 from loopback_boards import Loopback
 from onnx_samples import conv_model
-from fleets import AVX512, make_fleet, mlp
+from fleets import V3, make_fleet, mlp
 
 PER_ITER = 4
 STRICT = EarlyStop(window=4, min_gain=0.99)
@@ -54,7 +54,7 @@ def runs(tmp_path_factory):
     try:
         loopback.start_board("a1", "classa")
         loopback.wait_registered(1)
-        base = make_fleet(workdir, loopback.port, {"classa": AVX512}, {"classa": 1}, (mlp(),), 0, PER_ITER, None)
+        base = make_fleet(workdir, loopback.port, {"classa": V3}, {"classa": 1}, (mlp(),), 0, PER_ITER, None)
         paths = ClassDatabasePaths.of(workdir, "classa")
         first = tune_fleet(_policy(base, trials_per_class=None, trials_per_task=2 * PER_ITER, early_stop=None), QUICK)
         after_first = len(read_trials(paths))

@@ -17,7 +17,7 @@ from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.monitor import BoardGuardRunner
 from edgetune.tune.runner import make_runner
 from edgetune.tune.tuner import TuneOptions, measures_exclusively
-from fleets import AVX512, make_fleet, mlp
+from fleets import V3, make_fleet, mlp
 
 # Two repeats of at least 300 ms each: a batch cannot be measured in less than 0.6 s.
 SLOW_MEASUREMENT = Measurement(number=1, repeat=2, min_repeat_ms=300)
@@ -62,7 +62,7 @@ def test_exclusive_runner_returns_the_batch_measured_and_the_plain_one_at_once(l
 
 
 def test_classes_with_a_simulated_board_measure_exclusively_unless_told_otherwise(tmp_path):
-    real = make_fleet(tmp_path, 9000, {"a": AVX512}, {"a": 2}, (mlp(),), trials=8)
+    real = make_fleet(tmp_path, 9000, {"a": V3}, {"a": 2}, (mlp(),), trials=8)
     one_simulated = real.replace(boards=tuple(
         dataclasses.replace(b, simulated=Simulation(cpu_quota=0.5)) if b.name == "a-1" else b for b in real.boards
     ))

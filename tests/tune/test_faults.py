@@ -22,7 +22,7 @@ from edgetune.fleet.board_rpc_server import CHECK_PERIOD_S, MISSING_CHECKS
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
-from fleets import AVX512, make_fleet, mlp
+from fleets import V3, make_fleet, mlp
 from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ trackers:
   - {{name: host, bind_host: 127.0.0.1, public_address: 127.0.0.1, port: {port}, port_end: {port_end}}}
 ssh: {{user: root, key: {dir}/id, known_hosts: {dir}/known_hosts}}
 device_classes:
-  - {{name: classa, profile: {repo}/device_profiles/x86-avx512.yaml}}
+  - {{name: classa, profile: {repo}/device_profiles/x86-64-v3.yaml}}
 boards:
   - {{name: a1, address: 127.0.0.1, device_class: classa, tracker: host, python: {python}, workdir: /tmp/a1}}
 models:
@@ -128,7 +128,7 @@ def test_board_dying_mid_run_does_not_stop_its_class(loopback, tmp_path):
     for name in ("a1", "a2"):
         loopback.start_board(name, "classa")
     loopback.wait_registered(2)
-    fleet = make_fleet(tmp_path, loopback.port, {"classa": AVX512}, {"classa": 2}, (mlp(),), BUDGET, 8, 16)
+    fleet = make_fleet(tmp_path, loopback.port, {"classa": V3}, {"classa": 2}, (mlp(),), BUDGET, 8, 16)
     paths = ClassDatabasePaths.of(tmp_path, "classa")
     killer = threading.Thread(target=lambda: (_wait_for_records(paths, 8), loopback.kill_board("a1")))
     killer.start()

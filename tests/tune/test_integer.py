@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.artifact.reference import FLOAT_TOLERANCE, check_outputs, output_tolerance
+from edgetune.artifact_format.reference import FLOAT_TOLERANCE, check_outputs, output_tolerance
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.database import ClassDatabasePaths, open_database
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread

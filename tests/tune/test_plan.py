@@ -9,7 +9,7 @@ from edgetune.tune.database import TrialRecord
 from edgetune.tune.plan import model_budgets, order_tasks, plan_class, spread_rounds
 from edgetune.tune.tasks import KernelTask
 
-from fleets import AVX512, make_fleet, mlp
+from fleets import V3, make_fleet, mlp
 
 
 def task(name: str, flops: float, weight: float = 1.0, model: str = "mlp") -> KernelTask:
@@ -21,7 +21,7 @@ def recorded(done: dict[str, int]) -> list[TrialRecord]:
 
 
 def fleet(tmp_path: Path, trials: int, per_iter: int = 8, per_task: int | None = 32, models=(mlp(),)):
-    return make_fleet(tmp_path, 9999, {"a": AVX512}, {"a": 2}, models, trials, per_iter, per_task)
+    return make_fleet(tmp_path, 9999, {"a": V3}, {"a": 2}, models, trials, per_iter, per_task)
 
 
 def test_budget_is_split_by_model_weight(tmp_path):

@@ -25,7 +25,7 @@ from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from loopback_boards import Loopback
 from onnx_samples import conv_model
-from fleets import AVX512, V2, make_fleet
+from fleets import V2, V3, make_fleet
 
 TRIALS_PER_CLASS = 48
 
@@ -44,7 +44,7 @@ def tuned(request, tmp_path_factory):
         for name in ("a-1", "a-2", "b-1", "b-2"):
             loopback.start_board(name, "class" + name[0])
         loopback.wait_registered(4)
-        fleet = make_fleet(workdir, loopback.port, {"classa": AVX512, "classb": V2},
+        fleet = make_fleet(workdir, loopback.port, {"classa": V3, "classb": V2},
                            {"classa": 2, "classb": 2}, models, TRIALS_PER_CLASS)
     fleet = fleet.replace(workdir=workdir, models=models, tuning=policy)
     try:

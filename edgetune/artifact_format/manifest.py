@@ -18,8 +18,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from edgetune.artifact.codec import canonical_bytes, load_versioned, sha256_hex
-from edgetune.artifact.timing_stats import summarize
+from edgetune.artifact_format.codec import canonical_bytes, load_versioned, sha256_hex
+from edgetune.artifact_format.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
 SCHEMA = "edgetune.artifact"

@@ -28,10 +28,8 @@ from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-# write_atomic and fsync_dir are imported from here by other packages, too.
-from edgetune.durable import fsync_dir, write_atomic  # noqa: F401
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
-from edgetune.artifact.signing import MAX_SIGNATURE_BYTES, signature_file_problems
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from edgetune.artifact_format.signing import MAX_SIGNATURE_BYTES, signature_file_problems
 from edgetune.errors import ArtifactError
 
 _CHUNK = 1 << 20

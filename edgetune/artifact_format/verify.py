@@ -1,4 +1,4 @@
-"""Verify a downloaded artifact (a version directory or its `.tar.gz`) and a store's index.
+"""Verify a downloaded artifact (a version directory or its `.tar.gz`).
 
 Checks, all reported together: the signature file against the exact bytes of `manifest.json`
 and the public key; the manifest's schema; that it is what the caller expects (`Expected`:
@@ -20,8 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgetune.artifact.codec import sha256_hex
-from edgetune.artifact.files import (
+from edgetune.artifact_format.files import (
     HEAD_NAMES,
     UnpackLimits,
     listing_problems,
@@ -30,21 +29,13 @@ from edgetune.artifact.files import (
     sha256_file,
     walk_tree,
 )
-from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
-from edgetune.artifact.signing import MAX_SIGNATURE_BYTES, signature_file_problems
-from edgetune.artifact.store import (
-    INDEX_NAME,
-    INDEX_SIGNATURE_NAME,
-    MAX_INDEX_BYTES,
-    ArtifactStore,
-    StoreIndex,
-    StorePlace,
-    store_place,
-)
+from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from edgetune.artifact_format.places import StorePlace, store_place
+from edgetune.artifact_format.signing import MAX_SIGNATURE_BYTES, signature_file_problems
 from edgetune.errors import ArtifactError
 
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
-_MAX_MANIFEST_BYTES = UnpackLimits().max_manifest_bytes
+MAX_MANIFEST_BYTES = UnpackLimits().max_manifest_bytes
 
 
 class VerificationError(ArtifactError):
@@ -95,28 +86,6 @@ def verify_artifact(path: Path, public_key: Ed25519PublicKey, expect: Expected |
     return _verify_dir(path, public_key, expect)
 
 
-def verify_index(root: Path, public_key: Ed25519PublicKey) -> StoreIndex:
-    """The store's index if `index.sig` is its valid signature by `public_key`, and every version
-    it lists has the listed manifest (and every version directory is listed)."""
-    root = Path(root)
-    problems: list[str] = []
-    data = _read_small_file(root, INDEX_NAME, MAX_INDEX_BYTES, problems)
-    sig_bytes = _read_small_file(root, INDEX_SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
-    if data is None:
-        raise VerificationError(root, problems)
-    if sig_bytes is not None:
-        problems += signature_file_problems(public_key, data, sig_bytes, INDEX_NAME, INDEX_SIGNATURE_NAME)
-    try:
-        index = StoreIndex.from_bytes(data, INDEX_NAME)
-    except ArtifactError as err:
-        raise VerificationError(root, problems + [str(err)]) from None
-    if not problems:
-        problems += _index_problems(root, index)
-    if problems:
-        raise VerificationError(root, problems)
-    return index
-
-
 # --- artifacts ----------------------------------------------------------------------------
 
 
@@ -138,8 +107,8 @@ def _verify_tarball(path: Path, public_key: Ed25519PublicKey, expect: Expected) 
 
 def _verify_dir(root: Path, public_key: Ed25519PublicKey, expect: Expected) -> Manifest:
     problems: list[str] = []
-    data = _read_small_file(root, MANIFEST_NAME, _MAX_MANIFEST_BYTES, problems)
-    sig_bytes = _read_small_file(root, SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
+    data = read_small_file(root, MANIFEST_NAME, MAX_MANIFEST_BYTES, problems)
+    sig_bytes = read_small_file(root, SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
     if data is None:
         raise VerificationError(root, problems)
     manifest, found = _checked_manifest(data, sig_bytes, public_key, expect)
@@ -195,7 +164,7 @@ def _expectation_problems(manifest: Manifest, expect: Expected) -> list[str]:
     return problems
 
 
-def _read_small_file(root: Path, name: str, max_bytes: int, problems: list[str]) -> bytes | None:
+def read_small_file(root: Path, name: str, max_bytes: int, problems: list[str]) -> bytes | None:
     """The bytes of the regular file `root/name` (never through a link), or None with the
     problem appended."""
     path = root / name
@@ -264,27 +233,3 @@ def _entry_problem(root: Path, entry: FileEntry, kind: str | None) -> str | None
 
 
 # --- the index ----------------------------------------------------------------------------
-
-
-def _index_problems(root: Path, index: StoreIndex) -> list[str]:
-    """Each listed version against its directory; version directories the index omits."""
-    problems, listed = [], set()
-    for entry in index.versions:
-        place = StorePlace(entry.model, entry.device_class, entry.version)
-        listed.add(place)
-        if entry.path != str(place) or path_problem(entry.path) is not None:
-            problems.append(f"{INDEX_NAME}: the entry for {place} points at {entry.path[:200]!r}")
-            continue
-        found: list[str] = []
-        data = _read_small_file(root / entry.path, MANIFEST_NAME, _MAX_MANIFEST_BYTES, found)
-        if data is None:
-            problems += [f"{place}/{p}" for p in found]
-        elif sha256_hex(data) != entry.manifest_sha256:
-            problems.append(f"{place}/{MANIFEST_NAME}: not the manifest {INDEX_NAME} lists (modified or replaced)")
-    problems += [
-        f"{place}: a version directory {INDEX_NAME} does not list (copied in by hand, or its manifest is "
-        "another version: see the warnings of the last `edgetune build`)"
-        for place in ArtifactStore(root).places()
-        if place not in listed
-    ]
-    return problems

@@ -6,9 +6,10 @@ from __future__ import annotations
 def publish_version(fleet, model: str, device_class: str, payload: bytes):
     """Commit a small signed version of (model, class) whose library is `payload` (the server
     serves bytes; it never runs them)."""
-    from edgetune.artifact.signing import init_keys, load_private_key
-    from edgetune.artifact.store import ArtifactStore
     from tests_samples import sample_inputs, sample_manifest
+
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.artifact_format.signing import init_keys, load_private_key
 
     settings = fleet.artifacts
     if not settings.signing_key.exists():
@@ -26,9 +27,9 @@ def republish(fleet, model: str, device_class: str, tag: str):
     import shutil
     from dataclasses import replace
 
-    from edgetune.artifact.manifest import MANIFEST_NAME, SIGNATURE_NAME
-    from edgetune.artifact.signing import load_private_key
     from edgetune.artifact.store import ArtifactStore
+    from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+    from edgetune.artifact_format.signing import load_private_key
 
     store = ArtifactStore(fleet.artifacts.dir)
     latest = store.latest(model, device_class)

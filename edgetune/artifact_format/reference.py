@@ -15,7 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
-from edgetune.artifact.manifest import Tolerance
+from edgetune.artifact_format.manifest import Tolerance
 
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 FLOAT_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)

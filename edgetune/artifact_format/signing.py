@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from edgetune.artifact.codec import canonical_bytes, from_json, load_json, sha256_hex
+from edgetune.artifact_format.codec import canonical_bytes, from_json, load_json, sha256_hex
 from edgetune.durable import write_atomic
 from edgetune.errors import ArtifactError
 

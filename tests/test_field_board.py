@@ -1,0 +1,214 @@
+"""A board edgetune did not make, through the whole flow: fleet up, tune, build, rollout, regress
+and rollback.
+
+The field board is a network namespace with its own OpenSSH server (tests/netns_hosts.py) whose
+Python is a board image (tests/board_image.py: the TVM runtime, numpy, cryptography, psutil,
+cloudpickle; nothing of edgetune, not the host's venv). fleet.yaml declares it as an ordinary
+board (address, python, workdir), not `simulated:`, and its host key is trusted with `fleet
+trust`, as an operator would. The tests run in order, as an operator would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shlex
+from pathlib import Path
+
+import paramiko
+import pytest
+from artifact_server import RunningServer
+from board_image import board_image, image_without
+from deploy_support import republish
+from netns_hosts import add_bridge, keygen, remove_bridge, start_host, stop_host
+
+from edgetune.fleet.agent_bundle import agent_argv, agent_bundle, agent_root, bundle_path
+from edgetune.fleet.ssh import BoardSession, fingerprint
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = "mlp"
+
+FLEET_YAML = """\
+version: 1
+name: field-t{slot}
+workdir: work
+trackers:
+  - {{name: host, bind_host: {net}.1, public_address: {net}.1, port: {port}, port_end: {port_end}}}
+ssh:
+  user: root
+  key: keys/operator_ed25519
+  known_hosts: work/known_hosts
+  connect_timeout_s: 5
+  command_timeout_s: 120
+device_classes:
+  - {{name: field-x86, profile: {repo}/device_profiles/x86-64-v3.yaml}}
+boards:
+  - name: field-1
+    address: {net}.31
+    device_class: field-x86
+    python: {python}
+    workdir: {board_dir}/var/lib/edgetune
+models:
+  - name: mlp
+    builtin: mlp
+    inputs:
+      - {{name: x, shape: [1, 256], dtype: float32}}
+tuning:
+  trials_per_class: 16
+  trials_per_iter: 8
+  max_trials_per_task: 8
+artifacts:
+  dir: artifacts
+  signing_key: work/keys/signing.key
+  public_key: work/keys/signing.pub
+deploy:
+  bind: {net}.1:{deploy_port}
+  url: http://{net}.1:{deploy_port}
+"""
+
+
+@dataclasses.dataclass
+class Field:
+    fleet: object
+    host: object  # NetnsHost
+    image: Path
+
+
+@pytest.fixture(scope="module")
+def field(sim_slot, tmp_path_factory):
+    """A fleet of one field board, its host key trusted with `fleet trust`, nothing started."""
+    from edgetune.cli import main
+    from edgetune.inventory import load_fleet
+
+    image = board_image()
+    root = tmp_path_factory.mktemp("field")
+    net, bridge = f"10.231.{9 + sim_slot}", f"etune-t{sim_slot}"
+    (root / "keys").mkdir()
+    keygen(root / "keys" / "operator_ed25519", "field-operator")
+    add_bridge(bridge, f"{net}.1", 24)
+    host = None
+    try:
+        host = start_host("field-1", f"edgetune-field-t{sim_slot}", f"{net}.31", 24, root / "board-sshd",
+                          (root / "keys" / "operator_ed25519.pub").read_text(), bridge=bridge)  # fmt: skip
+        (root / "fleet.yaml").write_text(FLEET_YAML.format(
+            slot=sim_slot, net=net, port=9295 + 10 * sim_slot, port_end=9299 + 10 * sim_slot, repo=REPO,
+            python=image / "bin" / "python", board_dir=root / "board-fs", deploy_port=8490 + sim_slot))  # fmt: skip
+        made = fingerprint(paramiko.PKey.from_path(host.host_key))  # as read off the board's console
+        assert main(["fleet", "trust", "field-1", "--fingerprint", made, "-f", str(root / "fleet.yaml")]) == 0
+        yield Field(load_fleet(root / "fleet.yaml"), host, image)
+    finally:
+        from edgetune.fleet import fleet_down
+
+        if host is not None:
+            fleet_down(load_fleet(root / "fleet.yaml"))
+            stop_host(host)
+        remove_bridge(bridge)
+
+
+def on_board(fleet, command: str, check: bool = True):
+    with BoardSession(fleet.board("field-1")) as session:
+        return session.run(command, check=check)
+
+
+def test_the_field_board_has_nothing_of_edgetune(field):
+    python = shlex.quote(str(field.image / "bin" / "python"))
+    found = on_board(field.fleet, f"cd / && {python} -c 'import edgetune'", check=False)
+    assert found.exit_status != 0 and "No module named 'edgetune'" in found.stderr
+    prefix = on_board(field.fleet, f"{python} -c 'import sys; print(sys.prefix)'").stdout.strip()
+    assert Path(prefix) == field.image and not Path(prefix).samefile(REPO / ".venv")
+
+
+def test_preflight_refuses_a_board_missing_numpy_with_the_install_command(field, tmp_path):
+    from edgetune.fleet import fleet_up
+
+    bare = image_without(field.image, tmp_path / "bare", "numpy")
+    board = dataclasses.replace(field.fleet.board("field-1"), python=str(bare))
+    result = fleet_up(field.fleet.replace(boards=(board,)), register_timeout_s=5)
+    assert not result.succeeded
+    reason = result.failed["field-1"]
+    assert f"{bare} lacks numpy" in reason and f"{bare} -m pip install numpy==" in reason, reason
+
+
+def test_fleet_up_delivers_the_agent_bundle_and_the_board_registers(field):
+    from edgetune.fleet import fleet_up
+
+    result = fleet_up(field.fleet)
+    assert result.ok, result.failed
+    board = field.fleet.board("field-1")
+    copy = Path(bundle_path(board))
+    assert copy.parent == Path(agent_root(board)) and hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
+    before = copy.stat().st_mtime_ns
+    assert fleet_up(field.fleet).ok
+    assert copy.stat().st_mtime_ns == before  # the same bundle is not uploaded again
+
+
+def test_tune_and_build_measure_on_the_field_board(field):
+    from edgetune.artifact.release import build_artifacts
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.artifact_format.signing import init_keys
+    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+
+    fleet = field.fleet
+    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
+    tuned = tune_class(fleet, "field-x86", TuneOptions(search=SearchSettings(population_size=64)))
+    assert tuned.ok, tuned.error
+    assert tuned.trials_run == 16 and tuned.stopped is None
+    report = build_artifacts(fleet)
+    assert report.ok, report.failures()
+    manifest = ArtifactStore(fleet.artifacts.dir).latest(MODEL, "field-x86").manifest
+    assert [b.board for b in manifest.boards] == ["field-1"]
+
+
+@pytest.fixture(scope="module")
+def served(field):
+    server = RunningServer(field.fleet)
+    try:
+        yield field.fleet
+    finally:
+        server.stop()
+
+
+def agent(fleet, verb: str, *args: str) -> dict:
+    from edgetune.deploy.remote import RemoteAgent
+
+    with BoardSession(fleet.board("field-1")) as session:
+        return RemoteAgent(session, fleet).call(verb, *args)
+
+
+def test_rollout_installs_on_the_field_board(served):
+    from edgetune.deploy.rollout import plan_rollout, rollout
+
+    result = rollout(served, plan_rollout(served, MODEL))
+    assert result.ok, result.records()
+    assert [(r["board"], r["result"], r["to_version"]) for r in result.records()] == [("field-1", "installed", 1)]
+    assert agent(served, "status")["models"][MODEL]["version"] == 1
+
+
+def test_regress_measures_the_installed_release_on_the_field_board(served):
+    from edgetune.regress.check import regress
+
+    report = regress(served, models=[MODEL])
+    (verdict,) = report.verdicts
+    assert (verdict.board, verdict.version) == ("field-1", 1)
+    assert verdict.verdict in ("ok", "faster"), verdict.to_json()
+
+
+def test_a_tampered_bundle_is_refused_then_replaced_before_the_agent_runs(served):
+    board = served.board("field-1")
+    copy = Path(bundle_path(board))
+    copy.write_bytes(copy.read_bytes() + b"\0tampered")
+    refused = on_board(served, shlex.join(agent_argv(board, "--root", agent_root(board), "status", "--json")), check=False)
+    assert refused.exit_status != 0 and "refused, not run" in refused.stderr and refused.stdout == ""
+    assert agent(served, "status")["models"][MODEL]["version"] == 1  # the host replaced it first
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
+
+
+def test_rollout_of_a_second_version_then_rollback_on_the_field_board(served):
+    from edgetune.deploy.rollout import plan_rollout, rollout
+
+    second = republish(served, MODEL, "field-x86", "field")
+    result = rollout(served, plan_rollout(served, MODEL))
+    assert [(r["result"], r["to_version"]) for r in result.records()] == [("installed", second.version)]
+    back = agent(served, "rollback", "--model", MODEL)
+    assert (back["result"], back["from_version"], back["to_version"]) == ("rolled_back", second.version, 1), back
+    assert agent(served, "status")["models"][MODEL]["version"] == 1
