@@ -111,6 +111,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 def tune_once(fleet, count: int) -> Run:
     from edgetune.inventory.workdir import Workdir
     from edgetune.tune import TuneOptions
+    from edgetune.tune.database import ClassDatabasePaths
 
     device_class = CLASSES[count]
     # a fresh database (and cost model) for every run

@@ -206,6 +206,11 @@ def test_preflight_names_the_missing_board_packages_and_the_command_that_install
         remote.check_ready(board, old, "0.27.0", V3)
 
 
+def test_the_readme_prepares_a_board_with_exactly_what_preflight_asks_for():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"\n{remote.install_command('python3', [])}\n" in readme
+
+
 def test_tracker_summary_parsing():
     summary = TrackerSummary.from_tvm(
         {
