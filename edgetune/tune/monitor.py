@@ -1,5 +1,6 @@
-"""What watches a running class: a runner guard that notices when no board of the class is left,
-and a measure callback that keeps each task's account, prints progress and saves the cost model.
+"""What watches a running class: a runner guard that waits for the class's boards when none is
+registered and notices when none comes back, and a measure callback that keeps each task's
+account, prints progress and saves the cost model.
 
 Both plug into MetaSchedule's own extension points (a PyRunner around the RPCRunner, a
 PyMeasureCallback after the default ones); `scheduler.BudgetScheduler` acts on what they note.
@@ -19,14 +20,16 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResul
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.durable import replaced_atomically
-from edgetune.fleet.tracker import RpcEndpoint, class_load
+from edgetune.fleet.tracker import RpcEndpoint, class_load, wait_for_servers
 from edgetune.inventory.schema import EarlyStop
 from edgetune.tune.budget import TaskLedger
 from edgetune.tune.report import progress_line
 
 log = logging.getLogger(__name__)
 
-NO_BOARDS = "no board of the class left"
+BOARD_RETURN_GRACE_S = 60.0  # how long a class without a registered board waits for one to come back
+NO_BOARDS = ("no board of the class left (none came back to the tracker in time): "
+             "see `edgetune fleet status`, restart them with `edgetune fleet up`, and re-run `edgetune tune` to resume")
 
 
 @derived_object
@@ -47,30 +50,50 @@ class DoneFuture(PyRunnerFuture):
 
 @derived_object
 class BoardGuardRunner(PyRunner):
-    """The class's RPCRunner, behind a check that the tracker still has a board of the class:
-    without one, a batch fails at once instead of waiting out every session timeout.
+    """The class's RPCRunner, behind a check that the tracker still has a board of the class.
+    With none registered, it waits up to `return_grace_s` for one to come back (a candidate that
+    crashed a board's session takes the board off the tracker until its watchdog registers it
+    again, about 15 s: edgetune.fleet.board_rpc_server); if none does, the batch fails at once
+    instead of waiting out every session timeout, and the class is noted as having no board left.
 
     `exclusive`: return only when the batch is measured, so that MetaSchedule neither searches
     nor builds the next batch meanwhile. For boards that share the host's CPUs (simulated ones):
     a board timed while the host compiles measures the contention (2x on 2 cores, see README)."""
 
-    def __init__(self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner, exclusive: bool) -> None:
+    def __init__(
+        self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner, exclusive: bool,
+        return_grace_s: float = BOARD_RETURN_GRACE_S,
+    ) -> None:
         super().__init__()
         self.endpoint = endpoint
         self.boards = boards
         self.runner = runner
         self.exclusive = exclusive
+        self.return_grace_s = return_grace_s
         self.boards_lost = False
 
     def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
-        if class_load(self.endpoint).registered == 0:
+        if not self._a_board_is_registered():
             self.boards_lost = True
-            message = f"no board of class {self.endpoint.key} is registered with the tracker {self.endpoint.address}"
+            message = (f"no board of class {self.endpoint.key} registered with the tracker {self.endpoint.address} "
+                       f"within {self.return_grace_s:g} s")
             return [DoneFuture(RunnerResult(run_secs=None, error_msg=message)) for _ in runner_inputs]
         futures = self.runner.run(runner_inputs)
         if not self.exclusive:
             return futures
         return [DoneFuture(future.result()) for future in futures]
+
+    def _a_board_is_registered(self) -> bool:
+        """Whether a board of the class is registered, waiting up to `return_grace_s` for one."""
+        if class_load(self.endpoint).registered > 0:
+            return True
+        log.warning("[%s] no board of the class is registered with the tracker %s; waiting up to %g s for one "
+                    "to come back", self.endpoint.key, self.endpoint.address, self.return_grace_s)
+        started = time.monotonic()
+        if wait_for_servers(self.endpoint, self.return_grace_s) == 0:
+            return False
+        log.info("[%s] a board is back after %.0f s; measuring goes on", self.endpoint.key, time.monotonic() - started)
+        return True
 
 
 @dataclass

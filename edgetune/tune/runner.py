@@ -4,17 +4,21 @@ Boards of a class register with the tracker under the class name as key, so the 
 each measurement to a free board of that class; as many measurements run at once as the class
 has boards. A board that dies mid-measurement turns that candidate into a failed RunnerResult
 (TVM's RPCRunner catches the broken session) and the tracker stops handing it out.
+Inputs that a kernel indexes with are filled in range (`index_inputs.InRangeArguments`), so a
+gather or an embedding lookup is measured instead of crashing the board's session.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Mapping
 
 from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.fleet.tracker import RpcEndpoint, wait_for_servers
 from edgetune.inventory.schema import Measurement
+from edgetune.tune.index_inputs import IndexBounds, InRangeArguments
 
 SESSION_TIMEOUT_S = 60
 
@@ -43,8 +47,11 @@ def create_session(rpc_config: ms.runner.RPCConfig) -> rpc.RPCSession:
     return rpc_config.connect_server()
 
 
-def make_runner(endpoint: RpcEndpoint, boards: int, measurement: Measurement) -> ms.runner.RPCRunner:
-    """An RPCRunner on the class's `boards` boards with the profile's measurement settings."""
+def make_runner(
+    endpoint: RpcEndpoint, boards: int, measurement: Measurement, index_bounds: Mapping[str, IndexBounds],
+) -> ms.runner.RPCRunner:
+    """An RPCRunner on the class's `boards` boards with the profile's measurement settings,
+    filling the inputs its tasks index with in range (`index_inputs.class_index_bounds`)."""
     return ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(
             tracker_host=endpoint.host,
@@ -61,4 +68,5 @@ def make_runner(endpoint: RpcEndpoint, boards: int, measurement: Measurement) ->
         max_workers=boards,
         initializer=freeze_imports,
         f_create_session=create_session,
+        f_alloc_argument=InRangeArguments(index_bounds),
     )

@@ -35,6 +35,7 @@ from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
 from edgetune.tune.candidate_builder import make_builder
+from edgetune.tune.index_inputs import IndexBounds, class_index_bounds, index_notes
 from edgetune.tune.intrinsics import load_cpu_intrinsics
 from edgetune.tune.budget import AT_KNEE_BEFORE, TaskLedger
 from edgetune.tune.database import (
@@ -175,7 +176,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
                 log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
-            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement), exclusive)
+            bounds = _index_bounds(device_class, tasks)
+            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive)
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, target, paths, options.search)
             cost_model = _cost_model(paths, options.search)
@@ -204,6 +206,15 @@ def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) 
     if options.measure_exclusively is not None:
         return options.measure_exclusively
     return any(board.shares_host_cpus for board in fleet.boards_of(device_class))
+
+
+def _index_bounds(device_class: str, tasks: ClassTasks) -> dict[str, IndexBounds]:
+    """The bounds of the inputs the class's kernels index with (`index_inputs`), each logged."""
+    funcs = [(task.task_name, task.dispatched[0]["main"]) for task in tasks.extracted.values()]
+    for name, func in funcs:
+        for note in index_notes(func):
+            log.info("[%s] %s: %s", device_class, name, note)
+    return class_index_bounds(func for _, func in funcs)
 
 
 def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:

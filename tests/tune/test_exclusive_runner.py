@@ -36,7 +36,7 @@ def _candidate(tmp_path) -> ms.runner.RunnerInput:
 
 def _runner(loopback, exclusive: bool) -> BoardGuardRunner:
     endpoint = RpcEndpoint("127.0.0.1", loopback.port, "classa")
-    return BoardGuardRunner(endpoint, 1, make_runner(endpoint, 1, SLOW_MEASUREMENT), exclusive=exclusive)
+    return BoardGuardRunner(endpoint, 1, make_runner(endpoint, 1, SLOW_MEASUREMENT, {}), exclusive=exclusive)
 
 
 def test_exclusive_runner_returns_the_batch_measured_and_the_plain_one_at_once(loopback, tmp_path):
