@@ -13,6 +13,7 @@ from typing import Callable
 
 from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact_format.signing import init_keys
+from edgetune.deploy.tls import ensure_tls
 from edgetune.errors import Interrupted
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 from edgetune.inventory import Fleet
@@ -65,7 +66,7 @@ def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
         if stop_requested():
             raise Interrupted("stopped on request during tuning: every measured trial is kept and nothing was "
                               "built; run `make tune-fleet` again to go on from there")
-        _ensure_signing_key(fleet, progress)
+        _ensure_keys(fleet, progress)
         progress("== build: artifacts, measured on the boards, signed")
         result.build = build_artifacts(fleet, progress=progress)
     finally:
@@ -85,9 +86,11 @@ def _tuning_lines(tuning: TuneResult) -> list[str]:
     ]
 
 
-def _ensure_signing_key(fleet: Fleet, progress: Progress) -> None:
+def _ensure_keys(fleet: Fleet, progress: Progress) -> None:
+    """The signing key, the fleet CA and the server certificate: what is missing is made."""
     settings = fleet.artifacts
-    if settings.signing_key.exists():
-        return
-    pair = init_keys(settings.signing_key, settings.public_key, settings.dir)
-    progress(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")
+    if not settings.signing_key.exists():
+        pair = init_keys(settings.signing_key, settings.public_key, settings.dir)
+        progress(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")
+    for line in ensure_tls(fleet):
+        progress(line)

@@ -1,4 +1,6 @@
-"""The real artifact server (`edgetune serve`'s app on uvicorn) in a thread, for the tests."""
+"""The real artifact server (`edgetune serve`'s app on uvicorn) in a thread, for the tests: over
+HTTPS with the fleet CA's certificate (made as `keys init --if-missing` would), unless the fleet
+says `deploy.tls: false`."""
 
 from __future__ import annotations
 
@@ -7,16 +9,20 @@ import time
 
 
 class RunningServer:
-    """uvicorn serving `create_app(fleet)` in a thread, on the fleet's deploy port."""
+    """uvicorn serving `create_app(fleet)` in a thread, on the fleet's deploy port; `context`:
+    the host's TLS context for it (only the fleet CA trusted; None over plain HTTP)."""
 
     def __init__(self, fleet):
         import uvicorn
 
         from edgetune.deploy.server import create_app
+        from edgetune.deploy.tls import check_server_tls, ensure_tls, host_client_context
 
+        ensure_tls(fleet)
         self.url = fleet.deploy.url
+        self.context = host_client_context(fleet)
         config = uvicorn.Config(create_app(fleet), host=fleet.deploy.bind_host, port=fleet.deploy.port,
-                                access_log=False, log_level="warning")  # fmt: skip
+                                access_log=False, log_level="warning", **check_server_tls(fleet))  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

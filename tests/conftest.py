@@ -60,7 +60,7 @@ artifacts:
   public_key: work/keys/signing.pub
 deploy:
   bind: 10.231.{subnet}.1:{deploy_port}
-  url: http://10.231.{subnet}.1:{deploy_port}
+  url: https://10.231.{subnet}.1:{deploy_port}
 """
 
 

@@ -63,7 +63,7 @@ artifacts:
   public_key: work/keys/signing.pub
 deploy:
   bind: {net}.1:{deploy_port}
-  url: http://{net}.1:{deploy_port}
+  url: https://{net}.1:{deploy_port}
 """
 
 

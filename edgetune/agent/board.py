@@ -10,7 +10,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.client import ArtifactServer
-from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, read_token
+from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, load_server_tls, read_token
 from edgetune.agent.layout import Layout
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
 
@@ -34,7 +34,7 @@ class Board:
         return load_pinned_key(self.root, self.config)
 
     def server(self) -> ArtifactServer:
-        return ArtifactServer(self.config.server, read_token(self.root, self.config))
+        return ArtifactServer(self.config.server, read_token(self.root, self.config), tls=load_server_tls(self.root, self.config))
 
     @cached_property
     def firmware(self) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from edgetune.agent.errors import AgentConfigError
 from edgetune.agent.fetch import fetch
+from edgetune.agent.guard import SwitchGuard
 from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
 from edgetune.agent.status import status
 from edgetune.errors import EdgetuneError
@@ -29,6 +30,16 @@ def _rollback_target(text: str) -> int | str:
     return text if text == "none" else _version(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m edgetune.agent",
@@ -40,20 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON object")
     model = argparse.ArgumentParser(add_help=False, parents=[common])
     model.add_argument("--model", required=True, help="the model's name")
+    changing = argparse.ArgumentParser(add_help=False, parents=[model])
+    changing.add_argument("--deadline-s", type=_seconds, metavar="S",
+                          help="stop before the switch once S seconds have passed (the reference check included)")
+    changing.add_argument("--abort-on-hangup", action="store_true",
+                          help="stop before the switch if stdin (the SSH channel that started this) closes")
 
     p = verbs.add_parser("fetch", parents=[model], help="download and verify the artifact the server offers")
     p.add_argument("--version", type=_version, help="this version instead of the one offered")
     p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
     p.set_defaults(func=_drive_fetch)
 
-    p = verbs.add_parser("install", parents=[model], help="fetch, check and switch to the offered artifact")
+    p = verbs.add_parser("install", parents=[changing], help="fetch, check and switch to the offered artifact")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--version", type=_version, help="this version instead of the one offered")
     source.add_argument("--from", dest="tarball", type=Path, help="install this local .tar.gz (no server)")
     p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
     p.set_defaults(func=_drive_install)
 
-    p = verbs.add_parser("rollback", parents=[model], help="switch back to a kept release, checking it again")
+    p = verbs.add_parser("rollback", parents=[changing], help="switch back to a kept release, checking it again")
     p.add_argument("--to", type=_rollback_target, metavar="N|none",
                    help="the kept version (default: the newest below the current one); none: deactivate")
     p.set_defaults(func=_drive_rollback)
@@ -104,16 +120,20 @@ def _drive_fetch(args: argparse.Namespace) -> int:
 
 def _drive_install(args: argparse.Namespace) -> int:
     if args.tarball is not None:
-        record = install_tarball(args.root, args.model, args.tarball, args.allow_downgrade)
+        record = install_tarball(args.root, args.model, args.tarball, args.allow_downgrade, _guard(args))
     else:
-        record = install(args.root, args.model, args.version, args.allow_downgrade)
+        record = install(args.root, args.model, args.version, args.allow_downgrade, _guard(args))
     return _print_change(args, record)
 
 
 def _drive_rollback(args: argparse.Namespace) -> int:
     if args.to == "none":
-        return _print_change(args, rollback(args.root, args.model, deactivate=True))
-    return _print_change(args, rollback(args.root, args.model, to=args.to))
+        return _print_change(args, rollback(args.root, args.model, deactivate=True, guard=_guard(args)))
+    return _print_change(args, rollback(args.root, args.model, to=args.to, guard=_guard(args)))
+
+
+def _guard(args: argparse.Namespace) -> SwitchGuard:
+    return SwitchGuard(args.deadline_s, args.abort_on_hangup)
 
 
 def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:

@@ -4,6 +4,11 @@ Every request carries `Authorization: Bearer <token>`. Redirects are refused (th
 not follow them elsewhere), and the server's URLs must be absolute paths on the configured
 server. The tarball download resumes a partial file with `Range` + `If-Range` (the ETag kept
 beside it): a server whose file changed answers 200 with the whole file, which replaces it.
+Over HTTPS the server's certificate must be signed by the fleet CA pinned on the board (no
+other authority is trusted) and name the URL's host; a refusal says which of the two failed.
+A transient failure (the server unreachable, an HTTP 5xx, a connection reset or a timeout
+mid-answer) is tried again after each of `RETRY_DELAYS_S`; a download goes on from the bytes
+it already has.
 """
 
 from __future__ import annotations
@@ -11,20 +16,26 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import ssl
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Callable, TypeVar
 from urllib.parse import quote
 
 from edgetune.agent.errors import AgentError
 from edgetune.artifact_format.codec import from_json
+from edgetune.artifact_format.signing import Signature
 from edgetune.durable import fsync_dir, write_atomic
 from edgetune.errors import ArtifactError
 
 TIMEOUT_S = 30.0
 MAX_SMALL_FILE = 16 << 20  # manifest, signature and offers are far smaller
 _CHUNK = 1 << 20
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)  # waits between attempts: 5 attempts, 7.5 s of waiting at most
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -41,11 +52,14 @@ class Offer:
     tarball_url: str
     manifest_sha256: str
     tarball_size: int
+    decision: str  # the signed decision (`artifact_format.decision`): what the agent acts on
+    decision_signature: Signature
 
 
 @dataclass(frozen=True)
 class Downloaded:
-    """How a tarball download went: bytes already there before it (resumed) and received."""
+    """How a tarball download went: bytes already there before it (resumed) and received
+    (over all its attempts, net of any restart)."""
 
     resumed_from: int
     received: int
@@ -59,17 +73,25 @@ class HttpStatusError(AgentError):
         self.status = status
 
 
+class TransientError(AgentError):
+    """A failure that may pass: the server unreachable, a reset or timeout mid-answer."""
+
+
+def is_transient(err: AgentError) -> bool:
+    return isinstance(err, TransientError) or (isinstance(err, HttpStatusError) and err.status >= 500)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None  # urllib then raises HTTPError for the 3xx
 
 
 class ArtifactServer:
-    def __init__(self, base_url: str, token: str, timeout_s: float = TIMEOUT_S):
+    def __init__(self, base_url: str, token: str, timeout_s: float = TIMEOUT_S, tls: ssl.SSLContext | None = None):
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout_s
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=tls))
 
     def offer(self, board: str, model: str, version: int | None = None) -> Offer:
         path = f"/v1/boards/{quote(board, safe='')}/models/{quote(model, safe='')}"
@@ -83,17 +105,27 @@ class ArtifactServer:
             raise AgentError(f"{self.base_url}{path}: not an offer ({err})") from None
 
     def get_bytes(self, path: str) -> bytes:
-        try:
-            with self._open(path) as response:
-                data = response.read(MAX_SMALL_FILE + 1)
-        except (OSError, http.client.HTTPException) as err:
-            raise AgentError(f"{self._url(path)}: the answer was cut short ({err!r}); retry") from None
+        data = _retrying(lambda: self._get_once(path))
         if len(data) > MAX_SMALL_FILE:
             raise AgentError(f"{self._url(path)}: larger than {MAX_SMALL_FILE} bytes; refused")
         return data
 
     def download(self, path: str, partial: Path, etag_file: Path, size: int) -> Downloaded:
-        """Download `path` into `partial` until it holds `size` bytes, resuming what is there."""
+        """Download `path` into `partial` until it holds `size` bytes, resuming what is there
+        (also after a transient failure). `resumed_from`: the bytes there before the first try."""
+        kept = partial.stat().st_size if partial.exists() and etag_file.exists() else 0
+        last = _retrying(lambda: self._download_once(path, partial, etag_file, size))
+        resumed_from = min(kept, last.resumed_from)  # 0 if an attempt had to start over
+        return Downloaded(resumed_from=resumed_from, received=size - resumed_from)
+
+    def _get_once(self, path: str) -> bytes:
+        try:
+            with self._open(path) as response:
+                return response.read(MAX_SMALL_FILE + 1)
+        except (OSError, http.client.HTTPException) as err:
+            raise TransientError(f"{self._url(path)}: the answer was cut short ({err!r}); retry") from None
+
+    def _download_once(self, path: str, partial: Path, etag_file: Path, size: int) -> Downloaded:
         offset = partial.stat().st_size if partial.exists() and etag_file.exists() else 0
         if offset >= size:
             return Downloaded(resumed_from=offset, received=0)
@@ -105,7 +137,7 @@ class ArtifactServer:
                 raise
             partial.unlink()  # the partial file is not a prefix of the server's: start over
             etag_file.unlink(missing_ok=True)
-            return self.download(path, partial, etag_file, size)
+            return self._download_once(path, partial, etag_file, size)
         with response:
             if response.status == 206:
                 _check_content_range(response.headers.get("Content-Range", ""), offset, size, self._url(path))
@@ -144,9 +176,26 @@ class ArtifactServer:
             raise HttpStatusError(message, err.code) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             reason = getattr(err, "reason", err)
-            raise AgentError(
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise AgentError(f"{self.base_url}: {certificate_refusal(reason)}; refused") from None
+            raise TransientError(
                 f"cannot reach the artifact server {self.base_url} ({reason}); retry when it is up"
             ) from None
+
+
+_NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_UNKNOWN_ISSUER = (2, 18, 19, 20, 21)  # the chain does not lead to the pinned CA
+
+
+def certificate_refusal(err: ssl.SSLCertVerificationError) -> str:
+    """Why the server's certificate was refused, in words that say what to check."""
+    if err.verify_code in _NAME_MISMATCH:
+        return (f"name mismatch: the server's certificate does not name the host of this URL ({err.verify_message}); "
+                "the operator re-issues it with `edgetune keys init --if-missing` after changing deploy.url")
+    if err.verify_code in _UNKNOWN_ISSUER:
+        return (f"wrong CA: the server's certificate is not signed by the fleet CA pinned on this board "
+                f"({err.verify_message}): another server, or the fleet CA was replaced (then roll out again)")
+    return f"the server's certificate is not valid ({err.verify_message})"
 
 
 _HINTS = {
@@ -175,18 +224,30 @@ def _copy_body(response, partial: Path, offset: int, size: int, url: str) -> int
         out.truncate(offset)
         out.seek(offset)
         try:
-            while chunk := response.read(_CHUNK):
+            while chunk := response.read1(_CHUNK):  # what has arrived: kept even if a reset follows
                 received += len(chunk)
                 if offset + received > size:
                     raise AgentError(f"{url}: the server sent more than the {size} bytes it announced; refused")
                 out.write(chunk)
         except (OSError, http.client.HTTPException) as err:
-            raise AgentError(f"{url}: download interrupted at {offset + received} of {size} bytes ({err!r}); "
-                             "run again to resume it") from None
+            raise TransientError(f"{url}: download interrupted at {offset + received} of {size} bytes ({err!r}); "
+                                 "run again to resume it") from None
         finally:
             out.flush()
             os.fsync(out.fileno())
     fsync_dir(partial.parent)
     if offset + received != size:
-        raise AgentError(f"{url}: download stopped at {offset + received} of {size} bytes; run again to resume it")
+        raise TransientError(f"{url}: download stopped at {offset + received} of {size} bytes; run again to resume it")
     return received
+
+
+def _retrying(attempt: Callable[[], T]) -> T:
+    """`attempt()`, tried again after each of `RETRY_DELAYS_S` while it fails transiently."""
+    for delay in RETRY_DELAYS_S:
+        try:
+            return attempt()
+        except AgentError as err:
+            if not is_transient(err):
+                raise
+        time.sleep(delay)
+    return attempt()

@@ -2,15 +2,18 @@
 
 Schema `edgetune.agent-config` version 1, canonical JSON:
 `{"schema", "schema_version", "board", "device_class", "server", "token_file", "public_key",
-"keep_releases", "firmware_command", "threads"}`. `token_file` and `public_key` are relative
-to the agent's root unless absolute. The rollout calls `write_config` (or `config_bytes`) on
-the host; the agent calls `load_config` and refuses a bad file naming the field at fault.
+"server_ca", "keep_releases", "firmware_command", "threads"}`. `token_file`, `public_key` and
+`server_ca` are relative to the agent's root unless absolute. `server_ca` (the fleet CA, PEM) is
+required for an https:// server and must be null for http:// (`deploy.tls: false`). The rollout
+calls `write_config` (or `config_bytes`) on the host; the agent calls `load_config` and refuses
+a bad file naming the field at fault.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +38,10 @@ MIN_TOKEN_CHARS = 32
 class AgentConfig:
     board: str  # this board's name in the inventory
     device_class: str  # the only class whose artifacts it accepts
-    server: str  # base URL of `edgetune serve`, e.g. http://10.231.7.1:8470
+    server: str  # base URL of `edgetune serve`, e.g. https://10.231.7.1:8470
     token_file: str  # the board's bearer token (mode 0600)
     public_key: str  # the fleet's ed25519 public key (PEM): the only key trusted
+    server_ca: str | None  # the fleet CA (PEM): the only authority trusted for an https:// server
     keep_releases: int  # releases kept on the board, at least 2 (the current and previous ones always)
     firmware_command: str  # shell command printing the firmware fingerprint
     threads: int  # TVM_NUM_THREADS for checks and runs
@@ -46,11 +50,15 @@ class AgentConfig:
         """`field: what is wrong` for each invalid value (types are checked on load)."""
         problems = []
         for name in ("board", "device_class"):
-            if not SAFE_NAME.match(getattr(self, name)):
+            if not SAFE_NAME.fullmatch(getattr(self, name)):
                 problems.append(f"{name}: {getattr(self, name)!r} is not a valid name")
         url = urlsplit(self.server)
         if url.scheme not in ("http", "https") or not url.netloc or url.query or url.fragment:
             problems.append(f"server: {self.server!r} is not an http(s)://HOST:PORT URL")
+        if url.scheme == "https" and not (self.server_ca or "").strip():
+            problems.append("server_ca: an https:// server needs the fleet CA file the rollout provisions")
+        if url.scheme == "http" and self.server_ca is not None:
+            problems.append("server_ca: must be null for an http:// server (or the server https://)")
         for name in ("token_file", "public_key", "firmware_command"):
             if not getattr(self, name).strip():
                 problems.append(f"{name}: must not be empty")
@@ -63,7 +71,7 @@ class AgentConfig:
         return problems
 
     def path_of(self, root: Path, value: str) -> Path:
-        """`token_file` or `public_key` resolved against the agent's root."""
+        """`token_file`, `public_key` or `server_ca` resolved against the agent's root."""
         return Path(root) / value
 
 
@@ -142,3 +150,20 @@ def load_pinned_key(root: Path, config: AgentConfig) -> Ed25519PublicKey:
     if not isinstance(key, Ed25519PublicKey):
         raise AgentConfigError(f"the pinned fleet key {path} ({CONFIG_NAME} public_key) is not an ed25519 public key")
     return key
+
+
+def load_server_tls(root: Path, config: AgentConfig) -> ssl.SSLContext | None:
+    """For an https:// server: a TLS context trusting only the pinned fleet CA, the host name
+    checked; None for http://."""
+    if config.server_ca is None:
+        return None
+    path = config.path_of(root, config.server_ca)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_verify_locations(cafile=str(path))
+    except (OSError, ssl.SSLError) as err:
+        raise AgentConfigError(
+            f"the pinned fleet CA {path} ({CONFIG_NAME} server_ca) cannot be used: {err}; have the operator roll out again"
+        ) from None
+    return context

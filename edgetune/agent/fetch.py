@@ -2,20 +2,28 @@
 this board.
 
 Order (nothing large is downloaded before the small checks pass):
-1. the offer: which version (the newest, the pinned one, or the one asked), for this board;
+1. the offer: which version (the newest, the pinned one, or the one asked), for this board,
+   acted on only if its signed decision (`artifact_format.decision`) verifies with the pinned
+   key, has not expired, is newer than every decision seen here (its serial is then recorded)
+   and is exactly what the offer says;
 2. a version below the board's high-water mark is refused (a replayed older, validly signed
    artifact must not downgrade a board), unless the operator allows the downgrade;
 3. manifest.json + manifest.sig: signed by the pinned fleet key, for this board's class, the
    model asked and the version offered;
 4. the tarball, into `downloads/<model>-v<N>.tar.gz.part` (resuming a partial one), renamed
    when complete, then verified (every file against the manifest inside, signed by the pinned
-   key) and that manifest must be byte-identical to the signed one fetched in 3.
+   key) and that manifest must be byte-identical to the signed one fetched in 3. Before its
+   first byte: the offered size must be one the signed manifest's files can pack into, and the
+   agent root's filesystem must have room for it, its unpacked files and `DISK_MARGIN_BYTES`;
+   partial downloads of the model's other versions (and unusable ones) are removed.
 A complete download already there is reused if it verifies, and discarded if not.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +34,17 @@ from edgetune.agent.client import ArtifactServer, Offer
 from edgetune.agent.config import AgentConfig
 from edgetune.agent.errors import AgentError
 from edgetune.agent.layout import Layout, check_model_name
-from edgetune.agent.state import ModelState
+from edgetune.agent.state import ModelState, last_decision_serial, record_decision_serial
 from edgetune.artifact_format.codec import sha256_hex
+from edgetune.artifact_format.decision import Asked, Decision, check_decision
+from edgetune.artifact_format.files import packed_size_bound
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from edgetune.artifact_format.signing import Signature, signature_problem
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.durable import fsync_dir
 from edgetune.errors import ArtifactError
+
+DISK_MARGIN_BYTES = 16 << 20  # left free beyond a download and its unpacked files
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,8 @@ def fetch_offer(
     manifest_bytes = server.get_bytes(offer.manifest_url)
     if sha256_hex(manifest_bytes) != offer.manifest_sha256:
         raise AgentError(f"{offer.manifest_url}: its sha256 is not the one the offer announced; refused")
-    manifest = signed_manifest(key, manifest_bytes, server.get_bytes(offer.signature_url))
+    signature_bytes = server.get_bytes(offer.signature_url)
+    manifest = signed_manifest(key, manifest_bytes, signature_bytes)
     accept_manifest(board.config, manifest, offer.model, offer.version)
     tarball = board.layout.tarball(offer.model, offer.version)
     if tarball.exists():
@@ -79,7 +92,8 @@ def fetch_offer(
             return Fetched(offer.model, offer.version, tarball, manifest, reused=True, resumed_from=0)
         except ArtifactError:
             tarball.unlink()  # damaged, or of another signed manifest: download it again
-    resumed_from = _download(board.layout, server, offer)
+    refuse_oversized(offer, manifest, (len(manifest_bytes), len(signature_bytes)))
+    resumed_from = _download(board.layout, server, offer, manifest)
     try:
         verify_download(key, tarball, manifest_bytes)
     except ArtifactError:
@@ -88,11 +102,13 @@ def fetch_offer(
     return Fetched(offer.model, offer.version, tarball, manifest, reused=False, resumed_from=resumed_from)
 
 
-def _download(layout: Layout, server: ArtifactServer, offer: Offer) -> int:
+def _download(layout: Layout, server: ArtifactServer, offer: Offer, manifest: Manifest) -> int:
     """Download (or resume) the offered tarball to its `.part`, then rename it complete;
     returns the bytes that were already there."""
     layout.downloads.mkdir(parents=True, exist_ok=True)
     partial, etag = layout.partial(offer.model, offer.version), layout.partial_etag(offer.model, offer.version)
+    _remove_stale_partials(layout, offer)
+    refuse_without_room(layout, offer, manifest)
     progress = server.download(offer.tarball_url, partial, etag, offer.tarball_size)
     tarball = layout.tarball(offer.model, offer.version)
     os.replace(partial, tarball)
@@ -101,18 +117,62 @@ def _download(layout: Layout, server: ArtifactServer, offer: Offer) -> int:
     return progress.resumed_from
 
 
+def _remove_stale_partials(layout: Layout, offer: Offer) -> None:
+    """Partial downloads of the model's other versions, and of this one if it cannot be resumed
+    (no ETag kept beside it, or longer than the offered tarball), are of no use."""
+    layout.remove_other_partials(offer.model, offer.version)
+    partial, etag = layout.partial(offer.model, offer.version), layout.partial_etag(offer.model, offer.version)
+    if partial.exists() and (not etag.exists() or partial.stat().st_size > offer.tarball_size):
+        partial.unlink()
+        etag.unlink(missing_ok=True)
+
+
+def refuse_oversized(offer: Offer, manifest: Manifest, head_sizes: tuple[int, int]) -> None:
+    """The offered tarball can be no larger than the signed manifest's files packed."""
+    bound = packed_size_bound(manifest.files, head_sizes)
+    if offer.tarball_size > bound:
+        raise AgentError(f"{offer.tarball_url}: offered as {offer.tarball_size} bytes, more than the {bound} its "
+                         "signed manifest's files can pack into; refused before downloading it")
+
+
+def refuse_without_room(layout: Layout, offer: Offer, manifest: Manifest) -> None:
+    """The agent root's filesystem must hold the rest of the download, its unpacked files and
+    `DISK_MARGIN_BYTES`; refused before the first byte otherwise."""
+    partial = layout.partial(offer.model, offer.version)
+    to_download = offer.tarball_size - (partial.stat().st_size if partial.exists() else 0)
+    unpacked = sum(entry.size for entry in manifest.files)
+    needed, free = to_download + unpacked + DISK_MARGIN_BYTES, shutil.disk_usage(layout.downloads).free
+    if needed > free:
+        raise AgentError(
+            f"{layout.root}: its filesystem has {free} bytes free; v{offer.version} of {offer.model} needs {needed} "
+            f"({to_download} to download, {unpacked} unpacked, {DISK_MARGIN_BYTES} to spare): refused before "
+            f"downloading; free some space there (old downloads are in {layout.downloads}), then run again"
+        )
+
+
 def checked_offer(board: Board, server: ArtifactServer, model: str, version: int | None) -> Offer:
-    """Step 1: the server's offer, which must be for this board, its class, the model asked
-    and the version asked (if one was)."""
+    """Step 1: the server's offer, if its signed decision is for this board, its class, the
+    model asked and the version asked (if one was), fresh, and what the offer says. The caller
+    holds the board's lock (the decision's serial is recorded)."""
     config = board.config
     offer = server.offer(config.board, check_model_name(model), version)
-    if (offer.board, offer.device_class) != (config.board, config.device_class):
-        raise AgentError(f"the server offered an artifact for board {offer.board} of class {offer.device_class}, "
-                         f"but this is {config.board} of class {config.device_class}; refused")
-    if offer.model != model or (version is not None and offer.version != version):
-        raise AgentError(f"the server offered v{offer.version} of {offer.model} when asked for "
-                         f"{f'v{version} of ' if version else ''}{model}; refused")
+    asked = Asked(config.board, config.device_class, model, version, last_decision_serial(board.layout))
+    try:
+        decision = check_decision(board.public_key(), offer.decision, offer.decision_signature, asked, time.time())
+    except ArtifactError as err:
+        raise AgentError(str(err)) from None
+    refuse_unsigned_change(offer, decision)
+    record_decision_serial(board.layout, decision.serial)
     return offer
+
+
+def refuse_unsigned_change(offer: Offer, decision: Decision) -> None:
+    """Every field of the offer the agent acts on must be its signed decision's."""
+    for name in ("board", "device_class", "model", "version", "pinned", "manifest_sha256", "tarball_size"):
+        said, signed = getattr(offer, name), getattr(decision, name)
+        if said != signed:
+            raise AgentError(f"the offer's {name} {said!r} is not its signed decision's {signed!r} "
+                             "(rewritten on the way); refused")  # fmt: skip
 
 
 def refuse_downgrade(state: ModelState | None, version: int, allow_downgrade: bool) -> None:

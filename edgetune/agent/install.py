@@ -11,6 +11,8 @@ class and the model asked, refuse a version below the high-water mark, then
 3. only then rename the staging directory to `v<N>`, switch `current`, write state.json, and
    prune to the last `keep_releases` releases (never the current nor the previous one).
 Any failure removes the staging directory and leaves `current` and the state as they were.
+A `SwitchGuard` (guard.py) may stop the run at any point before the switch: at its deadline,
+which also bounds the reference check, or when the channel that started it closes.
 
 rollback: switch `current` to a kept release (default: the newest below the current one) after
 verifying it and re-running its reference check; `deactivate` removes the link. The high-water
@@ -25,8 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,20 +34,20 @@ import edgetune
 from edgetune.agent.board import Board
 from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
+from edgetune.agent.guard import SwitchGuard
 from edgetune.agent.layout import check_model_name
 from edgetune.agent.state import ModelState, activated, save_state
-from edgetune.artifact_format.files import unpack_tarball
+from edgetune.artifact_format.files import open_archive, unpack_tarball
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.durable import write_atomic
-from edgetune.errors import EdgetuneError
+from edgetune.errors import ArtifactError, EdgetuneError
 
 CHECK_TIMEOUT_S = 600.0
 # The child imports this same edgetune, from the folder or the bundle (a zip) it came from; -I
 # keeps the working directory and PYTHONPATH from putting another one first.
 _PACKAGE_PARENT = str(Path(edgetune.__file__).resolve().parents[1])
 _CHILD = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('edgetune.agent', run_name='__main__', alter_sys=True)"
-MAX_HEAD_BYTES = 16 << 20  # manifest.json and manifest.sig are far smaller
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,11 @@ class ChangeRecord:
 
 
 class _Change:
-    """One install or rollback under way: the board, the model's state, the version aimed at."""
+    """One install or rollback under way: the board, the model's state, the version aimed at,
+    and the guard that may stop it before the switch."""
 
-    def __init__(self, board: Board, model: str, state: dict[str, ModelState]):
-        self.board, self.model, self.state = board, model, state
+    def __init__(self, board: Board, model: str, state: dict[str, ModelState], guard: SwitchGuard):
+        self.board, self.model, self.state, self.guard = board, model, state, guard
         self.from_version = state[model].version if model in state else None
         self.to_version: int | None = None
 
@@ -85,6 +86,7 @@ class _Change:
         be written (a full disk), switch back: a failed change leaves the board as it was."""
         layout = self.board.layout
         state = {**self.state, self.model: activated(self.state.get(self.model), version, self.board.firmware)}
+        self.guard.commit()
         layout.switch_current(self.model, version)
         try:
             save_state(layout, state)
@@ -94,7 +96,9 @@ class _Change:
         self.state = state
 
 
-def install(root: Path, model: str, version: int | None = None, allow_downgrade: bool = False) -> ChangeRecord:
+def install(
+    root: Path, model: str, version: int | None = None, allow_downgrade: bool = False, guard: SwitchGuard | None = None
+) -> ChangeRecord:
     """The `install` verb: what the server offers (or `version`), fetched and installed."""
 
     def from_server(change: _Change) -> ChangeRecord:
@@ -106,15 +110,19 @@ def install(root: Path, model: str, version: int | None = None, allow_downgrade:
         fetched = fetch_offer(change.board, server, offer, change.state.get(model), allow_downgrade)
         return _install_verified(change, fetched.tarball, offer.version, allow_downgrade)
 
-    return _run_change(root, model, from_server)
+    return _run_change(root, model, from_server, guard)
 
 
-def install_tarball(root: Path, model: str, tarball: Path, allow_downgrade: bool = False) -> ChangeRecord:
+def install_tarball(
+    root: Path, model: str, tarball: Path, allow_downgrade: bool = False, guard: SwitchGuard | None = None
+) -> ChangeRecord:
     """`install --from FILE`: install a tarball already on the board (e.g. from `edgetune pull`)."""
-    return _run_change(root, model, lambda change: _install_verified(change, Path(tarball), None, allow_downgrade))
+    return _run_change(root, model, lambda change: _install_verified(change, Path(tarball), None, allow_downgrade), guard)
 
 
-def rollback(root: Path, model: str, to: int | None = None, deactivate: bool = False) -> ChangeRecord:
+def rollback(
+    root: Path, model: str, to: int | None = None, deactivate: bool = False, guard: SwitchGuard | None = None
+) -> ChangeRecord:
     """The `rollback` verb: switch to kept release `to` (default: the newest below the current
     one) after checking it again; `deactivate`: remove the `current` link."""
 
@@ -141,15 +149,17 @@ def rollback(root: Path, model: str, to: int | None = None, deactivate: bool = F
         change.activate(target)
         return change.record("rolled_back")
 
-    return _run_change(root, model, switch)
+    return _run_change(root, model, switch, guard)
 
 
-def _run_change(root: Path, model: str, action) -> ChangeRecord:
-    """Run `action` with the lock held, after recovering from killed runs; failures as data."""
+def _run_change(root: Path, model: str, action, guard: SwitchGuard | None) -> ChangeRecord:
+    """Run `action` with the lock held, after recovering from killed runs, under `guard`;
+    failures (a stop by the guard too) as data."""
     board = Board.open(root)
     check_model_name(model)
-    with board.layout.locked():
-        change = _Change(board, model, board.recover())
+    guard = guard or SwitchGuard()
+    with guard, board.layout.locked():
+        change = _Change(board, model, board.recover(), guard)
         try:
             return action(change)
         except AgentConfigError:
@@ -191,24 +201,16 @@ def _install_verified(
 
 
 def tarball_head(tarball: Path) -> tuple[bytes, bytes]:
-    """The bytes of `manifest.json` and `manifest.sig` in an artifact tarball, read without
-    extracting anything (they are checked before anything else is)."""
+    """The bytes of `manifest.json` and `manifest.sig`, the first two members of an artifact
+    tarball, read without extracting anything and within `open_archive`'s head budget (they are
+    checked before anything else is read)."""
     if not tarball.is_file():
         raise AgentError(f"{tarball}: no such file")
-    found: dict[str, bytes] = {}
     try:
-        with tarfile.open(tarball, mode="r|gz") as tar:
-            for member in tar:
-                if member.name in (MANIFEST_NAME, SIGNATURE_NAME) and member.isfile() and member.size <= MAX_HEAD_BYTES:
-                    found[member.name] = tar.extractfile(member).read()
-                if len(found) == 2:
-                    break
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
-        raise AgentError(f"{tarball.name}: truncated or corrupt archive ({err}); download it again") from None
-    missing = [name for name in (MANIFEST_NAME, SIGNATURE_NAME) if name not in found]
-    if missing:
-        raise AgentError(f"{tarball.name}: no {' or '.join(missing)} in it: not a signed edgetune artifact; refused")
-    return found[MANIFEST_NAME], found[SIGNATURE_NAME]
+        with open_archive(tarball) as archive:
+            return archive.manifest_bytes, archive.signature_bytes
+    except ArtifactError as err:
+        raise AgentError(f"{err}; refused") from None
 
 
 def prune(board: Board, model: str, state: ModelState) -> list[int]:
@@ -226,11 +228,13 @@ def prune(board: Board, model: str, state: ModelState) -> list[int]:
 
 def check_in_child(board: Board, directory: Path) -> None:
     """Run the reference check of `directory` in a child process (this agent's `check` verb);
-    AgentError saying why if it fails, crashes or hangs."""
+    AgentError saying why if it fails, crashes or hangs. The child does not get this run's
+    stdin (the channel a guard watches); a guard's stop kills it."""
     command = [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, "--root", str(board.root), "check", "--json",
                "--dir", str(directory)]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, env=_child_env(board))
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
+                              env=_child_env(board))  # fmt: skip
     except subprocess.TimeoutExpired:
         raise AgentError(f"the reference check did not finish within {CHECK_TIMEOUT_S:g} s; refused") from None
     if done.returncode < 0:

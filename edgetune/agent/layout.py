@@ -2,6 +2,7 @@
 
     agent.json, token, fleet.pub        written by the operator's rollout
     state.json                          what runs, since when (see `state.py`), replaced atomically
+    decisions.json                      the highest serial of the server's signed decisions seen
     releases/<model>/v<N>/              an installed, verified release (a `v<N>` is always complete)
     releases/<model>/current -> v<N>    relative symlink, switched atomically (temp link + rename)
     releases/<model>/.staging-*         an install in progress; .trash-*: a release being removed
@@ -33,7 +34,7 @@ _LEFTOVER_PREFIXES = (".staging-", ".trash-", f".{CURRENT}.tmp-")
 
 
 def check_model_name(model: str) -> str:
-    if not SAFE_NAME.match(model):
+    if not SAFE_NAME.fullmatch(model):
         raise AgentConfigError(f"{model!r} is not a model name")
     return model
 
@@ -44,6 +45,7 @@ class Layout:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.state = self.root / "state.json"
+        self.decisions = self.root / "decisions.json"
         self.releases = self.root / "releases"
         self.downloads = self.root / "downloads"
 
@@ -72,21 +74,21 @@ class Layout:
         """Models with a directory under releases/."""
         if not self.releases.is_dir():
             return []
-        return sorted(p.name for p in self.releases.iterdir() if p.is_dir() and SAFE_NAME.match(p.name))
+        return sorted(p.name for p in self.releases.iterdir() if p.is_dir() and SAFE_NAME.fullmatch(p.name))
 
     def kept_versions(self, model: str) -> list[int]:
         """The complete releases of `model` on the board, ascending."""
         directory = self.model_dir(model)
         if not directory.is_dir():
             return []
-        found = (RELEASE_DIR.match(p.name) for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
+        found = (RELEASE_DIR.fullmatch(p.name) for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
         return sorted(int(m.group(1)) for m in found if m)
 
     def current_version(self, model: str) -> int | None:
         """The version `current` points to; None when nothing is active (no link, or a link the
         agent did not make: the next install or `rollback --to N` replaces it)."""
         try:
-            match = RELEASE_DIR.match(os.readlink(self.current_link(model)))
+            match = RELEASE_DIR.fullmatch(os.readlink(self.current_link(model)))
         except OSError:  # no link (or not a link)
             return None
         return int(match.group(1)) if match else None
@@ -137,6 +139,19 @@ class Layout:
     def remove_download(self, model: str, version: int) -> None:
         for path in (self.tarball(model, version), self.partial(model, version), self.partial_etag(model, version)):
             path.unlink(missing_ok=True)
+
+    def remove_other_partials(self, model: str, version: int) -> list[Path]:
+        """Remove the partial downloads (and their ETags) of `model`'s versions other than
+        `version`: the board will never resume them. Returns what was removed."""
+        pattern = re.compile(rf"{re.escape(check_model_name(model))}-v([1-9][0-9]*)\.tar\.gz\.part(\.etag)?")
+        stale = [
+            path
+            for path in (self.downloads.iterdir() if self.downloads.is_dir() else ())
+            if (match := pattern.fullmatch(path.name)) and int(match.group(1)) != version
+        ]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return stale
 
     def remove_leftovers(self) -> list[Path]:
         """Remove what killed runs left (staging and trash directories, temporary links and

@@ -4,6 +4,10 @@ Schema `edgetune.agent-state` version 1, canonical JSON, replaced atomically:
 `{"schema", "schema_version", "models": {<model>: {"version", "since", "firmware", "previous",
 "highest_installed"}}}`.
 
+`decisions.json` (schema `edgetune.agent-decisions` version 1, replaced atomically, under the
+board's lock): `{"schema", "schema_version", "last_serial"}`, the highest serial of a signed
+decision the board accepted; a decision whose serial is not above it is a replay, refused.
+
 The `current` link is what the board runs; state.json describes it. A changing run switches
 the link first and writes the state second, so a run killed between the two leaves a link the
 state does not describe yet: `reconcile` completes the state from the link (the time it was
@@ -26,6 +30,8 @@ from edgetune.errors import ArtifactError
 
 STATE_SCHEMA = "edgetune.agent-state"
 STATE_SCHEMA_VERSION = 1
+DECISIONS_SCHEMA = "edgetune.agent-decisions"
+DECISIONS_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -90,3 +96,26 @@ def reconcile(layout: Layout, models: dict[str, ModelState], firmware: Callable[
         highest = max([entry.highest_installed, link or 0, *layout.kept_versions(model)])
         result[model] = replace(entry, highest_installed=highest)
     return result
+
+
+def last_decision_serial(layout: Layout) -> int:
+    """The highest decision serial this board accepted (0: none yet)."""
+    try:
+        raw = json.loads(layout.decisions.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return 0
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AgentError(f"{layout.decisions}: unreadable ({err}); restore it, or remove it to accept the "
+                         "server's next decision whatever its serial") from None  # fmt: skip
+    if not isinstance(raw, dict) or (raw.get("schema"), raw.get("schema_version")) != (DECISIONS_SCHEMA, DECISIONS_SCHEMA_VERSION):
+        raise AgentError(f"{layout.decisions}: not an {DECISIONS_SCHEMA} version {DECISIONS_SCHEMA_VERSION} file")
+    serial = raw.get("last_serial")
+    if not isinstance(serial, int) or isinstance(serial, bool) or serial < 0:
+        raise AgentError(f"{layout.decisions}: last_serial: expected a serial number")
+    return serial
+
+
+def record_decision_serial(layout: Layout, serial: int) -> None:
+    """Remember `serial` as the highest accepted (the caller holds the board's lock)."""
+    data = {"schema": DECISIONS_SCHEMA, "schema_version": DECISIONS_SCHEMA_VERSION, "last_serial": serial}
+    write_atomic(layout.decisions, canonical_bytes(data))

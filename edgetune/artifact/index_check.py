@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgetune.artifact.store import MAX_INDEX_BYTES, ArtifactStore, StoreIndex
+from edgetune.artifact.store import MAX_INDEX_BYTES, ArtifactStore, StoreIndex, index_unchanging
 from edgetune.artifact_format.codec import sha256_hex
 from edgetune.artifact_format.files import path_problem
 from edgetune.artifact_format.manifest import MANIFEST_NAME
@@ -20,10 +20,21 @@ from edgetune.errors import ArtifactError
 def verify_index(root: Path, public_key: Ed25519PublicKey) -> StoreIndex:
     """The store's index if `index.sig` is its valid signature by `public_key`, and every version
     it lists has the listed manifest (and every version directory is listed)."""
+    index = read_signed_index(root, public_key)
+    problems = _index_problems(Path(root), index)
+    if problems:
+        raise VerificationError(Path(root), problems)
+    return index
+
+
+def read_signed_index(root: Path, public_key: Ed25519PublicKey) -> StoreIndex:
+    """The store's index if `index.sig` is its valid signature by `public_key` (the versions it
+    lists are not opened: what the artifact server checks before it offers one)."""
     root = Path(root)
     problems: list[str] = []
-    data = read_small_file(root, INDEX_NAME, MAX_INDEX_BYTES, problems)
-    sig_bytes = read_small_file(root, INDEX_SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
+    with index_unchanging(root):  # not one file of the pair a commit is replacing
+        data = read_small_file(root, INDEX_NAME, MAX_INDEX_BYTES, problems)
+        sig_bytes = read_small_file(root, INDEX_SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
     if data is None:
         raise VerificationError(root, problems)
     if sig_bytes is not None:
@@ -32,8 +43,6 @@ def verify_index(root: Path, public_key: Ed25519PublicKey) -> StoreIndex:
         index = StoreIndex.from_bytes(data, INDEX_NAME)
     except ArtifactError as err:
         raise VerificationError(root, problems + [str(err)]) from None
-    if not problems:
-        problems += _index_problems(root, index)
     if problems:
         raise VerificationError(root, problems)
     return index

@@ -34,6 +34,7 @@ from edgetune.errors import ArtifactError
 
 _CHUNK = 1 << 20
 _BLOCK = 512
+_RECORD = 20 * _BLOCK  # a tar stream is padded to whole records
 HEAD_NAMES = (MANIFEST_NAME, SIGNATURE_NAME)
 T = TypeVar("T")
 
@@ -260,6 +261,17 @@ class ArtifactArchive:
                 digest.update(chunk)
                 write(chunk)
         return digest.hexdigest()
+
+
+def packed_size_bound(entries: tuple[FileEntry, ...], head_sizes: tuple[int, int]) -> int:
+    """The most bytes `pack_tarball` can make of the files a manifest lists (`entries`) and its
+    head (the sizes of manifest.json and manifest.sig): tar headers (pax ones included) and
+    padding, the end blocks rounded up to a tar record, and gzip's worst case on data it cannot
+    compress (stored blocks, 5 bytes per 64 KiB, and its header and trailer)."""
+    members = [e.size for e in entries] + list(head_sizes)
+    tar = sum(8 * _BLOCK + -(-size // _BLOCK) * _BLOCK for size in members) + 2 * _BLOCK
+    tar = -(-tar // _RECORD) * _RECORD
+    return tar + (tar >> 11) + 64
 
 
 def _archived_size(size: int) -> int:

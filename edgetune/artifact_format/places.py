@@ -31,11 +31,11 @@ def store_place(path: Path) -> StorePlace | None:
     or `v<N>.tar.gz` with `<root>/index.json` beside the models; None anywhere else (a
     download directory, a board's install tree)."""
     path = Path(os.path.abspath(path))
-    match = _VERSION_ENTRY.match(path.name)
+    match = _VERSION_ENTRY.fullmatch(path.name)
     if match is None or len(path.parents) < 3:
         return None
     class_dir, model_dir = path.parent, path.parent.parent
-    if not (SAFE_NAME.match(class_dir.name) and SAFE_NAME.match(model_dir.name)):
+    if not (SAFE_NAME.fullmatch(class_dir.name) and SAFE_NAME.fullmatch(model_dir.name)):
         return None
     if not (model_dir.parent / INDEX_NAME).is_file():
         return None

@@ -143,8 +143,8 @@ def sign(private_key: Ed25519PrivateKey, data: bytes) -> Signature:
     )
 
 
-def signature_problem(public_key: Ed25519PublicKey, data: bytes, sig: Signature) -> str | None:
-    """None if `sig` is a valid signature of `data` by `public_key`, else what is wrong."""
+def signature_problem(public_key: Ed25519PublicKey, data: bytes, sig: Signature, signed: str = "manifest") -> str | None:
+    """None if `sig` is a valid signature of `data` (a `signed`) by `public_key`, else what is wrong."""
     expected_id = key_id(public_key)
     if sig.key_id != expected_id:
         return (
@@ -154,7 +154,7 @@ def signature_problem(public_key: Ed25519PublicKey, data: bytes, sig: Signature)
     try:
         public_key.verify(base64.b64decode(sig.signature, validate=True), data)
     except (InvalidSignature, binascii.Error, ValueError):
-        return "signature does not match the manifest's bytes (the manifest was modified after signing)"
+        return f"signature does not match the {signed}'s bytes (the {signed} was modified after signing)"
     return None
 
 

@@ -62,7 +62,7 @@ def _board_row(board) -> list:
     if board.firmware_changed:
         firmware += " (CHANGED)"
     error = (board.error or "").splitlines()[0] if board.error else ""
-    deployed = ", ".join(f"{model} v{version}" for model, version in sorted(board.deployed.items()))
+    deployed = ", ".join(f"{model} {'v' if isinstance(version, int) else ''}{version}" for model, version in sorted(board.deployed.items()))
     return [board.name, board.device_class, board.address, _yes(board.reachable), _yes(board.registered),
             board.python_version or "", board.tvm_version or "", deployed, firmware, error]  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""`edgetune keys init`: make the ed25519 key pair that signs artifact manifests."""
+"""`edgetune keys init`: make the ed25519 key pair that signs artifact manifests and decisions,
+and the fleet CA and server certificate `edgetune serve` speaks HTTPS with (`deploy.tls`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 
 from edgetune.artifact_format.signing import init_keys
 from edgetune.cli.common import add_fleet_argument
+from edgetune.deploy.tls import ensure_tls
 from edgetune.inventory import load_fleet
 
 
@@ -13,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("keys", help="manage the artifact signing key")
     actions = parser.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
     init = actions.add_parser(
-        "init", help="make the signing key pair named by artifacts.signing_key / public_key"
+        "init", help="make the signing key pair named by artifacts.signing_key / public_key, and beside it the "
+        "fleet CA and the server certificate for deploy.url (these two whenever missing, even with --if-missing)"
     )
     add_fleet_argument(init)
     existing = init.add_mutually_exclusive_group()
@@ -25,11 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_keys_init(args: argparse.Namespace) -> int:
-    settings = load_fleet(args.fleet).artifacts
+    fleet = load_fleet(args.fleet)
+    settings = fleet.artifacts
     if args.if_missing and settings.signing_key.exists():
         print(f"keeping the existing signing key {settings.signing_key}")
-        return 0
-    pair = init_keys(settings.signing_key, settings.public_key, settings.dir, force=args.force)
-    print(f"signing key {pair.private_key} (mode 0600; keep it secret, keep it out of artifacts/)")
-    print(f"public key  {pair.public_key} (key id {pair.key_id}; give it to whoever verifies)")
+    else:
+        pair = init_keys(settings.signing_key, settings.public_key, settings.dir, force=args.force)
+        print(f"signing key {pair.private_key} (mode 0600; keep it secret, keep it out of artifacts/)")
+        print(f"public key  {pair.public_key} (key id {pair.key_id}; give it to whoever verifies)")
+    for line in ensure_tls(fleet):
+        print(line)
     return 0

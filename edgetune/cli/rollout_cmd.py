@@ -18,11 +18,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--class", dest="classes", action="append", default=[], metavar="CLASS",
                         help="only the boards of this class (repeatable; default: all)")
     parser.add_argument("--version", type=int, help="this version (default: each board's pin, else the newest)")
-    parser.add_argument("--canary", type=int, default=1, help="boards tried first, alone (default 1)")
-    parser.add_argument("--batch", type=int, default=0, help="boards per batch after the canary (default: all)")
+    parser.add_argument("--canary", type=int, default=1,
+                        help="boards of each class tried first, one class after the other (default 1)")
+    parser.add_argument("--batch", type=int, default=0, help="boards per batch after the canaries (default: all)")
     parser.add_argument("--max-failed", type=float, default=0.0, metavar="PCT",
                         help="stop and roll back once more than PCT %% of the boards failed (default 0)")
-    parser.add_argument("--timeout-s", type=float, default=300.0, help="per board (default 300)")
+    parser.add_argument("--timeout-s", type=float, default=300.0,
+                        help="per board (default 300); the agent stops before its switch a quarter earlier, 30 s at most")
     parser.add_argument("--dry-run", action="store_true", help="print the stages and versions; touch no board")
     parser.add_argument("--json", action="store_true", help="one JSON record per board")
     add_fleet_argument(parser)  # fmt: skip
@@ -41,8 +43,16 @@ def drive_rollout(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.records(), indent=2))
     else:
-        columns = ["board", "class", "model", "from_version", "to_version", "result", "error"]
-        print(tabulate([[r[c] if r[c] is not None else "" for c in columns] for r in result.records()], headers=columns))
+        columns = ["board", "class", "model", "from_version", "to_version", "result", "runs", "error"]
+        print(tabulate([_row(record, columns) for record in result.records()], headers=columns))
         if result.stopped:
             print(f"stopped: {result.stopped}")
     return 0 if result.ok else DeployError.exit_code
+
+
+def _row(record: dict, columns: list[str]) -> list:
+    """A table row; `runs` is what the board was read back running (none: no release active)."""
+    cells = {**record, "runs": "none" if record["runs"] is None else record["runs"]}
+    if record["downgrade"]:
+        cells["result"] = f"{record['result']} (downgrade)"
+    return [cells[c] if cells[c] is not None else "" for c in columns]

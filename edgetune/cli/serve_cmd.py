@@ -1,4 +1,4 @@
-"""`edgetune serve [--bind ADDR:PORT]`: serve the artifact store to the boards over HTTP."""
+"""`edgetune serve [--bind ADDR:PORT]`: serve the artifact store to the boards over HTTPS (plain HTTP if deploy.tls: false)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from edgetune.inventory import load_fleet
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="serve artifacts to the boards (HTTP, per-board tokens)")
+    parser = subparsers.add_parser("serve", help="serve artifacts to the boards (HTTPS, per-board tokens, signed decisions)")
     add_fleet_argument(parser)
     parser.add_argument("--bind", metavar="ADDR:PORT", help="listen here (default: deploy.bind of the fleet)")
     parser.set_defaults(func=drive_serve)

@@ -1,8 +1,11 @@
 """Delivering artifacts to boards, on top of `artifact/`.
 
-- `offer`: which version a board should run (newest, or pinned for its class or for it) - pure;
+- `offer`: which version a board should run (newest, or pinned for its class or for it), of
+  those the store's signed index lists;
 - `tokens`: the per-board download tokens (secrets in files or environment variables);
-- `server`: `edgetune serve`, the HTTP artifact server boards download from (Starlette/uvicorn);
+- `decisions`: the signed, expiring, numbered answer a board acts on (serials kept on the host);
+- `tls`: the fleet CA and the server certificate (`keys init`), the host's pinned client context;
+- `server`: `edgetune serve`, the HTTPS artifact server boards download from (Starlette/uvicorn);
 - `pull`: `edgetune pull`, what one board would get, downloaded and verified for the operator;
 - `remote`: the board agent (`python -m edgetune.agent`) provisioned and driven over SSH;
 - `rollout`: `edgetune rollout`, a version rolled over the fleet in canary + batches.

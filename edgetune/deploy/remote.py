@@ -4,9 +4,11 @@ Before its first verb on a board, the agent's bundle is delivered where its copy
 differs (`fleet.agent_bundle`: the board needs nothing of edgetune installed). Provisioning
 writes `<board workdir>/agent/`: `agent.json` (the board's name, class, the server URL, releases
 to keep, its firmware command), `fleet.pub` (the fleet's public key: the only key the agent
-trusts; a different pinned key is never replaced behind the operator's back) and `token`
-(mode 0600). Each verb runs the hash-checked bundle with the board's Python (`... --root ROOT
-VERB ... --json`); its JSON answer is returned as data, a failure to reach the board raised.
+trusts; a different pinned key is never replaced behind the operator's back), `fleet-ca.pem`
+(the fleet CA, the only authority the agent trusts for an https:// server; pinned the same
+way) and `token` (mode 0600). Each verb runs the hash-checked bundle with the board's Python
+(`... --root ROOT VERB ... --json`); its JSON answer is returned as data, a failure to reach
+the board raised.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from edgetune.fleet.ssh import BoardSession, tail
 from edgetune.inventory.schema import Board, Fleet
 
 PUBLIC_KEY_NAME = "fleet.pub"
+CA_NAME = "fleet-ca.pem"
 TOKEN_NAME = "token"
 
 
@@ -33,6 +36,7 @@ def agent_config(fleet: Fleet, board: Board) -> AgentConfig:
         server=fleet.deploy.url,
         token_file=TOKEN_NAME,
         public_key=PUBLIC_KEY_NAME,
+        server_ca=CA_NAME if fleet.deploy.tls else None,
         keep_releases=fleet.deploy.keep_releases,
         firmware_command=firmware_command(fleet, board),
         threads=board.threads or profile.runtime_threads,
@@ -48,16 +52,22 @@ class RemoteAgent:
         self._bundle_checked = False
 
     def provision(self, token: str, public_key_pem: bytes) -> None:
-        """Write the agent's config, pinned key and token (idempotent)."""
-        pinned = self.session.run(f"cat {shlex.quote(self.root)}/{PUBLIC_KEY_NAME}", check=False)
-        if pinned.exit_status == 0 and pinned.stdout.strip() != public_key_pem.decode().strip():
-            raise DeployError(
-                f"{self.board.name}: the agent pins another fleet key ({self.root}/{PUBLIC_KEY_NAME}); if the fleet's "
-                "signing key was really replaced, remove that file on the board, then roll out again"
-            )
-        self.session.put_file(f"{self.root}/{PUBLIC_KEY_NAME}", public_key_pem, mode=0o644)
+        """Write the agent's config, pinned key and CA, and token (idempotent)."""
+        self._pin(PUBLIC_KEY_NAME, public_key_pem, "fleet key", "signing key")
+        if self.fleet.deploy.tls:
+            self._pin(CA_NAME, self.fleet.deploy.tls.ca_cert.read_bytes(), "fleet CA", "CA (fleet-ca.pem)")
         self.session.put_file(f"{self.root}/{TOKEN_NAME}", token.encode("ascii"), mode=0o600)
         self.session.put_file(f"{self.root}/agent.json", config_bytes(agent_config(self.fleet, self.board)), mode=0o644)
+
+    def _pin(self, name: str, pem: bytes, what: str, replaced: str) -> None:
+        """Write `pem` as the board's pinned `name`, unless it pins another one already."""
+        pinned = self.session.run(f"cat {shlex.quote(self.root)}/{name}", check=False)
+        if pinned.exit_status == 0 and pinned.stdout.strip() != pem.decode().strip():
+            raise DeployError(
+                f"{self.board.name}: the agent pins another {what} ({self.root}/{name}); if the fleet's "
+                f"{replaced} was really replaced, remove that file on the board, then roll out again"
+            )
+        self.session.put_file(f"{self.root}/{name}", pem, mode=0o644)
 
     def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
         """Run one agent verb; its JSON record (which may say the verb failed on the board)."""

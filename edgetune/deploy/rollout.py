@@ -1,14 +1,28 @@
-"""`edgetune rollout`: roll one model's artifact over the fleet in stages, over SSH.
+"""`edgetune rollout`: roll one model's artifact over the fleet in stages, over SSH, and record
+only what the boards say they run.
 
 Plan (pure, `plan_rollout`): the targeted boards (a class, or all), each with the version it
-must run (`--version`, else what the server offers it: its pin or the newest), split into a
-canary set and batches. Execution (`rollout`): the server must answer; each stage's boards are
-provisioned and run `agent install` in parallel; the board agent installs only after the
-reference check passes, so a failed board stays on its previous release. After a stage, if a
-canary failed or failures exceed `max_failed_pct` of the boards tried so far, the rollout stops
-and every board it changed is rolled back (`agent rollback --to <its previous version>`);
-boards not reached are `skipped`. Each board's outcome is a record; the deployed version of
-each board is written to the fleet state (`fleet status` shows it).
+must run (`--version`, else what the server offers it: its pin or the newest), in stages: every
+targeted class's own canary stage (its first `--canary` boards), then batches of the rest.
+
+Execution (`rollout`); docs/rollout.md says what it guarantees:
+- the server must answer before any board is touched;
+- each stage's boards are provisioned, their state read (`agent status`), and run `agent
+  install` in parallel, with a deadline shorter than `--timeout-s` and the SSH channel watched:
+  the agent switches only after the reference check passed, never after its deadline nor once
+  the channel is gone;
+- a target below a board's highest installed version is passed `--allow-downgrade` (and
+  logged) only when an operator chose it (an inventory pin or `--version`): a deliberate
+  downgrade; otherwise the agent refuses it;
+- an install whose answer is lost (SSH error, timeout) is `unknown` until the board is read
+  back over a fresh session (retried briefly): then `installed` if it switched, `failed` if it
+  did not; one that cannot be read stays `unknown`;
+- after a stage, if a canary failed or was lost, or failed and lost boards exceed
+  `max_failed_pct` of the targets, the rollout stops and every board it switched is rolled
+  back (`agent rollback --to <its previous version>`); a rollback that fails is
+  `rollback_failed`; boards not reached are `skipped`;
+- at the end every targeted board is read back, and that is what the fleet state records
+  (`deployed.json`, shown by `fleet status`) and each outcome's `runs` says.
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
@@ -24,14 +39,19 @@ from typing import Callable, Sequence
 from edgetune.artifact.store import ArtifactStore
 from edgetune.deploy.offer import offer
 from edgetune.deploy.remote import RemoteAgent
+from edgetune.deploy.tls import host_client_context
 from edgetune.deploy.tokens import ensure_token
-from edgetune.errors import DeployError
+from edgetune.errors import DeployError, EdgetuneError
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.state import load_deployed, record_deployed
+from edgetune.fleet.state import UNKNOWN, load_deployed, record_deployed
 from edgetune.inventory.schema import Board, Fleet
 
 DEFAULT_TIMEOUT_S = 300.0
+AGENT_MARGIN_S = 30.0  # the agent's deadline ends this long before the rollout's timeout (at most a quarter of it)
+READ_BACK_ATTEMPTS = 3
+READ_BACK_PAUSE_S = 2.0
+LOST = ("failed", "unknown")  # the outcomes that count against a stage
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -41,24 +61,37 @@ Progress = Callable[[str], None]
 class Target:
     board: Board
     version: int
+    chosen_by: str | None  # "the inventory's pin" or "--version": the operator's choice, which may be a downgrade
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # "canary <class>" or "batch <n>"
+    targets: tuple[Target, ...]
+    canary: bool
 
 
 @dataclass(frozen=True)
 class RolloutPlan:
     model: str
-    stages: tuple[tuple[Target, ...], ...]  # the canary first (if any), then the batches
-    canary: int  # how many boards the first stage holds when it is a canary
-    explicit_version: bool  # the operator named the version: it may be older than a board's
+    stages: tuple[Stage, ...]  # each targeted class's canary stage (if any), then the batches
+    canary: int  # boards per class in its canary stage
     max_failed_pct: float
     timeout_s: float
 
     @property
     def targets(self) -> tuple[Target, ...]:
-        return tuple(t for stage in self.stages for t in stage)
+        return tuple(t for stage in self.stages for t in stage.targets)
+
+    @property
+    def agent_deadline_s(self) -> float:
+        """The agent gives up (before its switch) while the rollout still waits for its answer."""
+        return self.timeout_s - min(AGENT_MARGIN_S, self.timeout_s / 4)
 
     def to_json(self) -> dict:
+        stages = [{"name": s.name, "boards": [{"board": t.board.name, "version": t.version} for t in s.targets]} for s in self.stages]
         return {"model": self.model, "canary": self.canary, "max_failed_pct": self.max_failed_pct,
-                "stages": [[{"board": t.board.name, "version": t.version} for t in s] for s in self.stages]}  # fmt: skip
+                "timeout_s": self.timeout_s, "agent_deadline_s": self.agent_deadline_s, "stages": stages}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,8 +101,10 @@ class BoardOutcome:
     model: str
     from_version: int | None
     to_version: int
-    result: str  # installed | unchanged | failed | rolled_back | skipped
+    result: str  # installed | unchanged | failed | unknown | rolled_back | rollback_failed | skipped
     error: str | None = None
+    downgrade: bool = False  # to_version is below the newest the board had installed, by an operator's choice
+    runs: int | str | None = None  # what the board runs, read back at the end (None: no release; UNKNOWN)
 
     @property
     def runs_target(self) -> bool:
@@ -87,7 +122,8 @@ class RolloutResult:
         return self.stopped is None and all(o.runs_target for o in self.outcomes)
 
     def records(self) -> list[dict]:
-        """One JSON record per board: board, class, model, from_version, to_version, result, error."""
+        """One JSON record per board: board, class, model, from_version, to_version, result, error,
+        downgrade, runs."""
         return [{("class" if k == "device_class" else k): v for k, v in vars(o).items()} for o in self.outcomes]
 
 
@@ -105,11 +141,8 @@ def plan_rollout(
     _check_settings(fleet, model, classes, canary, batch, max_failed_pct, timeout_s)
     store = ArtifactStore(fleet.artifacts.dir)
     boards = [b for b in fleet.boards if not classes or b.device_class in classes]
-    targets = [Target(b, offer(fleet, store, b, model, version).version) for b in boards]
-    canary_set, rest = targets[:canary], targets[canary:]
-    size = batch or len(rest) or 1
-    stages = ([tuple(canary_set)] if canary_set else []) + [tuple(rest[i : i + size]) for i in range(0, len(rest), size)]
-    return RolloutPlan(model, tuple(stages), len(canary_set), version is not None, max_failed_pct, timeout_s)
+    targets = [_target(fleet, store, b, model, version) for b in boards]
+    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s)
 
 
 def rollout(fleet: Fleet, plan: RolloutPlan, progress: Progress = log.info) -> RolloutResult:
@@ -119,30 +152,26 @@ def rollout(fleet: Fleet, plan: RolloutPlan, progress: Progress = log.info) -> R
     before = load_deployed(fleet)
     outcomes: dict[str, BoardOutcome] = {}
     stopped = None
-    for index, stage in enumerate(plan.stages):
-        kind = "canary" if index == 0 and plan.canary else f"batch {index + (0 if plan.canary else 1)}"
-        progress(f"{kind}: {', '.join(t.board.name for t in stage)}")
-        results = for_each_board([t.board for t in stage], lambda board: _install(fleet, plan, stage, board, public_key, before))
-        for target in stage:
-            outcome = results.succeeded.get(target.board.name) or _outcome(plan, target, before, "failed", results.failed[target.board.name])
-            outcomes[target.board.name] = outcome
-            progress(f"  {outcome.board}: {outcome.result}" + (f" ({outcome.error})" if outcome.error else ""))
-        stopped = _stop_reason(plan, list(outcomes.values()), canary_stage=(index == 0 and plan.canary > 0))
+    for stage in plan.stages:
+        progress(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
+        outcomes.update(_run_stage(fleet, plan, stage, public_key, before, progress))
+        stopped = _stop_reason(plan, stage, list(outcomes.values()))
         if stopped:
-            progress(f"stopping: {stopped}; rolling back the boards this rollout changed")
+            progress(f"stopping: {stopped}; rolling back the boards this rollout switched")
             outcomes.update(_roll_back(fleet, plan, outcomes, progress))
             break
     for target in plan.targets:
         if target.board.name not in outcomes:
-            outcomes[target.board.name] = _outcome(plan, target, before, "skipped", "the rollout stopped before this board")
-    return RolloutResult(plan, tuple(outcomes[t.board.name] for t in plan.targets), stopped)
+            outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
+    runs = _record_what_boards_run(fleet, plan)
+    return RolloutResult(plan, tuple(replace(outcomes[t.board.name], runs=runs[t.board.name]) for t in plan.targets), stopped)
 
 
 def check_server(fleet: Fleet) -> None:
     """The artifact server must answer before any board is touched."""
     url = f"{fleet.deploy.url}/v1/health"
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=5, context=host_client_context(fleet)) as response:
             if json.loads(response.read()).get("ok") is True:
                 return
     except (urllib.error.URLError, OSError, ValueError) as err:
@@ -150,59 +179,180 @@ def check_server(fleet: Fleet) -> None:
     raise DeployError(f"{url} is not an edgetune artifact server")
 
 
-def _install(fleet: Fleet, plan: RolloutPlan, stage, board: Board, public_key: bytes, before) -> BoardOutcome:
-    target = next(t for t in stage if t.board.name == board.name)
+def read_back(fleet: Fleet, board: Board, model: str) -> int | str | None:
+    """The version of `model` that `board` runs (None: no release active), read with its agent's
+    `status` over a fresh SSH session, retried briefly; UNKNOWN if it cannot be read."""
+    for attempt in range(READ_BACK_ATTEMPTS):
+        if attempt:
+            time.sleep(READ_BACK_PAUSE_S)
+        try:
+            with BoardSession(board) as session:
+                return _model_state(RemoteAgent(session, fleet).call("status"), board, model).get("version")
+        except EdgetuneError as err:
+            log.debug("%s: reading back what it runs: %s", board.name, err)
+    return UNKNOWN
+
+
+def _target(fleet: Fleet, store: ArtifactStore, board: Board, model: str, version: int | None) -> Target:
+    choice = offer(fleet, store, board, model, version)
+    chosen_by = "--version" if version is not None else "the inventory's pin" if choice.pinned else None
+    return Target(board, choice.version, chosen_by)
+
+
+def _stages(targets: list[Target], canary: int, batch: int) -> tuple[Stage, ...]:
+    """Each class's first `canary` boards alone, class after class; then the others in batches
+    of `batch` (0: one batch)."""
+    classes = dict.fromkeys(t.board.device_class for t in targets)
+    canaries = [Stage(f"canary {c}", tuple([t for t in targets if t.board.device_class == c][:canary]), canary=True)
+                for c in classes] if canary else []  # fmt: skip
+    picked = {t.board.name for stage in canaries for t in stage.targets}
+    rest = [t for t in targets if t.board.name not in picked]
+    size = batch or len(rest) or 1
+    batches = [Stage(f"batch {n}", tuple(rest[i : i + size]), canary=False) for n, i in enumerate(range(0, len(rest), size), 1)]
+    return (*canaries, *batches)
+
+
+def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before, progress: Progress) -> dict[str, BoardOutcome]:
+    """Install on the stage's boards in parallel; a board no install reached is `failed`."""
+    targets = {t.board.name: t for t in stage.targets}
+    results = for_each_board([t.board for t in stage.targets],
+                             lambda board: _install(fleet, plan, targets[board.name], public_key, progress))  # fmt: skip
+    outcomes = {}
+    for name, target in targets.items():
+        outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
+        progress(_line(outcomes[name]))
+    return outcomes
+
+
+def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, progress: Progress) -> BoardOutcome:
+    """Provision the board, read its state, then `agent install` under the agent's deadline. An
+    error before the install leaves the board untouched (raised: `failed`); a lost answer is
+    read back."""
+    board = target.board
     with BoardSession(board) as session:
         agent = RemoteAgent(session, fleet)
         agent.provision(ensure_token(fleet, board), public_key)
-        downgrade = ["--allow-downgrade"] if plan.explicit_version else []
-        record = agent.call("install", "--model", plan.model, "--version", str(target.version), *downgrade, timeout_s=plan.timeout_s)
-    from_version = record.get("from_version") if isinstance(record.get("from_version"), int) else None
-    result = record.get("result")
-    outcome = BoardOutcome(board.name, board.device_class, plan.model, from_version, target.version,
-                           result if result in ("installed", "unchanged") else "failed", record.get("error"))  # fmt: skip
-    if outcome.runs_target:
-        record_deployed(fleet, board.name, plan.model, target.version)
-    return outcome
+        state = _model_state(agent.call("status"), board, plan.model)
+        highest = state.get("highest_installed") or 0
+        outcome = BoardOutcome(board.name, board.device_class, plan.model, state.get("version"), target.version,
+                               "unknown", downgrade=target.chosen_by is not None and target.version < highest)  # fmt: skip
+        if outcome.downgrade:
+            log.warning("%s: v%d of %s is below v%d, the newest it has installed: a deliberate downgrade (%s)",
+                        board.name, target.version, plan.model, highest, target.chosen_by)  # fmt: skip
+        allow = ["--allow-downgrade"] if outcome.downgrade else []
+        try:
+            record = agent.call("install", "--model", plan.model, "--version", str(target.version), *allow,
+                                *_guarded(plan), timeout_s=plan.timeout_s)  # fmt: skip
+        except EdgetuneError as err:
+            lost = str(err)
+        else:
+            result = record.get("result") if record.get("result") in ("installed", "unchanged") else "failed"
+            return replace(outcome, result=result, error=record.get("error"))
+    return _after_lost_answer(fleet, board, outcome, lost, progress, aimed_at=outcome.to_version, reached="installed", missed="failed")
 
 
 def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], progress: Progress) -> dict[str, BoardOutcome]:
-    changed = [o for o in outcomes.values() if o.result == "installed"]
-    boards = {b.name: b for b in fleet.boards}
-
-    def back(board: Board) -> BoardOutcome:
-        outcome = outcomes[board.name]
-        to = "none" if outcome.from_version is None else str(outcome.from_version)
-        with BoardSession(board) as session:
-            record = RemoteAgent(session, fleet).call("rollback", "--model", plan.model, "--to", to, timeout_s=plan.timeout_s)
-        if record.get("result") not in ("rolled_back", "deactivated", "unchanged"):
-            raise DeployError(f"{board.name}: rollback to {to} failed: {record.get('error')}")
-        record_deployed(fleet, board.name, plan.model, outcome.from_version)
-        return replace(outcome, result="rolled_back", error=f"rolled back to {'no release' if to == 'none' else 'v' + to}")
-
-    results = for_each_board([boards[o.board] for o in changed], back)
-    for name, reason in results.failed.items():
-        progress(f"  {reason}")
+    """Every board this rollout switched goes back to the version it had; outcomes as data."""
+    switched = {o.board: o for o in outcomes.values() if o.result == "installed"}
+    boards = [b for b in fleet.boards if b.name in switched]
+    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], progress))
     rolled = dict(results.succeeded)
-    rolled.update({name: replace(outcomes[name], error=f"still on v{outcomes[name].to_version}: {reason}") for name, reason in results.failed.items()})
+    rolled.update({name: replace(switched[name], result="rollback_failed", error=reason) for name, reason in results.failed.items()})
+    for outcome in rolled.values():
+        progress(_line(outcome))
     return rolled
 
 
-def _stop_reason(plan: RolloutPlan, outcomes: list[BoardOutcome], canary_stage: bool) -> str | None:
-    failed = [o for o in outcomes if o.result == "failed"]
-    if not failed:
+def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome, progress: Progress) -> BoardOutcome:
+    to = "none" if outcome.from_version is None else str(outcome.from_version)
+    try:
+        with BoardSession(board) as session:
+            record = RemoteAgent(session, fleet).call("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
+                                                      timeout_s=plan.timeout_s)  # fmt: skip
+    except EdgetuneError as err:
+        return _after_lost_answer(fleet, board, outcome, str(err), progress, aimed_at=outcome.from_version,
+                                  reached="rolled_back", missed="rollback_failed")  # fmt: skip
+    if record.get("result") in ("rolled_back", "deactivated", "unchanged"):
+        return replace(outcome, result="rolled_back", error=f"rolled back to {_named(outcome.from_version)}")
+    error = f"rolling back to {_named(outcome.from_version)} failed: {record.get('error')}; {_way_back(fleet, plan, board, outcome)}"
+    return replace(outcome, result="rollback_failed", error=error)
+
+
+def _way_back(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome) -> str:
+    if outcome.from_version is None:
+        return f"to deactivate it, run the agent's `rollback --model {plan.model} --to none` on {board.name}"
+    return (f"to install v{outcome.from_version} again, run `edgetune rollout -f {fleet.path} --model {plan.model} "
+            f"--class {board.device_class} --version {outcome.from_version}`")  # fmt: skip
+
+
+def _after_lost_answer(
+    fleet: Fleet, board: Board, outcome: BoardOutcome, reason: str, progress: Progress, aimed_at: int | None, reached: str, missed: str
+) -> BoardOutcome:
+    """A change whose answer was lost is `unknown` until the board is read back: then `reached`
+    if it runs `aimed_at`, else `missed`; still `unknown` if it cannot be read."""
+    reason = _first_line(reason)
+    progress(f"  {board.name}: unknown ({reason}); reading back what it runs")
+    running = read_back(fleet, board, outcome.model)
+    if running == UNKNOWN:
+        result, found = "unknown", "it could not be read back: see `edgetune fleet status` once it answers"
+    else:
+        result, found = (reached if running == aimed_at else missed), f"read back: it runs {_named(running)}"
+    progress(f"  {board.name}: {found}")
+    return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}")
+
+
+def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan) -> dict[str, int | str | None]:
+    """Read every targeted board back and record that in the fleet state (UNKNOWN if unreadable)."""
+    boards = [t.board for t in plan.targets]
+    results = for_each_board(boards, lambda board: read_back(fleet, board, plan.model))
+    runs = {board.name: results.succeeded.get(board.name, UNKNOWN) for board in boards}
+    for name, version in runs.items():
+        record_deployed(fleet, name, plan.model, version)
+    return runs
+
+
+def _model_state(status: dict, board: Board, model: str) -> dict:
+    """The `model` entry of an agent's `status` answer ({} if it has no release of it)."""
+    models = status.get("models")
+    if not isinstance(models, dict):
+        raise DeployError(f"{board.name}: the agent could not say what it runs: {status.get('error') or status}")
+    return models.get(model) or {}
+
+
+def _guarded(plan: RolloutPlan) -> list[str]:
+    """The agent stops before its switch at its deadline, or when this rollout's channel is gone."""
+    return ["--deadline-s", f"{plan.agent_deadline_s:g}", "--abort-on-hangup"]
+
+
+def _stop_reason(plan: RolloutPlan, stage: Stage, outcomes: list[BoardOutcome]) -> str | None:
+    bad = [o for o in outcomes if o.result in LOST]
+    if not bad:
         return None
-    if canary_stage:
-        return f"{len(failed)} of {len(outcomes)} canary board(s) failed"
+    if stage.canary:
+        return f"{len(bad)} of {len(stage.targets)} board(s) of the {stage.name} stage failed or were lost"
     allowed = math.floor(len(plan.targets) * plan.max_failed_pct / 100)
-    if len(failed) > allowed:
-        return f"{len(failed)} board(s) failed, more than --max-failed {plan.max_failed_pct:g}% of {len(plan.targets)} allows ({allowed})"
+    if len(bad) > allowed:
+        return f"{len(bad)} board(s) failed or were lost, more than --max-failed {plan.max_failed_pct:g}% of {len(plan.targets)} allows ({allowed})"
     return None
 
 
-def _outcome(plan: RolloutPlan, target: Target, before, result: str, error: str) -> BoardOutcome:
+def _untouched(plan: RolloutPlan, target: Target, before, result: str, error: str) -> BoardOutcome:
+    """The outcome of a board no install reached (as last recorded, it ran `from_version`)."""
     current = before.get(target.board.name, {}).get(plan.model)
-    return BoardOutcome(target.board.name, target.board.device_class, plan.model, current, target.version, result, error)
+    from_version = current if isinstance(current, int) else None
+    return BoardOutcome(target.board.name, target.board.device_class, plan.model, from_version, target.version, result, error)
+
+
+def _line(outcome: BoardOutcome) -> str:
+    return f"  {outcome.board}: {outcome.result}" + (f" ({outcome.error})" if outcome.error else "")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no answer"
+
+
+def _named(version: int | str | None) -> str:
+    return "no release" if version is None else f"v{version}" if isinstance(version, int) else str(version)
 
 
 def _check_settings(fleet, model, classes, canary, batch, max_failed_pct, timeout_s) -> None:

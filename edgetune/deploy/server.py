@@ -1,22 +1,29 @@
-"""`edgetune serve`: the HTTP artifact server boards download from (Starlette on uvicorn).
+"""`edgetune serve`: the artifact server boards download from (Starlette on uvicorn), over HTTPS
+with the certificate the fleet CA made (`deploy.tls`), unless the fleet says `tls: false`.
 
 URL scheme (every request but /v1/health carries `Authorization: Bearer <board token>`):
 - `GET /v1/health`: `{"ok": true}`.
 - `GET /v1/boards/<board>/models/<model>`: the version the board should run (`agent.client.Offer`
-  as JSON: version, pinned, manifest/signature/tarball URLs, manifest sha256, tarball size).
+  as JSON: version, pinned, manifest/signature/tarball URLs, manifest sha256, tarball size, and
+  the same as a signed, expiring, numbered decision, `deploy.decisions`: what the board acts on).
 - `GET /v1/boards/<board>/models/<model>/versions/<N>`: the same for one version.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
   `Range` / `If-Range` for resumed downloads): only for the token's own class.
-Statuses: 400 a malformed name (`..`, encoded traversal), 401 no or unknown token, 403 another
-board's or another class's resource, 404 unknown board, model or version. Only files of
-complete versions in the store are ever served. Every request is logged as one JSON line.
+Statuses: 400 a malformed name (`..`, encoded traversal, a trailing newline), 401 no or unknown
+token (the answer says nothing more), 403 another board's or another class's resource, 404
+unknown board, model or version. Every error answer, unknown routes' included, is a JSON object
+`{"error": ...}`; a 500 says no more than that it happened (the access log has the cause). Only
+files of versions `ArtifactStore.servable` accepts are served (complete, no symbolic link, the
+manifest its place's, the tarball current); `If-None-Match` takes `*` and weak ETags. Every
+request is logged as one JSON line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -29,13 +36,17 @@ from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.codec import to_json
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.deploy.offer import OfferError, check_name, find_board, offer
+from edgetune.deploy.decisions import DecisionSigner
+from edgetune.deploy.offer import OfferError, check_name, find_board, listed_version, offer
+from edgetune.deploy.tls import check_server_tls
 from edgetune.deploy.tokens import TokenBook
 from edgetune.errors import DeployError
 from edgetune.inventory.schema import Board, Fleet
 
 ACCESS_LOG = logging.getLogger("edgetune.access")
 ARTIFACT_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
+UNAUTHENTICATED = "a valid board token is required"
+INTERNAL_ERROR = "internal error (the server's log says why)"
 
 
 class _Digests:
@@ -45,7 +56,7 @@ class _Digests:
         self._known: dict[Path, tuple[tuple[int, int], str]] = {}
 
     def of(self, path: Path) -> str:
-        st = path.stat()
+        st = os.lstat(path)
         key = (st.st_mtime_ns, st.st_size)
         known = self._known.get(path)
         if known is None or known[0] != key:
@@ -61,14 +72,13 @@ def create_app(fleet: Fleet) -> Starlette:
     store = ArtifactStore(fleet.artifacts.dir)
     tokens = TokenBook(fleet)
     digests = _Digests()
+    signer = DecisionSigner(fleet)
 
     def authenticate(request: Request) -> Board:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not presented:
-            raise OfferError(401, "a board token is required (Authorization: Bearer <token>)")
-        board = tokens.board_of(presented.strip())
+        board = tokens.board_of(presented.strip()) if scheme.lower() == "bearer" and presented else None
         if board is None:
-            raise OfferError(401, "unknown token")
+            raise OfferError(401, UNAUTHENTICATED)
         request.state.board = board.name
         return board
 
@@ -78,7 +88,7 @@ def create_app(fleet: Fleet) -> Starlette:
         if board.name != caller.name:
             raise OfferError(403, f"this token is for board {caller.name}, not {board.name}")
         version = request.path_params.get("version")
-        return JSONResponse(to_json(offer(fleet, store, board, request.path_params["model"], version)))
+        return JSONResponse(to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version))))
 
     def stored_version(request: Request):
         caller = authenticate(request)
@@ -88,31 +98,28 @@ def create_app(fleet: Fleet) -> Starlette:
             raise OfferError(403, f"board {caller.name} is of class {caller.device_class}, not {device_class}")
         if model not in {m.name for m in fleet.models}:
             raise OfferError(404, f"unknown model '{model}'")
-        version = request.path_params["version"]
-        if version not in store.versions(model, device_class):
-            raise OfferError(404, f"no version v{version} of {model} for class {device_class}")
-        return store.get(model, device_class, version)
+        return listed_version(fleet, store, model, device_class, request.path_params["version"])
 
     def artifact_file(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in ARTIFACT_FILES:
             raise OfferError(404, f"no file '{name}' is served (only {', '.join(ARTIFACT_FILES)} and the tarball)")
         stored = stored_version(request)
-        return Response((stored.path / name).read_bytes(), media_type="application/octet-stream")
+        return Response(stored.read(name), media_type="application/octet-stream")
 
     def tarball(request: Request) -> Response:
         stored = stored_version(request)
-        if not stored.tarball.is_file():
-            raise OfferError(404, f"{stored.tarball.name} is missing: run `edgetune build` to re-pack it")
         etag = f'"{digests.of(stored.tarball)}"'
-        if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        if _etag_matches(request.headers.get("if-none-match", ""), etag):
             return Response(status_code=304, headers={"etag": etag})
-        return FileResponse(stored.tarball, media_type="application/gzip", headers={"etag": etag})
+        return FileResponse(stored.tarball, media_type="application/gzip", headers={"etag": etag},
+                            stat_result=os.lstat(stored.tarball))  # fmt: skip
 
     async def on_error(request: Request, err: Exception) -> Response:
-        status = err.status if isinstance(err, OfferError) else 500
         request.state.error = str(err)
-        return JSONResponse({"error": str(err)}, status_code=status)
+        if isinstance(err, OfferError):
+            return JSONResponse({"error": str(err)}, status_code=err.status)
+        return JSONResponse({"error": INTERNAL_ERROR}, status_code=500)
 
     routes = [
         Route("/v1/health", lambda request: JSONResponse({"ok": True})),
@@ -121,8 +128,55 @@ def create_app(fleet: Fleet) -> Starlette:
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}.tar.gz", tarball, methods=["GET", "HEAD"]),
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}/{name}", artifact_file),
     ]
-    app = Starlette(routes=routes, exception_handlers={DeployError: on_error})
-    return _AccessLog(app)
+    app = Starlette(routes=routes, exception_handlers={DeployError: on_error, Exception: on_error})
+    return _AccessLog(_JsonErrors(app))
+
+
+def _etag_matches(if_none_match: str, etag: str) -> bool:
+    """`If-None-Match` names `etag` (weak comparison: `W/"x"` matches `"x"`) or is `*`."""
+    listed = [tag.strip() for tag in if_none_match.split(",")]
+    return "*" in listed or etag in [tag.removeprefix("W/") for tag in listed]
+
+
+class _JsonErrors:
+    """ASGI middleware: an error answer that is not JSON (Starlette's own 404 and 405 of unknown
+    routes, 416 of a bad Range, 500 of an unexpected exception) is sent as `{"error": text}`,
+    its other headers (Content-Range) kept; a 500 says no more than that it happened."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        held: dict = {}
+
+        async def json_send(message):
+            if message["type"] == "http.response.start" and _needs_json(message):
+                held["start"], held["body"] = message, b""
+                return
+            if message["type"] != "http.response.body" or "start" not in held:
+                return await send(message)
+            held["body"] += message.get("body", b"")
+            if not message.get("more_body", False):
+                await _send_json_error(send, held["start"], held["body"])
+
+        await self.app(scope, receive, json_send)
+
+
+def _needs_json(start: dict) -> bool:
+    headers = dict(start.get("headers", []))
+    return start["status"] >= 400 and not headers.get(b"content-type", b"").startswith(b"application/json")
+
+
+async def _send_json_error(send, start: dict, body: bytes) -> None:
+    status = start["status"]
+    text = INTERNAL_ERROR if status >= 500 else body.decode("utf-8", "replace")[:200] or str(status)
+    data = json.dumps({"error": text}).encode()
+    headers = [(k, v) for k, v in start.get("headers", []) if k not in (b"content-type", b"content-length")]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 class _AccessLog:
@@ -169,8 +223,9 @@ def serve(fleet: Fleet, host: str | None = None, port: int | None = None) -> Non
     if settings is None:
         raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
     host, port = host or settings.bind_host, port or settings.port
+    tls = check_server_tls(fleet)
     app = create_app(fleet)
     try:
-        uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning", server_header=False)
+        uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning", server_header=False, **tls)
     except OSError as err:
         raise DeployError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None

@@ -22,6 +22,7 @@ from edgetune.inventory.workdir import Workdir
 
 
 _DEPLOYED_LOCK = threading.Lock()
+UNKNOWN = "unknown"  # in deployed.json: the rollout could not read back what the board runs
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,13 @@ def save_fleet_state(fleet: Fleet, state: FleetState) -> None:
     write_state(state_path(fleet, "fleet"), data)
 
 
-def load_deployed(fleet: Fleet) -> dict[str, dict[str, int]]:
-    """board -> model -> the artifact version it runs (as last installed by edgetune)."""
+def load_deployed(fleet: Fleet) -> dict[str, dict[str, int | str]]:
+    """board -> model -> the artifact version it runs (as last read back by a rollout), or UNKNOWN."""
     return read_state(state_path(fleet, "deployed")).get("boards", {})
 
 
-def record_deployed(fleet: Fleet, board: str, model: str, version: int | None) -> None:
-    """Record that `board` runs `version` of `model` (None: no release of it)."""
+def record_deployed(fleet: Fleet, board: str, model: str, version: int | str | None) -> None:
+    """Record that `board` runs `version` of `model` (None: no release of it; UNKNOWN: not known)."""
     path = state_path(fleet, "deployed")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _DEPLOYED_LOCK, open(path.with_name(".deployed.lock"), "a") as lock:

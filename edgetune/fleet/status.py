@@ -29,7 +29,7 @@ class BoardStatus:
     firmware: str | None
     firmware_changed: bool  # differs from the fingerprint recorded at `fleet up`
     error: str | None
-    deployed: dict[str, int] = field(default_factory=dict)  # model -> artifact version it runs
+    deployed: dict[str, int | str] = field(default_factory=dict)  # model -> artifact version it runs, or "unknown"
 
 
 @dataclass(frozen=True)

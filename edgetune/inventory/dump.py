@@ -67,7 +67,8 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
     data["regress"] = {"threshold": fleet.regress.threshold, "confidence": fleet.regress.confidence}
     if fleet.deploy is not None:
         d = fleet.deploy
-        data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases}
+        data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases,
+                          "tls": d.tls is not None, "decision_ttl_s": d.decision_ttl_s}
     return data
 
 

@@ -44,6 +44,7 @@ from edgetune.inventory.schema import (
     SimSettings,
     Simulation,
     SshSettings,
+    TlsFiles,
     Tracker,
     TuningPolicy,
     ValueRange,
@@ -58,7 +59,8 @@ _SECRET_KEYS = ("password", "passphrase", "secret")
 
 FLEET_KEYS = ("version", "name", "workdir", "sim", "trackers", "ssh", "device_classes", "boards", "models", "tuning", "artifacts", "deploy", "regress")
 BOARD_KEYS = ("name", "address", "device_class", "tracker", "python", "workdir", "ssh", "threads", "simulated", "pin", "token_env")
-DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases")
+DEPLOY_KEYS = ("bind", "url", "tokens_dir", "keep_releases", "tls", "decision_ttl_s")
+MAX_DECISION_TTL_S = 30 * 86400
 MAX_KEEP_RELEASES = 100
 SSH_KEYS = ("user", "port", "key", "known_hosts", "config", "host_key_policy", "passphrase_env", "connect_timeout_s", "command_timeout_s")
 PROFILE_KEYS = ("version", "name", "description", "target", "cross_compiler", "runtime", "measurement", "firmware_command", "hardware")
@@ -114,6 +116,7 @@ def load_fleet(path: str | Path) -> Fleet:
     classes = _device_classes(root.child("device_classes"), base)
     boards = _with_home_ssh_config(root, _boards(root.child("boards"), base, ssh, classes, trackers, sim))
     models = _models(root.child("models"), base)
+    artifacts = _artifacts(root.child("artifacts"), base)
     fleet = Fleet(
         path=path,
         name=_name(root, "name"),
@@ -123,9 +126,9 @@ def load_fleet(path: str | Path) -> Fleet:
         boards=boards,
         models=models,
         tuning=_tuning(root.child("tuning"), classes),
-        artifacts=_artifacts(root.child("artifacts"), base),
+        artifacts=artifacts,
         sim=sim,
-        deploy=_deploy(root.child("deploy", None), base, workdir),
+        deploy=_deploy(root.child("deploy", None), base, workdir, artifacts),
         regress=_regress(root.child("regress", {})),
     )
     _check_classes_have_boards(root, fleet)
@@ -306,7 +309,22 @@ def _boards(
             token_env=_env_name(item, "token_env"),
         )
         boards.append(board)
+    _check_own_token_variables(items, boards)
     return tuple(boards)
+
+
+def _check_own_token_variables(items: list[Node], boards: list[Board]) -> None:
+    """No two boards read their download token from the same variable: they would share one."""
+    first_reader: dict[str, str] = {}
+    for item, board in zip(items, boards):
+        if board.token_env is None:
+            continue
+        if board.token_env in first_reader:
+            raise item.child("token_env").error(
+                f"${board.token_env} is also the token variable of board {first_reader[board.token_env]}: boards "
+                f"{first_reader[board.token_env]} and {board.name} would share one download token; give each its own"
+            )
+        first_reader[board.token_env] = board.name
 
 
 def _check_board_arch(item: Node, simulated: Simulation | None, device_class: DeviceClass) -> None:
@@ -591,7 +609,7 @@ def _artifacts(node: Node, base: Path) -> ArtifactSettings:
     return ArtifactSettings(dir=directory, signing_key=signing_key, public_key=public_key)
 
 
-def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
+def _deploy(node: Node, base: Path, workdir: Path, artifacts: ArtifactSettings) -> DeploySettings | None:
     if node.value is None:
         return None
     node.mapping(DEPLOY_KEYS)
@@ -602,7 +620,9 @@ def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
     _address(Node({"bind": host}, node.file, node.path), "bind")
     url = node.get("url", str)
     if not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(:[0-9]{1,5})?/?", url):
-        raise node.child("url").error(f"'{url}' is not a server URL boards can reach, e.g. http://10.231.7.1:8470")
+        raise node.child("url").error(f"'{url}' is not a server URL boards can reach, e.g. https://10.231.7.1:8470")
+    tls = node.get("tls", bool, True)
+    _check_url_scheme(node, url, tls)
     tokens_dir = node.child("tokens_dir", None)
     keep = node.positive("keep_releases", int, MAX_KEEP_RELEASES, 3)
     if keep < 2:
@@ -613,7 +633,22 @@ def _deploy(node: Node, base: Path, workdir: Path) -> DeploySettings | None:
         url=url.rstrip("/"),
         tokens_dir=_directory(tokens_dir, base) if tokens_dir.value is not None else Workdir(workdir).tokens,
         keep_releases=keep,
+        tls=TlsFiles.beside(artifacts.signing_key) if tls else None,
+        decision_ttl_s=node.positive("decision_ttl_s", int, MAX_DECISION_TTL_S, DeploySettings.decision_ttl_s),
     )
+
+
+def _check_url_scheme(node: Node, url: str, tls: bool) -> None:
+    """HTTPS unless `tls: false` was asked for, and then plain HTTP (the URL says what is spoken)."""
+    if tls and not url.startswith("https://"):
+        raise node.child("url").error(
+            f"'{url}' is plain HTTP, but the server speaks HTTPS (deploy.tls is on by default): write "
+            f"{url.replace('http://', 'https://', 1)}, or set deploy.tls: false to send tokens in clear"
+        )
+    if not tls and not url.startswith("http://"):
+        raise node.child("url").error(
+            f"'{url}' is HTTPS, but deploy.tls is false: write {url.replace('https://', 'http://', 1)}, or drop tls: false"
+        )
 
 
 def _regress(node: Node) -> RegressSettings:

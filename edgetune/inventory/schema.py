@@ -257,15 +257,34 @@ class ArtifactSettings:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """The fleet CA and the server's certificate, beside the signing key (`edgetune keys init`
+    makes them): boards pin `ca_cert`; `edgetune serve` presents `server_cert`."""
+
+    ca_cert: Path  # fleet-ca.pem
+    ca_key: Path  # fleet-ca.key (mode 0600)
+    server_cert: Path  # server.pem, signed by the CA, names: deploy.url's and deploy.bind's hosts
+    server_key: Path  # server.key (mode 0600)
+
+    @classmethod
+    def beside(cls, signing_key: Path) -> "TlsFiles":
+        keys = Path(signing_key).parent
+        return cls(keys / "fleet-ca.pem", keys / "fleet-ca.key", keys / "server.pem", keys / "server.key")
+
+
+@dataclass(frozen=True)
 class DeploySettings:
     """The artifact server boards download from, and what boards keep. Tokens are secrets:
-    a file per board under `tokens_dir` (`<board>.token`) unless the board names a variable."""
+    a file per board under `tokens_dir` (`<board>.token`) unless the board names a variable.
+    HTTPS unless `deploy.tls: false` (then `tls` is None and the URL http://)."""
 
     bind_host: str
     port: int
-    url: str  # how boards reach the server, e.g. http://10.231.7.1:8470
+    url: str  # how boards reach the server, e.g. https://10.231.7.1:8470
     tokens_dir: Path
     keep_releases: int = 3
+    tls: TlsFiles | None = None
+    decision_ttl_s: int = 86400  # how long a board may act on a signed decision of the server
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
@@ -39,7 +40,7 @@ from edgetune.tune.index_inputs import IndexBounds, class_index_bounds, index_no
 from edgetune.tune.intrinsics import load_cpu_intrinsics
 from edgetune.tune.budget import AT_KNEE_BEFORE, TaskLedger
 from edgetune.tune.database import (
-    ClassDatabasePaths, append_run, locked_database, read_trials, throughput, trials_per_workload,
+    ClassDatabasePaths, append_run, locked_database, read_trials, throughput,
 )
 from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, load_cost_model, save_cost_model
 from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan_tuning, select_models

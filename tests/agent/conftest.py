@@ -1,5 +1,6 @@
 """Fixtures of the agent tests: real artifacts (a compiled MLP, signed and stored), the real
-artifact server (`edgetune serve` in a subprocess on loopback), and boards' agent roots.
+artifact server (`edgetune serve` in a subprocess on loopback, HTTPS with the fleet CA's
+certificate), and boards' agent roots (the CA pinned, as the rollout leaves them).
 
 Published once per session (store `artifacts/`, one key):
 - mlp for gw-fast: v1, v2, v3, all good (the same library; their build inputs differ);
@@ -34,6 +35,7 @@ from edgetune.artifact_format.codec import sha256_hex
 from edgetune.artifact_format.manifest import Entry, Manifest, RecordHits, Reference, TuningStats
 from edgetune.artifact_format.reference import npz_bytes
 from edgetune.artifact_format.signing import init_keys, load_private_key
+from edgetune.deploy.tls import ensure_tls, host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Model, ModelInput
@@ -57,12 +59,13 @@ boards:
   - {{name: fast-1, address: 127.0.0.11, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/f1}}
   - {{name: slow-1, address: 127.0.0.21, device_class: gw-slow, python: /usr/bin/python3, workdir: /tmp/s1}}
   - {{name: bad-1, address: 127.0.0.31, device_class: gw-bad, python: /usr/bin/python3, workdir: /tmp/b1}}
+  - {{name: pinned-1, address: 127.0.0.13, device_class: gw-fast, python: /usr/bin/python3, workdir: /tmp/p1, pin: {{mlp: 2}}}}
 models:
   - {{name: mlp, builtin: mlp, inputs: [{{name: x, shape: [1, 64]}}]}}
   - {{name: other, builtin: mlp, inputs: [{{name: x, shape: [1, 64]}}]}}
 tuning: {{trials_per_class: 16}}
 artifacts: {{dir: artifacts, signing_key: work/keys/signing.key, public_key: work/keys/signing.pub}}
-deploy: {{bind: "127.0.0.1:{port}", url: "http://127.0.0.1:{port}"}}
+deploy: {{bind: "127.0.0.1:{port}", url: "https://127.0.0.1:{port}"}}
 """
 
 CRASHING_LIBRARY_C = """
@@ -103,7 +106,9 @@ class Fleet:
         self.fleet = load_fleet(self.path)
         settings = self.fleet.artifacts
         init_keys(settings.signing_key, settings.public_key, settings.dir)
+        ensure_tls(self.fleet)
         self.public_key = settings.public_key
+        self.tls = self.fleet.deploy.tls
         self.store = ArtifactStore(settings.dir)
         self._key = load_private_key(settings.signing_key)
         self.compiled = compiled
@@ -162,7 +167,8 @@ class Server:
     """`python -m edgetune serve` for the session fleet; its JSON access log read back."""
 
     def __init__(self, fleet: Fleet, log: Path):
-        self.url = f"http://127.0.0.1:{fleet.port}"
+        self.url = f"https://127.0.0.1:{fleet.port}"
+        self.context = host_client_context(fleet.fleet)
         self.log = log
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
@@ -172,7 +178,7 @@ class Server:
         deadline = time.monotonic() + 60
         while True:
             try:
-                urllib.request.urlopen(self.url + "/v1/health", timeout=2).close()
+                urllib.request.urlopen(self.url + "/v1/health", timeout=2, context=self.context).close()
                 return
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -208,18 +214,20 @@ def server(fleet, tmp_path_factory):
 
 
 def write_board(root: Path, fleet: Fleet, board: str, server: str, keep_releases: int = 3, **changes) -> Path:
-    """An agent root as the rollout leaves it: agent.json, the token (0600), the pinned key."""
+    """An agent root as the rollout leaves it: agent.json, the token (0600), the pinned key and CA."""
     classes = {b.name: b.device_class for b in fleet.fleet.boards}
     config = AgentConfig(board=board, device_class=classes[board], server=server, token_file="token",
-                         public_key="fleet.pub", keep_releases=keep_releases, firmware_command="uname -srm", threads=1)
+                         public_key="fleet.pub", server_ca="fleet-ca.pem", keep_releases=keep_releases,
+                         firmware_command="uname -srm", threads=1)  # fmt: skip
     write_config(root, replace(config, **changes))
     (root / "token").write_text(fleet.tokens[board])
     (root / "token").chmod(0o600)
     shutil.copy(fleet.public_key, root / "fleet.pub")
+    shutil.copy(fleet.tls.ca_cert, root / "fleet-ca.pem")
     return root
 
 
-NO_SERVER = "http://127.0.0.1:9"  # for local installs: nothing listens there
+NO_SERVER = "https://127.0.0.1:9"  # for local installs: nothing listens there
 
 
 @pytest.fixture

@@ -19,16 +19,17 @@ from edgetune.agent.cli import main
 from edgetune.agent.errors import AgentConfigError
 from edgetune.artifact_format.reference import npz_bytes
 
-CONFIG = AgentConfig(board="gw-a1", device_class="gateway-avx512", server="http://10.231.7.1:8470", token_file="token",
-                     public_key="fleet.pub", keep_releases=3, firmware_command="uname -srm", threads=1)
+CONFIG = AgentConfig(board="gw-a1", device_class="gateway-avx512", server="https://10.231.7.1:8470", token_file="token",
+                     public_key="fleet.pub", server_ca="fleet-ca.pem", keep_releases=3, firmware_command="uname -srm",
+                     threads=1)  # fmt: skip
 
 
 def test_config_is_written_canonically_and_read_back(tmp_path):
     path = write_config(tmp_path / "agent", CONFIG)
     raw = path.read_bytes()
     assert json.loads(raw) == {"schema": "edgetune.agent-config", "schema_version": 1, "board": "gw-a1",
-                               "device_class": "gateway-avx512", "server": "http://10.231.7.1:8470",
-                               "token_file": "token", "public_key": "fleet.pub", "keep_releases": 3,
+                               "device_class": "gateway-avx512", "server": "https://10.231.7.1:8470",
+                               "token_file": "token", "public_key": "fleet.pub", "server_ca": "fleet-ca.pem", "keep_releases": 3,
                                "firmware_command": "uname -srm", "threads": 1}
     assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
     assert load_config(tmp_path / "agent") == CONFIG
@@ -44,6 +45,7 @@ def test_config_is_written_canonically_and_read_back(tmp_path):
         (lambda raw: raw.pop("board"), "agent.json: missing key(s) board"),
         (lambda raw: raw.update(colour="blue"), "agent.json: unknown key(s) colour"),
         (lambda raw: raw.update(schema_version=2), "agent.json: schema_version: 2 is not supported"),
+        (lambda raw: raw.update(server_ca=None), "agent.json: server_ca: an https:// server needs the fleet CA file"),
     ],
 )
 def test_a_bad_config_exits_2_naming_the_file_and_field(tmp_path, capsys, edit, message):

@@ -1,11 +1,12 @@
-"""The agent against the real artifact server (`edgetune serve` over loopback HTTP): install,
+"""The agent against the real artifact server (`edgetune serve` over loopback HTTPS): install,
 refusals before the tarball is downloaded, an interrupted download resumed with Range, and a
 token the server does not accept."""
 
 from __future__ import annotations
 
 import pytest
-from agent_support import CuttingProxy, current
+from agent_support import current
+from tls_proxy import CuttingProxy
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import fetch
@@ -17,7 +18,7 @@ def _requests_since(server, mark: int) -> list[tuple[str, int]]:
     return [(r["path"], r["status"]) for r in server.requests()[mark:]]
 
 
-def test_install_over_http_then_newest_then_unchanged(make_board, server):
+def test_install_over_https_then_newest_then_unchanged(make_board, server):
     root = make_board(server=server.url)
     first = install(root, "mlp", version=2)
     assert (first.result, first.from_version, first.to_version, first.error) == ("installed", None, 2, None)
@@ -49,11 +50,12 @@ def test_a_board_pinned_to_another_key_refuses_before_the_tarball(make_board, se
     assert not any(path.endswith(".tar.gz") for path, _ in _requests_since(server, mark))
 
 
-def test_interrupted_download_is_resumed_with_range(make_board, server, fleet):
-    proxy = CuttingProxy(int(server.url.rsplit(":", 1)[1]))
+def test_interrupted_download_is_resumed_with_range(make_board, server, fleet, monkeypatch):
+    monkeypatch.setattr("edgetune.agent.client.RETRY_DELAYS_S", (0.0,))  # two attempts
+    proxy = CuttingProxy(("127.0.0.1", fleet.port), fleet.tls)
     try:
         root = make_board(server=proxy.url)
-        proxy.cut_after = 40_000  # response bytes, headers included: the body stops part-way
+        proxy.cut(15_000, times=2)  # response bytes, headers included: the body stops part-way, twice
         with pytest.raises(AgentError, match="run again to resume it"):
             fetch(root, "mlp", version=2)
         partial = root / "downloads" / "mlp-v2.tar.gz.part"

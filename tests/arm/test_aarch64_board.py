@@ -6,7 +6,6 @@ artifacts are really built, loaded and right, and that tuning still pays off the
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -38,7 +37,7 @@ models:
   - {{name: mlp, builtin: mlp, inputs: [{{name: x, shape: [1, 256], dtype: float32}}]}}
 tuning: {{trials_per_class: 16, trials_per_iter: 8, max_trials_per_task: 8}}
 artifacts: {{dir: artifacts, signing_key: work/keys/signing.key, public_key: work/keys/signing.pub}}
-deploy: {{bind: "10.231.{subnet}.1:{deploy_port}", url: "http://10.231.{subnet}.1:{deploy_port}"}}
+deploy: {{bind: "10.231.{subnet}.1:{deploy_port}", url: "https://10.231.{subnet}.1:{deploy_port}"}}
 """
 
 
@@ -117,7 +116,7 @@ def test_the_board_agent_installs_it_on_the_arm_board_and_regress_finds_it_ok(ar
 
 
 def test_sim_down_removes_the_board_but_keeps_the_cached_root(arm_fleet):
-    from edgetune.fleet import fleet_down, sim_down, sim_up
+    from edgetune.fleet import fleet_down, sim_down
     from edgetune.fleet.sim import plan_sim
 
     (sim,) = plan_sim(arm_fleet)

@@ -1,5 +1,6 @@
 """Fixtures of the deploy tests: a loopback fleet with a `deploy` section, a store holding
-signed versions, and the real artifact server (uvicorn) on a free loopback port."""
+signed versions (`published`), and the real artifact server (uvicorn, HTTPS) on a free
+loopback port."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from artifact_server import RunningServer
+from deploy_support import publish_version
 from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +33,7 @@ models:
   - {{name: other, builtin: mlp, inputs: [{{name: x, shape: [1, 256]}}]}}
 tuning: {{trials_per_class: 16}}
 artifacts: {{dir: artifacts, signing_key: work/keys/signing.key, public_key: work/keys/signing.pub}}
-deploy: {{bind: "127.0.0.1:{port}", url: "http://127.0.0.1:{port}"}}
+deploy: {{bind: "127.0.0.1:{port}", url: "https://127.0.0.1:{port}"}}
 """
 
 
@@ -61,3 +63,16 @@ def artifact_server(deploy_fleet):
     finally:
         server.stop()
 
+
+
+@pytest.fixture
+def published(deploy_fleet, monkeypatch):
+    """mlp v1, v2 for gw-fast; mlp v1 for gw-slow; tokens for every board."""
+    from edgetune.deploy.tokens import ensure_token
+
+    monkeypatch.setenv("EDGETUNE_TEST_SLOW1_TOKEN", "s" * 40)
+    versions = [publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
+                publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
+                publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100)]  # fmt: skip
+    tokens = {b.name: ensure_token(deploy_fleet, b) for b in deploy_fleet.boards}
+    return versions, tokens

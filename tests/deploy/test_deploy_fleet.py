@@ -17,6 +17,7 @@ from artifact_server import RunningServer
 from deploy_support import republish
 
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.files import pack_tarball
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet.agent_bundle import agent_root
@@ -64,7 +65,7 @@ def latest(fleet, device_class: str) -> int:
 def test_rollout_installs_every_board_over_http_from_its_namespace(served):
     fleet, log = served
     plan = plan_rollout(fleet, MODEL, canary=0)  # all four boards at once
-    assert [[t.board.name for t in stage] for stage in plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
+    assert [[t.board.name for t in stage.targets] for stage in plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
     result = rollout(fleet, plan)
     assert result.ok, result.records()
     assert {r["board"]: (r["result"], r["to_version"]) for r in result.records()} == {
@@ -87,8 +88,8 @@ def test_tampered_or_wrongly_signed_downloads_leave_the_board_as_it_was(served):
         v2.tarball.write_bytes(bytes(data))
         record = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "2")
         assert record["result"] == "failed" and current(fleet, "fast-1") == 1
-        v2.tarball.write_bytes(good_tarball)
         (v2.path / "manifest.sig").write_bytes(good_sig.replace(good_sig[-20:-10], b"A" * 10))
+        v2.tarball.write_bytes(pack_tarball(v2.path))  # tampered consistently, so the server still serves it
         record = agent(fleet, "fast-1", "install", "--model", MODEL, "--version", "2")
         assert record["result"] == "failed" and "signature" in record["error"] and current(fleet, "fast-1") == 1
     finally:
@@ -131,14 +132,15 @@ def test_interrupted_download_resumes_and_older_versions_are_refused(served):
 
 @pytest.fixture
 def full_disk(served):
-    """slow-1's download directory on a tiny tmpfs, mounted on the board itself (its sshd's
-    mount namespace): a real 'no space left on device' there and nowhere else."""
+    """slow-2's download directory (a board of the batch after the canaries) on a tiny tmpfs,
+    mounted on the board itself (its sshd's mount namespace): a real 'no space left on device'
+    there and nowhere else."""
     fleet, _ = served
-    downloads = f"{agent_root(fleet.board('slow-1'))}/downloads"
-    with BoardSession(fleet.board("slow-1")) as board:
+    downloads = f"{agent_root(fleet.board('slow-2'))}/downloads"
+    with BoardSession(fleet.board("slow-2")) as board:
         board.run(f"mkdir -p {downloads} && mount -t tmpfs -o size=8k edgetune-test-full {downloads}")
         try:
-            yield "slow-1"
+            yield "slow-2"
         finally:
             board.run(f"umount {downloads}")
 

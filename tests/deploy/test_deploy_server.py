@@ -6,11 +6,11 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import shutil
 import urllib.error
 import urllib.request
 
 import pytest
-from deploy_support import publish_version
 
 from edgetune.deploy.tokens import ensure_token, read_token
 from edgetune.errors import DeployError
@@ -20,32 +20,23 @@ def get(server, path: str, token: str | None = None, headers: dict | None = None
     """(status, headers, body) of a GET; HTTP errors are answers too."""
     request = urllib.request.Request(server.url + path, headers={**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=server.context) as response:
             return response.status, response.headers, response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.headers, err.read()
 
 
-def raw_get(server, raw_path: str, token: str):
-    """A GET whose path is sent exactly as given (no client-side normalisation of `..`)."""
-    host, port = server.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.putrequest("GET", raw_path, skip_accept_encoding=True)
-    conn.putheader("Authorization", f"Bearer {token}")
+def raw_get(server, raw_path: str, token: str | None, method: str = "GET"):
+    """(status, body) of a request whose path is sent exactly as given (no client-side
+    normalisation of `..`)."""
+    host, port = server.url.removeprefix("https://").split(":")
+    conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=server.context)
+    conn.putrequest(method, raw_path, skip_accept_encoding=True)
+    if token is not None:
+        conn.putheader("Authorization", f"Bearer {token}")
     conn.endheaders()
     response = conn.getresponse()
     return response.status, response.read()
-
-
-@pytest.fixture
-def published(deploy_fleet, monkeypatch):
-    """mlp v1, v2 for gw-fast; mlp v1 for gw-slow; tokens for every board."""
-    monkeypatch.setenv("EDGETUNE_TEST_SLOW1_TOKEN", "s" * 40)
-    versions = [publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
-                publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
-                publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100)]  # fmt: skip
-    tokens = {b.name: ensure_token(deploy_fleet, b) for b in deploy_fleet.boards}
-    return versions, tokens
 
 
 def test_board_is_offered_newest_or_its_pin(deploy_fleet, published, artifact_server):
@@ -180,10 +171,15 @@ def test_pull_writes_what_the_board_would_get_verified(deploy_fleet, published, 
 def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys):
     from edgetune.cli import main
 
+    from edgetune.artifact_format.files import pack_tarball
+
     versions, _ = published
-    versions[1].tarball.write_bytes(versions[1].tarball.read_bytes()[:-40])  # cut short
+    tampered = tmp_path / "tampered"
+    shutil.copytree(versions[1].path, tampered)
+    (tampered / "model.so").write_bytes(b"X" * 700)  # its listed size, other bytes
+    versions[1].tarball.write_bytes(pack_tarball(tampered))  # the signed manifest first, another library
     assert main(["pull", "fast-1", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path), "--model", "mlp"]) == 5
-    assert "truncated or corrupt" in capsys.readouterr().err
+    assert "model.so: sha256 is" in capsys.readouterr().err  # (modified)
     assert main(["pull", "ghost", "-o", str(tmp_path / "out"), "-f", str(deploy_fleet.path)]) == 6
 
 
@@ -191,10 +187,10 @@ def test_rollout_plan_stages_and_versions(deploy_fleet, published):
     from edgetune.deploy.rollout import plan_rollout
 
     plan = plan_rollout(deploy_fleet, "mlp", canary=1, batch=1)
-    assert [[(t.board.name, t.version) for t in stage] for stage in plan.stages] == [
-        [("fast-1", 2)], [("fast-2", 1)], [("slow-1", 1)]]  # fast-2 is pinned to v1
+    assert [(s.name, [(t.board.name, t.version) for t in s.targets]) for s in plan.stages] == [
+        ("canary gw-fast", [("fast-1", 2)]), ("canary gw-slow", [("slow-1", 1)]), ("batch 1", [("fast-2", 1)])]  # fast-2 is pinned to v1
     only_fast = plan_rollout(deploy_fleet, "mlp", classes=["gw-fast"], version=1, canary=0)
-    assert [[(t.board.name, t.version) for t in stage] for stage in only_fast.stages] == [[("fast-1", 1), ("fast-2", 1)]]
+    assert [[(t.board.name, t.version) for t in stage.targets] for stage in only_fast.stages] == [[("fast-1", 1), ("fast-2", 1)]]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -216,7 +212,7 @@ def test_rollout_dry_run_prints_the_plan(deploy_fleet, published, capsys):
 
     assert main(["rollout", "-f", str(deploy_fleet.path), "--model", "mlp", "--canary", "1", "--dry-run"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["stages"][0] == [{"board": "fast-1", "version": 2}]
+    assert plan["stages"][0] == {"name": "canary gw-fast", "boards": [{"board": "fast-1", "version": 2}]}
 
 
 def test_rollout_needs_a_running_server(deploy_fleet, published, capsys):

@@ -279,7 +279,7 @@ def test_other_local_folders_and_files_are_checked_too(fleet_dir, capsys):
     data["boards"][0]["workdir"] = "relu.onnx"
     refused(write(fleet_dir, data), "fleet.yaml: boards[0].workdir: ", capsys)
     data = base_fleet(fleet_dir)
-    data["deploy"] = {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470", "tokens_dir": "relu.onnx"}
+    data["deploy"] = {"bind": "10.231.99.1:8470", "url": "https://10.231.99.1:8470", "tokens_dir": "relu.onnx"}
     refused(write(fleet_dir, data), "fleet.yaml: deploy.tokens_dir: ", capsys)
     data = base_fleet(fleet_dir)
     data["artifacts"]["public_key"] = "/tmp"

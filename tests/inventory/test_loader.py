@@ -99,13 +99,14 @@ def test_emulated_aarch64_board_has_its_own_root_and_round_trips(fleet_dir):
 
 def test_deploy_section_pins_and_token_sources(fleet_dir):
     data = base_fleet(fleet_dir)
-    data["deploy"] = {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470/"}
+    data["deploy"] = {"bind": "10.231.99.1:8470", "url": "https://10.231.99.1:8470/"}
     data["device_classes"][0]["pin"] = {"mlp": 2}
     data["boards"][0].update(pin={"relu": 1}, token_env="B1_TOKEN")
     fleet = load_fleet(write(fleet_dir, data))
-    assert (fleet.deploy.bind_host, fleet.deploy.port, fleet.deploy.url) == ("10.231.99.1", 8470, "http://10.231.99.1:8470")
+    assert (fleet.deploy.bind_host, fleet.deploy.port, fleet.deploy.url) == ("10.231.99.1", 8470, "https://10.231.99.1:8470")
     assert fleet.deploy.tokens_dir == fleet_dir / "work" / "deploy" / "tokens"
-    assert fleet.deploy.keep_releases == 3
+    assert fleet.deploy.keep_releases == 3 and fleet.deploy.decision_ttl_s == 86400
+    assert fleet.deploy.tls.ca_cert == fleet.artifacts.signing_key.parent / "fleet-ca.pem"
     assert fleet.device_class("avx512").pin == {"mlp": 2}
     assert fleet.board("b1").pin == {"relu": 1} and fleet.board("b1").token_env == "B1_TOKEN"
     assert fleet.board("pi-1").pin == {} and fleet.board("pi-1").token_env is None
@@ -231,12 +232,18 @@ BAD_FLEETS = [
     ("emulated-board-relative-path", lambda d: d["boards"][0].update(device_class="rpi4", simulated={"arch": "aarch64"}),
      "fleet.yaml: boards[0].workdir: must be an absolute path on the board, got 'w/b1'"),
     ("quota-not-number", _set("boards[0].simulated", {"cpu_quota": "half"}), "fleet.yaml: boards[0].simulated.cpu_quota: must be a number, got str 'half'"),
-    ("deploy-bind-no-port", _set("deploy", {"bind": "10.231.99.1", "url": "http://10.231.99.1:8470"}),
+    ("deploy-bind-no-port", _set("deploy", {"bind": "10.231.99.1", "url": "https://10.231.99.1:8470"}),
      "fleet.yaml: deploy.bind: '10.231.99.1' is not ADDRESS:PORT"),
     ("deploy-bad-url", _set("deploy", {"bind": "10.231.99.1:8470", "url": "ftp://x"}), "fleet.yaml: deploy.url: 'ftp://x' is not a server URL"),
-    ("deploy-keep-one", _set("deploy", {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470", "keep_releases": 1}),
+    ("deploy-keep-one", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://10.231.99.1:8470", "keep_releases": 1}),
      "fleet.yaml: deploy.keep_releases: must be between 2"),
-    ("deploy-token-in-yaml", _set("deploy", {"bind": "10.231.99.1:8470", "url": "http://h:1", "token": "s3cret"}), "fleet.yaml: deploy.token: unknown key"),
+    ("deploy-token-in-yaml", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "token": "s3cret"}), "fleet.yaml: deploy.token: unknown key"),
+    ("deploy-http-under-tls", _set("deploy", {"bind": "10.231.99.1:8470", "url": "http://10.231.99.1:8470"}),
+     "fleet.yaml: deploy.url: 'http://10.231.99.1:8470' is plain HTTP, but the server speaks HTTPS (deploy.tls is on by default): write https://10.231.99.1:8470"),
+    ("deploy-https-without-tls", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "tls": False}),
+     "fleet.yaml: deploy.url: 'https://h:1' is HTTPS, but deploy.tls is false: write http://h:1"),
+    ("deploy-tls-not-bool", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "tls": "yes please"}), "fleet.yaml: deploy.tls: must be"),
+    ("deploy-ttl-zero", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "decision_ttl_s": 0}), "fleet.yaml: deploy.decision_ttl_s: must be positive"),
     ("pin-unknown-model", _set("device_classes[0].pin", {"resnet": 2}), "fleet.yaml: device_classes[0].pin.resnet: 'resnet' is not a declared model"),
     ("pin-bad-version", _set("boards[0].pin", {"mlp": 0}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
     ("pin-version-string", _set("boards[0].pin", {"mlp": "v2"}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),

@@ -45,7 +45,6 @@ from edgetune.tune.schedule_rules.common import (
     mark_kernels,
     register_rule,
     row_tiles,
-    shape,
     write_from_tile,
 )
 

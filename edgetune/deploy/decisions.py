@@ -1,0 +1,90 @@
+"""The host's half of signed decisions (`artifact_format.decision`): serials that never go back,
+and the signer the artifact server answers offers with.
+
+Serials: one counter for the fleet, in `<workdir>/state/decision-serial.json`, so every board
+sees its serials grow. The next serial is the current time in milliseconds, or the last one
+plus one if that is not above it (a clock set back); it is written (atomically, under an flock)
+before the decision leaves, so a restarted server never signs a serial twice or goes back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgetune.agent.client import Offer
+from edgetune.artifact_format.codec import canonical_bytes
+from edgetune.artifact_format.decision import new_decision, sign_decision
+from edgetune.artifact_format.signing import load_private_key
+from edgetune.deploy.offer import Choice
+from edgetune.durable import write_atomic
+from edgetune.errors import DeployError
+from edgetune.inventory.schema import Fleet
+from edgetune.inventory.workdir import Workdir
+
+SERIAL_STATE = "decision-serial"
+
+
+class SerialCounter:
+    """Strictly increasing serials, kept in `path` across restarts (see the module docstring)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def next(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            serial = max(int(time.time() * 1000), self.last() + 1)
+            write_atomic(self.path, canonical_bytes({"serial": serial}))
+        return serial
+
+    def last(self) -> int:
+        try:
+            value = json.loads(self.path.read_bytes()).get("serial")
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, AttributeError) as err:
+            raise DeployError(f"{self.path}: unreadable ({err}); it keeps decision serials growing: "
+                              "remove it only if the host's clock is right (serials restart from the time)") from None  # fmt: skip
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise DeployError(f"{self.path}: 'serial' is not a serial number; remove the file (serials restart from the time)")
+        return value
+
+
+class DecisionSigner:
+    """Turns the server's choice for a board into the offer it sends: the signed decision."""
+
+    def __init__(self, fleet: Fleet, key: Ed25519PrivateKey | None = None):
+        self.key = key or load_private_key(fleet.artifacts.signing_key)
+        self.ttl_s = fleet.deploy.decision_ttl_s
+        self.serials = SerialCounter(Workdir(fleet.workdir).state_file(SERIAL_STATE))
+
+    def offer(self, choice: Choice) -> Offer:
+        stored = choice.stored
+        decision = new_decision(
+            board=choice.board.name, device_class=choice.board.device_class, model=stored.model,
+            version=stored.version, manifest_sha256=stored.manifest_sha256, tarball_size=choice.tarball_size,
+            pinned=choice.pinned, requested=choice.requested, serial=self.serials.next(), issued_at=time.time(),
+            ttl_s=self.ttl_s,
+        )  # fmt: skip
+        text, signature = sign_decision(self.key, decision)
+        base = f"/v1/artifacts/{stored.model}/{stored.device_class}/v{stored.version}"
+        return Offer(
+            board=decision.board,
+            device_class=decision.device_class,
+            model=decision.model,
+            version=decision.version,
+            pinned=decision.pinned,
+            manifest_url=f"{base}/manifest.json",
+            signature_url=f"{base}/manifest.sig",
+            tarball_url=f"{base}.tar.gz",
+            manifest_sha256=decision.manifest_sha256,
+            tarball_size=decision.tarball_size,
+            decision=text,
+            decision_signature=signature,
+        )
