@@ -1,7 +1,7 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: legalize (sigmoid the fast way, edgetune.tune.fast_math) and fuse the model
+1. `prepare`: legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.tune.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
    reorders first: edgetune.tune.prepack), and mark the kernels
