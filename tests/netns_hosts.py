@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgetune.fleet.sim import sshd_config
+
 SSHD = Path("/usr/sbin/sshd")
 SSH_PORT = 22
 HOST_IFNAME = "eth0"  # the host's end of its veth, inside its namespace
@@ -180,20 +182,7 @@ def _add_link(netns: str, bridge: str | None, netns_bridge: tuple[str, str] | No
 
 
 def _write_sshd_config(dir: Path, host_key: Path) -> None:
-    (dir / "sshd_config").write_text(
-        f"Port {SSH_PORT}\n"
-        "ListenAddress 0.0.0.0\n"
-        f"HostKey {host_key}\n"
-        f"PidFile {dir / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {dir / 'authorized_keys'}\n"
-        "PubkeyAuthentication yes\n"
-        "PasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\n"
-        "UsePAM no\n"
-        "PermitRootLogin prohibit-password\n"
-        "StrictModes no\n"
-        "Subsystem sftp internal-sftp\n"
-    )
+    (dir / "sshd_config").write_text(sshd_config(SSH_PORT, "0.0.0.0", host_key, dir))
 
 
 def _start_sshd(host: NetnsHost) -> NetnsHost:

@@ -363,12 +363,17 @@ def _index_entry(root: Path, stored: StoredVersion) -> IndexEntry:
 @contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with open(lock_path, "a") as handle, _flocked(handle, fcntl.LOCK_EX):
+        yield
+
+
+@contextmanager
+def _flocked(handle, operation: int) -> Iterator[None]:
+    fcntl.flock(handle, operation)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
@@ -380,12 +385,8 @@ def index_unchanging(root: Path) -> Iterator[None]:
     if not lock.exists():  # the lock file, once made, is never removed
         yield
         return
-    with open(lock, "rb") as handle:
-        fcntl.flock(handle, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with open(lock, "rb") as handle, _flocked(handle, fcntl.LOCK_SH):
+        yield
 
 
 def _remove_dead_staging(directory: Path) -> None:

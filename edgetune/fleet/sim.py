@@ -310,11 +310,19 @@ def _ensure_sshd_files(sim: SimBoard) -> None:
         _trust_existing_host_key(board, paramiko.PKey.from_path(sim.host_key))
     (sim.dir / "authorized_keys").write_text(Path(f"{board.ssh.key}.pub").read_text())
     sim.sshd_config.write_text(
-        f"Port {resolve_route(board).target.port}\n"
-        f"ListenAddress {board.address}\n"
-        f"HostKey {sim.host_key}\n"
-        f"PidFile {sim.dir / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {sim.dir / 'authorized_keys'}\n"
+        sshd_config(resolve_route(board).target.port, board.address, sim.host_key, sim.dir, chroot=sim.root)
+    )
+
+
+def sshd_config(port: int, listen_address: str, host_key: Path, directory: Path, chroot: Path | None = None) -> str:
+    """The configuration of a simulated machine's own sshd: key logins only, its host key, PID
+    file and authorized_keys in `directory`, SFTP served in-process (so it works chrooted too)."""
+    return (
+        f"Port {port}\n"
+        f"ListenAddress {listen_address}\n"
+        f"HostKey {host_key}\n"
+        f"PidFile {directory / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {directory / 'authorized_keys'}\n"
         "PubkeyAuthentication yes\n"
         "PasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\n"
@@ -322,7 +330,7 @@ def _ensure_sshd_files(sim: SimBoard) -> None:
         "PermitRootLogin prohibit-password\n"
         "StrictModes no\n"
         "Subsystem sftp internal-sftp\n"
-        + (f"ChrootDirectory {sim.root}\n" if sim.root is not None else "")
+        + (f"ChrootDirectory {chroot}\n" if chroot is not None else "")
     )
 
 
