@@ -10,7 +10,7 @@ SYSTEM_PACKAGES := openssh-server iproute2 procps
 
 ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
-.PHONY: setup system-packages arm-packages test test-slow test-arm tune-fleet check plan bench clean
+.PHONY: setup system-packages arm-packages test test-unit test-slow test-arm tune-fleet check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -44,6 +44,10 @@ arm-packages:
 
 test: setup
 	$(PY) -m pytest -q --durations=15 tests
+
+# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`).
+test-unit: setup
+	$(PY) -m pytest -q --durations=10 -m "not fleet and not slow and not aarch64" tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests

@@ -253,13 +253,12 @@ def running_fleet(fleet) -> Iterator[None]:
     """sim up + fleet up through the library; fleet down + sim down whatever happens."""
     from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 
-    quiet = lambda _line: None  # noqa: E731
     try:
         say(f"sim up + fleet up: {len(fleet.boards)} simulated boards on {BRIDGE}")
-        simulated = sim_up(fleet, quiet)
+        simulated = sim_up(fleet)
         if not simulated.ok:
             raise SystemExit(f"sim up failed: {simulated.failed}")
-        online = fleet_up(fleet, quiet)
+        online = fleet_up(fleet)
         if not online.ok:
             raise SystemExit(f"fleet up failed: {online.failed}")
         say("fleet online: " + ", ".join(f"{b.name} ({b.device_class}, quota {b.simulated.cpu_quota:g})"
@@ -268,16 +267,16 @@ def running_fleet(fleet) -> Iterator[None]:
     finally:
         say("fleet down + sim down")
         try:
-            fleet_down(fleet, quiet)
+            fleet_down(fleet)
         finally:
-            down = sim_down(fleet, quiet)
+            down = sim_down(fleet)
             if not down.ok:
                 # sim_down can race the kernel's asynchronous removal of a veth after
                 # `ip netns del` (ENODEV reading its ifalias) and then skips the board's cgroup;
                 # it is idempotent, so a second pass removes what is left.
                 say(f"sim down failed for {sorted(down.failed)} ({'; '.join(down.failed.values())}); retrying once")
                 time.sleep(1.0)
-                down = sim_down(fleet, quiet)
+                down = sim_down(fleet)
                 if not down.ok:
                     say(f"WARNING: sim down left something: {down.failed}")
 

@@ -1,6 +1,6 @@
 """How noisy is the timing of whole builds on the simulated boards, and how many interleaved
 rounds and samples does a comparison need? The numbers behind `measurement.compare` in
-device_profiles/*.yaml (README, "Measurement").
+device_profiles/*.yaml (docs/measurement.md).
 
 What it does, through edgetune's own library:
 1. brings up its own simulated fleet: class `noise-avx512` (x86-avx512 profile, one board at

@@ -10,7 +10,9 @@ single-thread fp32 GEMM peak, and the time outside kernels as rows of their own.
 untuned build is profiled. --layout: the layout the model's convolutions are compiled in (as
 `models[].layout`; side_by_side.py --ablate-layout tunes the NHWC twin in the same database). Runs
 in this process on this machine, 1 thread for all (TVM, onnxruntime, OpenBLAS); writes
-bench/results/profile_MODEL[-nhwc].{json,md}.
+bench/results/profile_MODEL[-nhwc].{json,md}. A built artifact on a board of its class is
+profiled by `edgetune profile MODEL --class CLASS` (kernels timed one by one there); this script
+times each kernel inside whole model calls of a bytecode build, on the host.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def main() -> None:
     from tvm import relax
     import tvm.s_tir.meta_schedule as ms
 
-    from edgetune.artifact.profile import onnxruntime_profile, profile_vm, tvm_kernel_kinds
+    from edgetune.artifact.profile import profile_onnxruntime, profile_vm, tvm_kernel_kinds
     from edgetune.inventory.loader import load_profile
     from edgetune.inventory.schema import Model, ModelInput
     from edgetune.tune.database import ClassDatabasePaths, open_database
@@ -86,20 +88,8 @@ def main() -> None:
     tvm_profile = profile_vm(vm, entry, tensors, tvm_kernel_kinds(prepared, args.layout), args.calls)
 
     say(f"profiling onnxruntime: {args.calls} calls")
-    with tempfile.TemporaryDirectory(prefix="edgetune-ortprof-") as tmp:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tmp) / "ort")
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        for _ in range(args.calls + 1):  # the first (warm-up) run is left out of the rows
-            session.run(None, inputs)
-        ort_profile = onnxruntime_profile(Path(session.end_profiling()), skip_runs=1)
-    options.enable_profiling = False
-    ort_plain_ms = median_call_ms(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
-                                  inputs, args.calls)
+    ort_profile = profile_onnxruntime(path, inputs, args.calls)
+    ort_plain_ms = median_call_ms(single_thread_session(ort, path), inputs, args.calls)
     peak = max(gemm + gemm_gflops())  # the fastest call: other work on the machine only slows calls down
 
     report = {"model": args.model, "layout": args.layout, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -113,6 +103,15 @@ def main() -> None:
     text = markdown(report, tvm_profile, ort_profile)
     (args.results / f"{stem}.md").write_text(text)
     print(text)
+
+
+def single_thread_session(ort, path: Path):
+    """An unprofiled onnxruntime session set up as `profile_onnxruntime`'s (1 thread, sequential)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def median_call_ms(session, inputs, calls: int) -> float:

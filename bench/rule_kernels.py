@@ -175,7 +175,7 @@ def tune(mod: tvm.IRModule, target, trials: int, work: Path) -> list[ms.database
     context = ms.TuneContext(
         mod=mod, target=target, space_generator="post-order-apply",
         search_strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=search.population_size, init_measured_ratio=search.init_measured_ratio,
+            population_size=search.population_for(TRIALS_PER_ROUND), init_measured_ratio=search.init_measured_ratio,
             genetic_num_iters=search.genetic_num_iters),
         task_name="kernel", num_threads=1, rand_state=search.seed,
     )  # fmt: skip

@@ -78,8 +78,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ablate-layout", action="store_true",
                         help=f"also tune every model with layout: NHWC and time it as '{ABLATIONS['tuned-nhwc']}' "
                              "in the same rounds (doubles the tuning)")
-    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
-                        help="models[].layout of every model's main rows (default NCHW, the graph as it is)")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC", "auto"), default="NCHW",
+                        help="models[].layout of every model's main rows (default NCHW, the graph as it is; "
+                             "auto: chosen per model as a user's default fleet would)")
     parser.add_argument("--threads", type=int, default=1,
                         help="the board's cores (its cpu quota), the target's num-cores and the runtime threads of "
                              "TVM, onnxruntime and the GEMM peak (default 1)")
@@ -110,7 +111,7 @@ class ModelSpec:
         """The model in `layout`; with `ablate_layout`, its NHWC twin too. Integer models are NHWC only."""
         if layout == "NHWC" or self.entry.get("quantized_weights") == "integer":
             return [dict(self.entry, layout="NHWC")]
-        entries = [dict(self.entry)]
+        entries = [dict(self.entry, layout=layout)]
         if ablate_layout:
             entries.append(dict(self.entry, name=self.entry["name"] + NHWC_SUFFIX, layout="NHWC"))
         return entries
@@ -308,8 +309,8 @@ def time_stats(rounds: list[list[int]]) -> dict:
 
 def model_flops(built: Built) -> int | None:
     import onnx
+    from flops import total_flops
 
-    from edgetune.tune.models.flops import total_flops
     from edgetune.tune.models.onnx_import import preprocess
 
     if built.ort_model is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
 
 from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact_format.signing import init_keys
@@ -20,7 +19,6 @@ from edgetune.inventory import Fleet
 from edgetune.tune import TuneOptions, TuneResult, stop_requested, tune_fleet
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -48,32 +46,32 @@ class PipelineResult:
         return lines
 
 
-def run_pipeline(fleet: Fleet, progress: Progress = log.info) -> PipelineResult:
+def run_pipeline(fleet: Fleet) -> PipelineResult:
     """sim up (simulated boards only) -> fleet up -> tune -> keys -> build; then fleet down and
     sim down, always. Boards that fail to come up are reported; the others go on."""
     result = PipelineResult()
     simulated = bool(fleet.simulated_boards())
     try:
         if simulated:
-            progress("== sim up: creating the simulated boards")
-            result.failed_boards.update(sim_up(fleet, progress).failed)
-        progress("== fleet up: tracker and rpc_servers")
-        result.failed_boards.update(fleet_up(fleet, progress).failed)
-        progress("== tune")
+            log.info("== sim up: creating the simulated boards")
+            result.failed_boards.update(sim_up(fleet).failed)
+        log.info("== fleet up: tracker and rpc_servers")
+        result.failed_boards.update(fleet_up(fleet).failed)
+        log.info("== tune")
         result.tuning = tune_fleet(fleet, TuneOptions())
         for line in _tuning_lines(result.tuning):
-            progress(line)
+            log.info(line)
         if stop_requested():
             raise Interrupted("stopped on request during tuning: every measured trial is kept and nothing was "
                               "built; run `make tune-fleet` again to go on from there")
-        _ensure_keys(fleet, progress)
-        progress("== build: artifacts, measured on the boards, signed")
-        result.build = build_artifacts(fleet, progress=progress)
+        _ensure_keys(fleet)
+        log.info("== build: artifacts, measured on the boards, signed")
+        result.build = build_artifacts(fleet)
     finally:
-        progress("== fleet down")
-        fleet_down(fleet, progress)
+        log.info("== fleet down")
+        fleet_down(fleet)
         if simulated:
-            sim_down(fleet, progress)
+            sim_down(fleet)
     return result
 
 
@@ -86,11 +84,11 @@ def _tuning_lines(tuning: TuneResult) -> list[str]:
     ]
 
 
-def _ensure_keys(fleet: Fleet, progress: Progress) -> None:
+def _ensure_keys(fleet: Fleet) -> None:
     """The signing key, the fleet CA and the server certificate: what is missing is made."""
     settings = fleet.artifacts
     if not settings.signing_key.exists():
         pair = init_keys(settings.signing_key, settings.public_key, settings.dir)
-        progress(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")
+        log.info(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")
     for line in ensure_tls(fleet):
-        progress(line)
+        log.info(line)

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from edgetune.fleet.board import board_requirements
+from edgetune.fleet.on_board import board_requirements
 
 CACHE = Path.home() / ".cache" / "edgetune"
 BASE_PYTHON = shutil.which("python3") or "/usr/bin/python3"

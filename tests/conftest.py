@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sim_checks import running
+from fleet_marker import starts_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8
@@ -64,6 +67,15 @@ deploy:
 """
 
 
+def pytest_collection_modifyitems(items):
+    """Mark `fleet` every test that needs a fixture marked `starts_fleet` (tests/fleet_marker.py)."""
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        if definitions and any(getattr(d.func, "starts_fleet", False)
+                               for defs in definitions.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.fleet)
+
+
 def _take_slot(lock_dir: Path):
     """Lock the first free slot; the open lock file keeps it until the session ends. A slot
     whose bridge exists without a lock holder was left by a killed session: it is skipped,
@@ -93,6 +105,7 @@ def write_fleet_yaml(directory: Path, slot: int) -> Path:
 
 
 @pytest.fixture
+@starts_fleet
 def spare_fleet_yaml(tmp_path):
     """A fleet.yaml like sim_fleet's on a slot of its own, for tests that create and destroy
     a fleet themselves (nothing is started here)."""
@@ -104,6 +117,7 @@ def spare_fleet_yaml(tmp_path):
 
 
 @pytest.fixture(scope="module")
+@starts_fleet
 def sim_slot():
     """A simulated-fleet slot for a module that builds a fleet of its own: its number N."""
     slot, lock = _take_slot(Path("/tmp"))
@@ -114,6 +128,7 @@ def sim_slot():
 
 
 @pytest.fixture(scope="session")
+@starts_fleet
 def sim_fleet(tmp_path_factory):
     """The loaded `Fleet` of a running simulated fleet: every board registered in its tracker."""
     from edgetune.fleet.errors import SimError
@@ -136,10 +151,12 @@ def sim_fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def built_fleet(sim_fleet, tmp_path_factory):
+def built_release(sim_fleet, tmp_path_factory):
     """`sim_fleet` with a store, keys and board directories of its own, in which mlp was tuned
     (the fleet's small budget, on the class's boards; the class databases are the fleet's) and
-    built for every class: real signed artifacts with baselines measured on the boards."""
+    built for every class: real signed artifacts with baselines measured on the boards. Returns
+    `BuiltRelease`. Shared by the session: a test that builds or tunes more works on a copy of
+    `as_built` (tests/artifact/test_artifact_build_sim.py's `built`)."""
     import dataclasses
 
     from edgetune.artifact.release import build_artifacts
@@ -158,4 +175,30 @@ def built_fleet(sim_fleet, tmp_path_factory):
         assert tuned.ok, tuned.error
     report = build_artifacts(fleet)
     assert report.ok, report.failures()
-    return fleet
+    return BuiltRelease(fleet, report, _keep_as_built(fleet, root / "as-built"))
+
+
+@pytest.fixture(scope="session")
+def built_fleet(built_release):
+    """The fleet of `built_release`: tuned, built, its artifacts signed and stored."""
+    return built_release.fleet
+
+
+@dataclass(frozen=True)
+class BuiltRelease:
+    fleet: object  # edgetune's Fleet
+    report: object  # the build's BuildReport
+    as_built: Path  # `work/` (databases, reports) and `artifacts/` as the build left them
+
+
+def _keep_as_built(fleet, directory: Path) -> Path:
+    """A copy of the class databases, tuning reports and store as they are now: what tests that
+    build into their own copy start from, whatever other tests add to the live ones later."""
+    from edgetune.inventory.workdir import Workdir
+
+    workdir = Workdir(fleet.workdir)
+    for device_class in fleet.device_classes:
+        for tuned in (workdir.database(device_class.name), workdir.reports(device_class.name)):
+            shutil.copytree(tuned, directory / "work" / tuned.relative_to(fleet.workdir))
+    shutil.copytree(fleet.artifacts.dir, directory / "artifacts")
+    return directory

@@ -22,12 +22,12 @@ def leftovers(fleet) -> list[str]:
 
 
 @contextmanager
-def running(fleet, register_timeout_s: float = 60.0, progress=None):
+def running(fleet, register_timeout_s: float = 60.0):
     """The fleet's simulated boards up and every board registered; all torn down after."""
     from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
 
     try:
-        simulated = sim_up(fleet, **({"progress": progress} if progress else {}))
+        simulated = sim_up(fleet)
         assert simulated.ok, f"sim up failed: {simulated.failed}"
         online = fleet_up(fleet, register_timeout_s=register_timeout_s)
         assert online.ok, f"fleet up failed: {online.failed}"

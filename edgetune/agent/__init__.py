@@ -6,8 +6,8 @@ light `edgetune.artifact` modules (manifest, codec, signing, files, verify, refe
 nothing of the host side (inventory, fleet, tune, deploy); of TVM only `tvm.runtime` (a
 runtime-only TVM build is enough). Modules, one role each:
 - `config`: agent.json (`AgentConfig`, `write_config` for the rollout), token, pinned key;
-- `layout`: the files under the root, the `current` link, the lock; `state`: state.json;
-- `board`: one installation (its config, pinned key, server, firmware fingerprint);
+- `file_tree`: the files under the root, the `current` link, the lock; `state`: state.json;
+- `installation`: one installation (its config, pinned key, server, firmware fingerprint);
 - `client`: the HTTP client of `edgetune serve`; `fetch`: download and accept an artifact;
 - `install`: install -> check (in a child process) -> commit, prune, rollback;
 - `status`; `run` and `runtime`: load, run and time a release (the only TVM users);

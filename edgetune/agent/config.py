@@ -11,7 +11,6 @@ a bad file naming the field at fault.
 
 from __future__ import annotations
 
-import json
 import re
 import ssl
 import stat
@@ -23,9 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.errors import AgentConfigError
-from edgetune.artifact_format.codec import canonical_bytes, from_json, to_json
+from edgetune.artifact_format.codec import canonical_bytes, load_versioned, to_json
 from edgetune.durable import write_atomic
-from edgetune.errors import ArtifactError
 
 CONFIG_NAME = "agent.json"
 CONFIG_SCHEMA = "edgetune.agent-config"
@@ -96,25 +94,15 @@ def load_config(root: Path) -> AgentConfig:
     """The validated configuration of the agent rooted at `root`."""
     path = Path(root) / CONFIG_NAME
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise AgentConfigError(
             f"{path}: missing; the operator's `edgetune rollout` writes it (wrong --root?)"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AgentConfigError(f"{path}: not readable JSON ({err})") from None
-    if not isinstance(raw, dict) or raw.get("schema") != CONFIG_SCHEMA:
-        raise AgentConfigError(f"{path}: schema: not an {CONFIG_SCHEMA} file")
-    if raw.get("schema_version") != CONFIG_SCHEMA_VERSION:
-        raise AgentConfigError(
-            f"{path}: schema_version: {raw.get('schema_version')!r} is not supported "
-            f"(this agent reads version {CONFIG_SCHEMA_VERSION}); update the agent"
-        )
-    fields = {k: v for k, v in raw.items() if k not in ("schema", "schema_version")}
-    try:
-        config = from_json(AgentConfig, fields)
-    except ArtifactError as err:
-        raise AgentConfigError(f"{path}: {str(err).removeprefix('$.').removeprefix('$: ')}") from None
+    except OSError as err:
+        raise AgentConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    config = load_versioned(AgentConfig, data, str(path), CONFIG_SCHEMA, CONFIG_SCHEMA_VERSION,
+                            error=AgentConfigError, reader="this agent")
     problems = config.problems()
     if problems:
         raise AgentConfigError(f"{path}: {'; '.join(problems)}")

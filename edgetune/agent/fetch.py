@@ -29,11 +29,11 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgetune.agent.board import Board
 from edgetune.agent.client import ArtifactServer, Offer
 from edgetune.agent.config import AgentConfig
 from edgetune.agent.errors import AgentError
-from edgetune.agent.layout import Layout, check_model_name
+from edgetune.agent.file_tree import FileTree, check_model_name
+from edgetune.agent.installation import Installation
 from edgetune.agent.state import ModelState, last_decision_serial, record_decision_serial
 from edgetune.artifact_format.codec import sha256_hex
 from edgetune.artifact_format.decision import Asked, Decision, check_decision
@@ -65,27 +65,27 @@ class Fetched:
 
 def fetch(root: Path, model: str, version: int | None = None, allow_downgrade: bool = False) -> Fetched:
     """The `fetch` verb: download and verify what the server offers (or `version`)."""
-    board = Board.open(root)
-    with board.layout.locked():
-        state = board.recover()
-        server = board.server()
-        offer = checked_offer(board, server, model, version)
-        return fetch_offer(board, server, offer, state.get(model), allow_downgrade)
+    installation = Installation.open(root)
+    with installation.tree.locked():
+        state = installation.recover()
+        server = installation.server()
+        offer = checked_offer(installation, server, model, version)
+        return fetch_offer(installation, server, offer, state.get(model), allow_downgrade)
 
 
 def fetch_offer(
-    board: Board, server: ArtifactServer, offer: Offer, state: ModelState | None, allow_downgrade: bool
+    installation: Installation, server: ArtifactServer, offer: Offer, state: ModelState | None, allow_downgrade: bool
 ) -> Fetched:
     """Steps 2-4 of the module docstring for a `checked_offer` (the caller holds the lock)."""
     refuse_downgrade(state, offer.version, allow_downgrade)
-    key = board.public_key()
+    key = installation.public_key()
     manifest_bytes = server.get_bytes(offer.manifest_url)
     if sha256_hex(manifest_bytes) != offer.manifest_sha256:
         raise AgentError(f"{offer.manifest_url}: its sha256 is not the one the offer announced; refused")
     signature_bytes = server.get_bytes(offer.signature_url)
     manifest = signed_manifest(key, manifest_bytes, signature_bytes)
-    accept_manifest(board.config, manifest, offer.model, offer.version)
-    tarball = board.layout.tarball(offer.model, offer.version)
+    accept_manifest(installation.config, manifest, offer.model, offer.version)
+    tarball = installation.tree.tarball(offer.model, offer.version)
     if tarball.exists():
         try:
             verify_download(key, tarball, manifest_bytes)
@@ -93,7 +93,7 @@ def fetch_offer(
         except ArtifactError:
             tarball.unlink()  # damaged, or of another signed manifest: download it again
     refuse_oversized(offer, manifest, (len(manifest_bytes), len(signature_bytes)))
-    resumed_from = _download(board.layout, server, offer, manifest)
+    resumed_from = _download(installation.tree, server, offer, manifest)
     try:
         verify_download(key, tarball, manifest_bytes)
     except ArtifactError:
@@ -102,26 +102,26 @@ def fetch_offer(
     return Fetched(offer.model, offer.version, tarball, manifest, reused=False, resumed_from=resumed_from)
 
 
-def _download(layout: Layout, server: ArtifactServer, offer: Offer, manifest: Manifest) -> int:
+def _download(tree: FileTree, server: ArtifactServer, offer: Offer, manifest: Manifest) -> int:
     """Download (or resume) the offered tarball to its `.part`, then rename it complete;
     returns the bytes that were already there."""
-    layout.downloads.mkdir(parents=True, exist_ok=True)
-    partial, etag = layout.partial(offer.model, offer.version), layout.partial_etag(offer.model, offer.version)
-    _remove_stale_partials(layout, offer)
-    refuse_without_room(layout, offer, manifest)
+    tree.downloads.mkdir(parents=True, exist_ok=True)
+    partial, etag = tree.partial(offer.model, offer.version), tree.partial_etag(offer.model, offer.version)
+    _remove_stale_partials(tree, offer)
+    refuse_without_room(tree, offer, manifest)
     progress = server.download(offer.tarball_url, partial, etag, offer.tarball_size)
-    tarball = layout.tarball(offer.model, offer.version)
+    tarball = tree.tarball(offer.model, offer.version)
     os.replace(partial, tarball)
     fsync_dir(tarball.parent)
     etag.unlink(missing_ok=True)
     return progress.resumed_from
 
 
-def _remove_stale_partials(layout: Layout, offer: Offer) -> None:
+def _remove_stale_partials(tree: FileTree, offer: Offer) -> None:
     """Partial downloads of the model's other versions, and of this one if it cannot be resumed
     (no ETag kept beside it, or longer than the offered tarball), are of no use."""
-    layout.remove_other_partials(offer.model, offer.version)
-    partial, etag = layout.partial(offer.model, offer.version), layout.partial_etag(offer.model, offer.version)
+    tree.remove_other_partials(offer.model, offer.version)
+    partial, etag = tree.partial(offer.model, offer.version), tree.partial_etag(offer.model, offer.version)
     if partial.exists() and (not etag.exists() or partial.stat().st_size > offer.tarball_size):
         partial.unlink()
         etag.unlink(missing_ok=True)
@@ -135,34 +135,34 @@ def refuse_oversized(offer: Offer, manifest: Manifest, head_sizes: tuple[int, in
                          "signed manifest's files can pack into; refused before downloading it")
 
 
-def refuse_without_room(layout: Layout, offer: Offer, manifest: Manifest) -> None:
+def refuse_without_room(tree: FileTree, offer: Offer, manifest: Manifest) -> None:
     """The agent root's filesystem must hold the rest of the download, its unpacked files and
     `DISK_MARGIN_BYTES`; refused before the first byte otherwise."""
-    partial = layout.partial(offer.model, offer.version)
+    partial = tree.partial(offer.model, offer.version)
     to_download = offer.tarball_size - (partial.stat().st_size if partial.exists() else 0)
     unpacked = sum(entry.size for entry in manifest.files)
-    needed, free = to_download + unpacked + DISK_MARGIN_BYTES, shutil.disk_usage(layout.downloads).free
+    needed, free = to_download + unpacked + DISK_MARGIN_BYTES, shutil.disk_usage(tree.downloads).free
     if needed > free:
         raise AgentError(
-            f"{layout.root}: its filesystem has {free} bytes free; v{offer.version} of {offer.model} needs {needed} "
+            f"{tree.root}: its filesystem has {free} bytes free; v{offer.version} of {offer.model} needs {needed} "
             f"({to_download} to download, {unpacked} unpacked, {DISK_MARGIN_BYTES} to spare): refused before "
-            f"downloading; free some space there (old downloads are in {layout.downloads}), then run again"
+            f"downloading; free some space there (old downloads are in {tree.downloads}), then run again"
         )
 
 
-def checked_offer(board: Board, server: ArtifactServer, model: str, version: int | None) -> Offer:
+def checked_offer(installation: Installation, server: ArtifactServer, model: str, version: int | None) -> Offer:
     """Step 1: the server's offer, if its signed decision is for this board, its class, the
     model asked and the version asked (if one was), fresh, and what the offer says. The caller
     holds the board's lock (the decision's serial is recorded)."""
-    config = board.config
+    config = installation.config
     offer = server.offer(config.board, check_model_name(model), version)
-    asked = Asked(config.board, config.device_class, model, version, last_decision_serial(board.layout))
+    asked = Asked(config.board, config.device_class, model, version, last_decision_serial(installation.tree))
     try:
-        decision = check_decision(board.public_key(), offer.decision, offer.decision_signature, asked, time.time())
+        decision = check_decision(installation.public_key(), offer.decision, offer.decision_signature, asked, time.time())
     except ArtifactError as err:
         raise AgentError(str(err)) from None
     refuse_unsigned_change(offer, decision)
-    record_decision_serial(board.layout, decision.serial)
+    record_decision_serial(installation.tree, decision.serial)
     return offer
 
 

@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import edgetune
-from edgetune.agent.board import Board
 from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
+from edgetune.agent.file_tree import check_model_name
 from edgetune.agent.guard import SwitchGuard
-from edgetune.agent.layout import check_model_name
+from edgetune.agent.installation import Installation
 from edgetune.agent.state import ModelState, activated, save_state
 from edgetune.artifact_format.files import open_archive, unpack_tarball
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
@@ -70,28 +70,28 @@ class ChangeRecord:
 
 
 class _Change:
-    """One install or rollback under way: the board, the model's state, the version aimed at,
+    """One install or rollback under way: the installation, the model's state, the version aimed at,
     and the guard that may stop it before the switch."""
 
-    def __init__(self, board: Board, model: str, state: dict[str, ModelState], guard: SwitchGuard):
-        self.board, self.model, self.state, self.guard = board, model, state, guard
+    def __init__(self, installation: Installation, model: str, state: dict[str, ModelState], guard: SwitchGuard):
+        self.installation, self.model, self.state, self.guard = installation, model, state, guard
         self.from_version = state[model].version if model in state else None
         self.to_version: int | None = None
 
     def record(self, result: str, error: str | None = None) -> ChangeRecord:
-        return ChangeRecord(self.board.config.board, self.model, self.from_version, self.to_version, result, error)
+        return ChangeRecord(self.installation.config.board, self.model, self.from_version, self.to_version, result, error)
 
     def activate(self, version: int | None) -> None:
         """Switch `current` (atomic), then record it in state.json (atomic). If the state cannot
         be written (a full disk), switch back: a failed change leaves the board as it was."""
-        layout = self.board.layout
-        state = {**self.state, self.model: activated(self.state.get(self.model), version, self.board.firmware)}
+        tree = self.installation.tree
+        state = {**self.state, self.model: activated(self.state.get(self.model), version, self.installation.firmware)}
         self.guard.commit()
-        layout.switch_current(self.model, version)
+        tree.switch_current(self.model, version)
         try:
-            save_state(layout, state)
+            save_state(tree, state)
         except BaseException:
-            layout.switch_current(self.model, self.from_version)
+            tree.switch_current(self.model, self.from_version)
             raise
         self.state = state
 
@@ -102,12 +102,12 @@ def install(
     """The `install` verb: what the server offers (or `version`), fetched and installed."""
 
     def from_server(change: _Change) -> ChangeRecord:
-        server = change.board.server()
-        offer = checked_offer(change.board, server, model, version)
+        server = change.installation.server()
+        offer = checked_offer(change.installation, server, model, version)
         change.to_version = offer.version
         if offer.version == change.from_version:
             return change.record("unchanged")
-        fetched = fetch_offer(change.board, server, offer, change.state.get(model), allow_downgrade)
+        fetched = fetch_offer(change.installation, server, offer, change.state.get(model), allow_downgrade)
         return _install_verified(change, fetched.tarball, offer.version, allow_downgrade)
 
     return _run_change(root, model, from_server, guard)
@@ -132,7 +132,7 @@ def rollback(
                 return change.record("unchanged")
             change.activate(None)
             return change.record("deactivated")
-        kept = change.board.layout.kept_versions(model)
+        kept = change.installation.tree.kept_versions(model)
         target = to if to is not None else _newest_below(kept, change.from_version)
         if target is None:
             raise AgentError(f"no kept release of {model} below v{change.from_version} to roll back to "
@@ -143,9 +143,9 @@ def rollback(
         if target not in kept:
             raise AgentError(f"v{target} of {model} is not kept on this board (kept: {_versions(kept)}); "
                              f"install it with `install --version {target} --allow-downgrade`")
-        release = change.board.layout.release(model, target)
-        accept_manifest(change.board.config, verify_artifact(release, change.board.public_key()), model, target)
-        check_in_child(change.board, release)
+        release = change.installation.tree.release(model, target)
+        accept_manifest(change.installation.config, verify_artifact(release, change.installation.public_key()), model, target)
+        check_in_child(change.installation, release)
         change.activate(target)
         return change.record("rolled_back")
 
@@ -155,11 +155,11 @@ def rollback(
 def _run_change(root: Path, model: str, action, guard: SwitchGuard | None) -> ChangeRecord:
     """Run `action` with the lock held, after recovering from killed runs, under `guard`;
     failures (a stop by the guard too) as data."""
-    board = Board.open(root)
+    installation = Installation.open(root)
     check_model_name(model)
     guard = guard or SwitchGuard()
-    with guard, board.layout.locked():
-        change = _Change(board, model, board.recover(), guard)
+    with guard, installation.tree.locked():
+        change = _Change(installation, model, installation.recover(), guard)
         try:
             return action(change)
         except AgentConfigError:
@@ -171,30 +171,30 @@ def _run_change(root: Path, model: str, action, guard: SwitchGuard | None) -> Ch
 def _install_verified(
     change: _Change, tarball: Path, expected_version: int | None, allow_downgrade: bool
 ) -> ChangeRecord:
-    board, model = change.board, change.model
-    key = board.public_key()
+    installation, model = change.installation, change.model
+    key = installation.public_key()
     manifest_bytes, signature_bytes = tarball_head(tarball)
     manifest = signed_manifest(key, manifest_bytes, signature_bytes)
-    accept_manifest(board.config, manifest, model, expected_version)
+    accept_manifest(installation.config, manifest, model, expected_version)
     version = change.to_version = manifest.version
     if version == change.from_version:
         return change.record("unchanged")
     refuse_downgrade(change.state.get(model), version, allow_downgrade)
-    staging = board.layout.new_staging(model, version)
+    staging = installation.tree.new_staging(model, version)
     try:
         unpack_tarball(tarball, staging)
         write_atomic(staging / MANIFEST_NAME, manifest_bytes)
         write_atomic(staging / SIGNATURE_NAME, signature_bytes)
         verify_artifact(staging, key)
-        check_in_child(board, staging)
-        board.layout.place_release(model, version, staging)
+        check_in_child(installation, staging)
+        installation.tree.place_release(model, version, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     change.activate(version)
     try:
-        if tarball.parent == board.layout.downloads:
-            board.layout.remove_download(model, version)
-        prune(board, model, change.state[model])
+        if tarball.parent == installation.tree.downloads:
+            installation.tree.remove_download(model, version)
+        prune(installation, model, change.state[model])
     except OSError:
         pass  # installed all the same; the next install prunes again
     return change.record("installed")
@@ -213,28 +213,28 @@ def tarball_head(tarball: Path) -> tuple[bytes, bytes]:
         raise AgentError(f"{err}; refused") from None
 
 
-def prune(board: Board, model: str, state: ModelState) -> list[int]:
+def prune(installation: Installation, model: str, state: ModelState) -> list[int]:
     """Remove releases beyond the newest `keep_releases` (the current and previous ones always
     stay); returns the versions removed."""
-    kept = board.layout.kept_versions(model)
+    kept = installation.tree.kept_versions(model)
     protected = {v for v in (state.version, state.previous) if v in kept}
     others = sorted((v for v in kept if v not in protected), reverse=True)
-    removed = others[max(0, board.config.keep_releases - len(protected)) :]
+    removed = others[max(0, installation.config.keep_releases - len(protected)) :]
     for version in removed:
-        board.layout.remove_release(model, version)
-        board.layout.remove_download(model, version)
+        installation.tree.remove_release(model, version)
+        installation.tree.remove_download(model, version)
     return removed
 
 
-def check_in_child(board: Board, directory: Path) -> None:
+def check_in_child(installation: Installation, directory: Path) -> None:
     """Run the reference check of `directory` in a child process (this agent's `check` verb);
     AgentError saying why if it fails, crashes or hangs. The child does not get this run's
     stdin (the channel a guard watches); a guard's stop kills it."""
-    command = [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, "--root", str(board.root), "check", "--json",
+    command = [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, "--root", str(installation.root), "check", "--json",
                "--dir", str(directory)]  # fmt: skip
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              env=_child_env(board))  # fmt: skip
+                              env=_child_env(installation))  # fmt: skip
     except subprocess.TimeoutExpired:
         raise AgentError(f"the reference check did not finish within {CHECK_TIMEOUT_S:g} s; refused") from None
     if done.returncode < 0:
@@ -247,9 +247,9 @@ def check_in_child(board: Board, directory: Path) -> None:
     raise AgentError(f"the reference check failed: {reason}; refused")
 
 
-def _child_env(board: Board) -> dict[str, str]:
+def _child_env(installation: Installation) -> dict[str, str]:
     env = dict(os.environ)
-    env.setdefault("TVM_NUM_THREADS", str(board.config.threads))
+    env.setdefault("TVM_NUM_THREADS", str(installation.config.threads))
     env.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the check needs only TVM's runtime, which loads faster
     return env
 

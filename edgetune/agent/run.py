@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgetune.agent.board import Board
 from edgetune.agent.errors import AgentError
-from edgetune.agent.layout import check_model_name
+from edgetune.agent.file_tree import check_model_name
+from edgetune.agent.installation import Installation
 from edgetune.agent.runtime import LoadedRelease, TimingSettings
 from edgetune.artifact_format.reference import read_npz
 from edgetune.artifact_format.verify import verify_artifact
@@ -55,14 +55,14 @@ def run_current(
 ) -> RunReport:
     """Run (and time, unless `timing.repeat` is 0) the current release of `model`; its files
     are verified against the pinned key first."""
-    board = Board.open(root)
-    version = board.layout.current_version(check_model_name(model))
+    installation = Installation.open(root)
+    version = installation.tree.current_version(check_model_name(model))
     if version is None:
-        raise AgentError(f"no release of {model} is active on {board.config.board}: install one first")
-    directory = board.layout.release(model, version)
-    verify_artifact(directory, board.public_key())
+        raise AgentError(f"no release of {model} is active on {installation.config.board}: install one first")
+    directory = installation.tree.release(model, version)
+    verify_artifact(directory, installation.public_key())
     given = _read_input(input_path) if input_path else None
-    os.environ.setdefault("TVM_NUM_THREADS", str(board.config.threads))
+    os.environ.setdefault("TVM_NUM_THREADS", str(installation.config.threads))
     try:
         release = LoadedRelease(directory)
         outputs = release.run(given if given is not None else release.reference_input())
@@ -71,7 +71,7 @@ def run_current(
     except (RuntimeError, ValueError) as err:  # TVM's errors are RuntimeErrors
         raise AgentError(f"{model} v{version} cannot run on this board: {type(err).__name__}: {err}") from None
     return RunReport(
-        board=board.config.board,
+        board=installation.config.board,
         model=model,
         version=version,
         input=str(input_path) if input_path else "reference",

@@ -17,21 +17,27 @@ release ever placed on the board, so a replayed older (validly signed) version i
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Callable
+from pathlib import Path
+from typing import TypeVar
 
 from edgetune.agent.errors import AgentError
-from edgetune.agent.layout import Layout
-from edgetune.artifact_format.codec import canonical_bytes, from_json, to_json
+from edgetune.agent.file_tree import FileTree
+from edgetune.artifact_format.codec import (
+    canonical_bytes,
+    load_versioned,
+    rule,
+    to_json,
+)
 from edgetune.durable import write_atomic
-from edgetune.errors import ArtifactError
 
 STATE_SCHEMA = "edgetune.agent-state"
 STATE_SCHEMA_VERSION = 1
 DECISIONS_SCHEMA = "edgetune.agent-decisions"
 DECISIONS_SCHEMA_VERSION = 1
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,26 +54,41 @@ def utc_iso(timestamp: float | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def load_state(layout: Layout) -> dict[str, ModelState]:
+@dataclass(frozen=True)
+class AgentState:
+    """state.json without its version keys."""
+
+    models: Mapping[str, ModelState]
+
+
+@dataclass(frozen=True)
+class AcceptedDecisions:
+    """decisions.json without its version keys."""
+
+    last_serial: int = rule(minimum=0)
+
+
+def load_state(layout: FileTree) -> dict[str, ModelState]:
+    damaged = "it is only replaced atomically, so the disk or someone else damaged it: restore it, or remove it to start over"
+    state = _read(layout.state, AgentState, STATE_SCHEMA, STATE_SCHEMA_VERSION, damaged)
+    return dict(state.models) if state else {}
+
+
+def _read(path: Path, cls: type[T], schema: str, version: int, damaged: str) -> T | None:
+    """The record in `path`, None if there is none; a damaged file names what to do."""
     try:
-        raw = json.loads(layout.state.read_bytes().decode("utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AgentError(f"{layout.state}: unreadable ({err}); it is only replaced atomically, so the disk "
-                         "or someone else damaged it: restore it, or remove it to start over") from None
-    if not isinstance(raw, dict) or (raw.get("schema"), raw.get("schema_version")) != (STATE_SCHEMA, STATE_SCHEMA_VERSION):
-        raise AgentError(f"{layout.state}: not an {STATE_SCHEMA} version {STATE_SCHEMA_VERSION} file")
-    models = raw.get("models")
-    if not isinstance(models, dict):
-        raise AgentError(f"{layout.state}: models: expected an object")
+        return None
+    except OSError as err:
+        raise AgentError(f"{path}: unreadable ({err.strerror}); {damaged}") from None
     try:
-        return {name: from_json(ModelState, entry) for name, entry in models.items()}
-    except ArtifactError as err:
-        raise AgentError(f"{layout.state}: {err}") from None
+        return load_versioned(cls, data, str(path), schema, version, error=AgentError, reader="this agent")
+    except AgentError as err:
+        raise AgentError(f"{err}; {damaged}") from None
 
 
-def save_state(layout: Layout, models: dict[str, ModelState]) -> None:
+def save_state(layout: FileTree, models: dict[str, ModelState]) -> None:
     data = {"schema": STATE_SCHEMA, "schema_version": STATE_SCHEMA_VERSION, "models": to_json(models)}
     write_atomic(layout.state, canonical_bytes(data))
 
@@ -83,7 +104,7 @@ def activated(old: ModelState | None, version: int | None, firmware: str, since:
     )
 
 
-def reconcile(layout: Layout, models: dict[str, ModelState], firmware: Callable[[], str]) -> dict[str, ModelState]:
+def reconcile(layout: FileTree, models: dict[str, ModelState], firmware: Callable[[], str]) -> dict[str, ModelState]:
     """The state as the links and releases on disk say it is (see the module docstring)."""
     result = dict(models)
     for model in sorted(set(models) | set(layout.models())):
@@ -98,24 +119,14 @@ def reconcile(layout: Layout, models: dict[str, ModelState], firmware: Callable[
     return result
 
 
-def last_decision_serial(layout: Layout) -> int:
+def last_decision_serial(layout: FileTree) -> int:
     """The highest decision serial this board accepted (0: none yet)."""
-    try:
-        raw = json.loads(layout.decisions.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return 0
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AgentError(f"{layout.decisions}: unreadable ({err}); restore it, or remove it to accept the "
-                         "server's next decision whatever its serial") from None  # fmt: skip
-    if not isinstance(raw, dict) or (raw.get("schema"), raw.get("schema_version")) != (DECISIONS_SCHEMA, DECISIONS_SCHEMA_VERSION):
-        raise AgentError(f"{layout.decisions}: not an {DECISIONS_SCHEMA} version {DECISIONS_SCHEMA_VERSION} file")
-    serial = raw.get("last_serial")
-    if not isinstance(serial, int) or isinstance(serial, bool) or serial < 0:
-        raise AgentError(f"{layout.decisions}: last_serial: expected a serial number")
-    return serial
+    damaged = "restore it, or remove it to accept the server's next decision whatever its serial"
+    accepted = _read(layout.decisions, AcceptedDecisions, DECISIONS_SCHEMA, DECISIONS_SCHEMA_VERSION, damaged)
+    return accepted.last_serial if accepted else 0
 
 
-def record_decision_serial(layout: Layout, serial: int) -> None:
+def record_decision_serial(layout: FileTree, serial: int) -> None:
     """Remember `serial` as the highest accepted (the caller holds the board's lock)."""
     data = {"schema": DECISIONS_SCHEMA, "schema_version": DECISIONS_SCHEMA_VERSION, "last_serial": serial}
     write_atomic(layout.decisions, canonical_bytes(data))

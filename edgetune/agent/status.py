@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgetune.agent.board import Board
+from edgetune.agent.installation import Installation
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ModelStatus:
 
 
 @dataclass(frozen=True)
-class BoardStatus:
+class InstallationStatus:
     board: str
     device_class: str
     firmware: str  # the firmware fingerprint now
@@ -38,13 +38,13 @@ class BoardStatus:
         return [f"{self.board} ({self.device_class}), firmware: {self.firmware}", *(rows or ["  no model installed"])]
 
 
-def status(root: Path) -> BoardStatus:
+def status(root: Path) -> InstallationStatus:
     """The board's status (read-only: a run in progress is not disturbed)."""
-    board = Board.open(root)
-    state = board.current_state()
+    installation = Installation.open(root)
+    state = installation.current_state()
     models = {
         name: ModelStatus(entry.version, entry.since, entry.firmware, entry.previous, entry.highest_installed,
-                          tuple(board.layout.kept_versions(name)))
+                          tuple(installation.tree.kept_versions(name)))
         for name, entry in state.items()
     }
-    return BoardStatus(board.config.board, board.config.device_class, board.firmware, models)
+    return InstallationStatus(installation.config.board, installation.config.device_class, installation.firmware, models)

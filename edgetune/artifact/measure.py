@@ -34,7 +34,7 @@ from tvm import relax, rpc
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import Timing
 from edgetune.errors import EdgetuneError
-from edgetune.fleet.board import read_firmware
+from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import GroupResult
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import RpcEndpoint, board_sessions
@@ -110,13 +110,6 @@ def compare_on_board(
     return {label: RunResult(timings[label], outputs[label]) for label in libraries}
 
 
-def run_library(
-    session: rpc.RPCSession, library: Path, entry: str, args: Sequence[np.ndarray], measurement: Measurement
-) -> RunResult:
-    """One library on one board: its outputs and `rounds` x `repeat` samples."""
-    return compare_on_board(session, {"library": library}, entry, args, measurement)["library"]
-
-
 def time_interleaved(
     vms: Mapping[str, relax.VirtualMachine], dev, entry: str, measurement: Measurement
 ) -> dict[str, Timing]:
@@ -131,7 +124,7 @@ def interleave(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int)
     """Call every timer once per round, taking turns: in label order in even rounds, in
     reverse order in odd ones (A B, B A, A B ...), so that neither goes first every time.
     Turns follow each other without a pause (a random pause before each turn was tried and made
-    throttled boards worse: README, "Measurement"). Returns all samples per label, in order."""
+    throttled boards worse: docs/measurement.md). Returns all samples per label, in order."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     labels = list(timers)

@@ -17,12 +17,14 @@ import bisect
 import json
 import math
 import statistics
+import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
+import numpy as np
 import tvm
 
 BUILTIN_PREFIX = "vm.builtin."
@@ -37,7 +39,9 @@ class KernelRow:
     name: str
     kind: str
     flops: int  # in one model call (all its calls); 0: not counted (onnxruntime nodes, other kinds)
-    ms: float  # time per model call, median over calls
+    ms: float  # time per model call (all its calls), median over calls
+    calls: int = 1  # calls per model call (a TVM kernel may serve several layers of one shape)
+    op: str = ""  # onnxruntime's operator (op_name) of a node; "" for TVM kernels
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,13 @@ def _kernel_row(symbol: str, kinds: dict[str, tuple[str, int]], calls: int, ms: 
     """A built kernel's row: its FLOPs in one model call are its `calls` calls' FLOPs (a model
     may call one kernel for several layers of the same shape). The tuned build calls a kernel
     whose weights were pre-packed by its prepared name plus PREPACKED_SUFFIX."""
-    kind, flops = kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
-    return KernelRow(symbol, kind, flops * calls, ms)
+    kind, flops = kernel_kind(symbol, kinds)
+    return KernelRow(symbol, kind, flops * calls, ms, calls)
+
+
+def kernel_kind(symbol: str, kinds: dict[str, tuple[str, int]]) -> tuple[str, int]:
+    """(kind, FLOPs of one call) of a built kernel, found by its prepared name."""
+    return kinds.get(symbol) or kinds.get(symbol.removesuffix(PREPACKED_SUFFIX), (OTHER, 0))
 
 
 def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:
@@ -159,23 +168,43 @@ def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:
         raise ValueError(f"{profile_json}: {len(runs)} model_run events, {skip_runs} to skip")
     starts = [ts for ts, _ in runs]
     per_run: list[dict[str, float]] = [{} for _ in runs]
-    kinds: dict[str, str] = {}
+    kinds: dict[str, tuple[str, str]] = {}  # node: (kind, op)
     for event in events:
         if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
             continue
         name = event["name"][: -len("_kernel_time")]
-        kinds.setdefault(name, _ort_kind(event.get("args", {})))
+        args = event.get("args", {})
+        kinds.setdefault(name, (_ort_kind(args), args.get("op_name", "")))
         run = bisect.bisect_right(starts, event["ts"]) - 1
         if run >= skip_runs:
             per_run[run][name] = per_run[run].get(name, 0) + event["dur"]
     counted = per_run[skip_runs:]
-    rows = sorted((KernelRow(name, kind, 0, statistics.median(r.get(name, 0) for r in counted) / 1e3)
-                   for name, kind in kinds.items()), key=lambda row: -row.ms)
+    rows = sorted((KernelRow(name, kind, 0, statistics.median(r.get(name, 0) for r in counted) / 1e3, op=op)
+                   for name, (kind, op) in kinds.items()), key=lambda row: -row.ms)
     return ModelProfile(tuple(rows), statistics.median(dur for _, dur in runs[skip_runs:]) / 1e3, 0.0)
 
 
+def profile_onnxruntime(onnx_path: Path, inputs: Mapping[str, np.ndarray], runs: int, threads: int = 1) -> ModelProfile:
+    """onnxruntime's per-node profile of the model at `onnx_path` in this process: `runs`
+    profiled runs after one warm-up run (left out), `threads` intra-op threads, sequential,
+    default graph optimizations, CPU provider."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="edgetune-ortprof-") as tmp:
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            session.run(None, dict(inputs))
+        return onnxruntime_profile(Path(session.end_profiling()), skip_runs=1)
+
+
 def _shapes(args: dict, key: str) -> list[list[int]]:
-    return [list(entry.values())[0] for entry in args.get(key, [])]
+    return [next(iter(entry.values())) for entry in args.get(key, [])]
 
 
 def _ort_kind(args: dict) -> str:

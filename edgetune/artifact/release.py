@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import tvm
@@ -65,18 +65,17 @@ from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
+from edgetune.tune.models import entry_function, import_model, reference_inputs, reference_outputs, rounding_spread
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
 from edgetune.tune.target import build_target, missing_cross_compiler
 
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
 # board. Not 1: two loads of the very same library differed by up to 4 % on the simulated
 # boards, consistently, so an interval just above 1 does not mean the tuning did anything
-# (README, "Measurement").
+# (docs/measurement.md).
 GATE_MIN_SPEEDUP = 1.05
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,7 @@ class BuildOutcome:
     tasks_total: int | None = None
     library_mb: float | None = None
     error: str | None = None
+    layout: str | None = None  # the layout the model was compiled in and why ('NHWC: ...')
 
     @property
     def speedup(self) -> float | None:
@@ -105,7 +105,7 @@ class BuildOutcome:
 
     @classmethod
     def from_manifest(
-        cls, status: str, manifest: Manifest, path: Path | None, error: str | None = None
+        cls, status: str, manifest: Manifest, path: Path | None, error: str | None = None, layout: str | None = None
     ) -> "BuildOutcome":
         hits = manifest.record_hits
         speedups = board_speedups(manifest.boards)
@@ -123,6 +123,7 @@ class BuildOutcome:
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
             library_mb=next((f.size / 1e6 for f in manifest.files if f.path == LIBRARY_NAME), None),
             error=error,
+            layout=layout,
         )
 
 
@@ -160,6 +161,11 @@ class BuildReport:
         """One line per failed or refused pair: what happened and what to do."""
         return [f"{o.model} on {o.device_class}: {o.error}" for o in self.outcomes if o.error]
 
+    def layouts(self) -> list[str]:
+        """One line per model: the layout it was compiled in and why."""
+        chosen = {o.model: o.layout for o in self.outcomes if o.layout}
+        return [f"layout of {model}: {line}" for model, line in chosen.items()]
+
     def warnings(self) -> list[str]:
         """One line per artifact with kernels that found no tuning record (built, but untuned there)."""
         return [
@@ -186,7 +192,7 @@ def plan_builds(
 
 
 def build_artifacts(
-    fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = (), progress: Progress = log.info
+    fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = ()
 ) -> BuildReport:
     """Build every planned pair; fails fast only on what would fail them all (no key,
     unwritable store), before any build."""
@@ -196,16 +202,16 @@ def build_artifacts(
     key = load_private_key(fleet.artifacts.signing_key)
     outcomes = []
     for model, device_class in pairs:
-        progress(f"{model.name} on {device_class.name}:")
+        log.info(f"{model.name} on {device_class.name}:")
         try:
-            outcome = build_pair(fleet, model, device_class, store, key, progress)
+            outcome = build_pair(fleet, model, device_class, store, key)
         except EdgetuneError as err:
             outcome = BuildOutcome(model.name, device_class.name, "failed", error=str(err))
         except (RuntimeError, ValueError, OSError) as err:  # TVM and RPC errors are RuntimeErrors
             log.debug("%s on %s", model.name, device_class.name, exc_info=err)
             error = f"{type(err).__name__}: {err}"
             outcome = BuildOutcome(model.name, device_class.name, "failed", error=error)
-        progress(f"  {outcome.status}" + (f": {outcome.error}" if outcome.error else f" v{outcome.version}"))
+        log.info(f"  {outcome.status}" + (f": {outcome.error}" if outcome.error else f" v{outcome.version}"))
         outcomes.append(outcome)
     return BuildReport(tuple(outcomes))
 
@@ -237,25 +243,27 @@ class _Pair:
 
 
 def build_pair(
-    fleet: Fleet, model: Model, device_class: DeviceClass, store: ArtifactStore, key, progress: Progress
+    fleet: Fleet, model: Model, device_class: DeviceClass, store: ArtifactStore, key
 ) -> BuildOutcome:
     """Build one (model, class) unless its inputs equal the latest version's."""
     with tempfile.TemporaryDirectory(prefix="edgetune-build-") as tmp:
-        pair = _Pair(fleet, model, device_class, load_model(model), reference_inputs(model), Path(tmp))
+        imported = import_model(model)
+        pair = _Pair(fleet, model, device_class, imported.mod, reference_inputs(model), Path(tmp))
+        layout = imported.layout.line
         database_dir = tuning_inputs.snapshot_database(fleet, device_class.name, pair.work / DATABASE_DIR)
         inputs = _build_inputs(pair, database_dir)
         latest = store.latest(model.name, device_class.name)
         if latest is not None and latest.manifest.inputs_sha256 == inputs.digest():
-            return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path)
+            return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path, layout=layout)
         with store.stage(model.name, device_class.name) as staging:
-            manifest = _build_and_measure(pair, inputs, database_dir, staging, progress)
+            manifest = _build_and_measure(pair, inputs, database_dir, staging)
             emulated = [b.name for b in fleet.boards if b.emulated]
             refusal = gate_refusal(manifest, fleet.path, emulated)
             if refusal is not None:
-                return BuildOutcome.from_manifest("refused", manifest, None, error=refusal)
+                return BuildOutcome.from_manifest("refused", manifest, None, error=refusal, layout=layout)
             result = store.commit(staging, manifest, key)
     status = "built" if result.created else "unchanged"
-    return BuildOutcome.from_manifest(status, result.stored.manifest, result.stored.path)
+    return BuildOutcome.from_manifest(status, result.stored.manifest, result.stored.path, layout=layout)
 
 
 def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
@@ -294,7 +302,7 @@ def _passes_gate(speedup: RatioEstimate, emulated: bool) -> bool:
 
 
 def _build_and_measure(
-    pair: _Pair, inputs: BuildInputs, database_dir: Path, staging: Staging, progress: Progress
+    pair: _Pair, inputs: BuildInputs, database_dir: Path, staging: Staging
 ) -> Manifest:
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
@@ -305,18 +313,18 @@ def _build_and_measure(
     database = tuning_inputs.open_database(database_dir)
     prepared = prepare(pair.mod, target)
     coverage = count_tuned_tasks(prepared, database, target)
-    progress(f"  {coverage.tuned}/{coverage.total} kernels have a tuning record; building")
+    log.info(f"  {coverage.tuned}/{coverage.total} kernels have a tuning record; building")
     export = SharedLibraryExport(str(pair.work), profile.cross_compiler)
     library = staging.path / LIBRARY_NAME
     shutil.move(export(apply_database_and_build(prepared, database, target)), library)
-    progress(f"  {library_size(pair.model, library)}")
+    log.info(f"  {library_size(pair.model, library)}")
     untuned = Path(export(build_untuned(prepared, target)))
     expected = {f"output{i}": out for i, out in enumerate(reference_outputs(pair.model, pair.ref_inputs))}
     (staging.path / REFERENCE_INPUT_NAME).write_bytes(npz_bytes(pair.fed_inputs))
     (staging.path / EXPECTED_OUTPUT_NAME).write_bytes(npz_bytes(expected))
     shutil.copytree(database_dir, staging.path / DATABASE_DIR)
     tuning = tuning_inputs.copy_report(pair.fleet, pair.device_class.name, pair.model.name, staging.path / REPORT_DIR)
-    boards = _measure(pair, {"tuned": library, "untuned": untuned}, expected, progress)
+    boards = _measure(pair, {"tuned": library, "untuned": untuned}, expected)
     return Manifest.create(
         version=0,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -334,7 +342,7 @@ def _build_and_measure(
 
 
 def _measure(
-    pair: _Pair, libraries: dict[str, Path], expected: dict[str, np.ndarray], progress: Progress
+    pair: _Pair, libraries: dict[str, Path], expected: dict[str, np.ndarray]
 ) -> tuple[BoardResult, ...]:
     """Run the libraries on every board; any board failing to run or to match fails the pair."""
     fleet, device_class = pair.fleet, pair.device_class
@@ -342,7 +350,7 @@ def _measure(
     if not boards:
         raise ArtifactError(f"class {device_class.name} has no board to measure on: add one to {fleet.path}")
     compare_settings = device_class.profile.measurement.compare
-    progress(
+    log.info(
         f"  measuring on {len(boards)} boards: tuned and untuned in {compare_settings.rounds} interleaved rounds "
         f"of {compare_settings.repeat} samples (>= {compare_settings.min_repeat_ms} ms each)"
     )

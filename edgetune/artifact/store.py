@@ -172,10 +172,6 @@ class ArtifactStore:
         )
         return [StorePlace(m, c, v) for m, c in pairs for v in self.versions(m, c)]
 
-    def all_versions(self) -> list[StoredVersion]:
-        """Every complete version in the store, sorted by (model, class, version)."""
-        return [self.get(p.model, p.device_class, p.version) for p in self.places()]
-
     def servable_versions(self, model: str, device_class: str) -> list[int]:
         """The versions of (model, class) the artifact server may hand out, ascending."""
         return [v for v in self.versions(model, device_class) if self.servable(model, device_class, v) is not None]

@@ -17,6 +17,7 @@ from edgetune.cli import (
     import_cmd,
     keys_cmd,
     plan_cmd,
+    profile_cmd,
     pull_cmd,
     regress_cmd,
     rollout_cmd,
@@ -28,10 +29,12 @@ from edgetune.cli import (
 )
 from edgetune.errors import EdgetuneError
 
+CONSOLE_HANDLER = "edgetune-console"
+
 # In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
-    import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, tune_fleet_cmd,
-    serve_cmd, pull_cmd, rollout_cmd, regress_cmd,
+    import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, profile_cmd,
+    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, regress_cmd,
 )  # fmt: skip
 
 
@@ -47,11 +50,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record comes, not the one it was made with."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def log_to_console(verbose: bool) -> None:
+    """edgetune's messages (progress lines, warnings) as plain lines on stderr, apart from a
+    verb's result on stdout (its table or JSON); other libraries' from WARNING on. With
+    `--verbose`, every logger's debug messages too. Calling it again replaces its handler."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == CONSOLE_HANDLER]:
+        root.removeHandler(handler)
+    console = _CurrentStderr()
+    console.set_name(CONSOLE_HANDLER)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    root.addHandler(console)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logging.getLogger("edgetune").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr
-    )
+    log_to_console(args.verbose)
     try:
         return int(args.func(args) or 0)
     except EdgetuneError as err:

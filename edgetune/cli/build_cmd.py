@@ -29,6 +29,8 @@ def drive_build(args: argparse.Namespace) -> int:
 
     report = build_artifacts(load_checked_fleet(args), classes=args.classes, models=args.models)
     print(report.table())
+    for line in report.layouts():
+        print(line)
     for line in report.warnings():
         print(f"warning: {line}")
     for line in report.failures():

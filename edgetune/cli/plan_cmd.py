@@ -1,6 +1,7 @@
 """`edgetune plan`: print what `tune-fleet` would do and how long its tuning takes at the trial
-rate earlier runs measured, touching no machine (`edgetune tune --dry-run` imports the models
-and counts their tasks and the trials already done)."""
+rate earlier runs measured, and each model's layout and why, touching no machine (models with
+`layout: auto` are imported to choose it; `edgetune tune --dry-run` imports the models and
+counts their tasks and the trials already done)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from tabulate import tabulate
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
 from edgetune.inventory.fleet_plan import FleetClassPlan, FleetPlan, plan_fleet
 from edgetune.inventory.schema import Fleet
-from edgetune.tune.budget import estimate
+from edgetune.tune.budget import estimate, time_is_the_budget
 from edgetune.tune.database import ClassDatabasePaths, throughput
+from edgetune.tune.layout import LayoutChoice
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,20 +26,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_plan(args: argparse.Namespace) -> int:
+    from edgetune.tune.models import model_layouts
+
     fleet = load_checked_fleet(args)
     plan = plan_fleet(fleet)
     times = {c.device_class: tuning_time(fleet, c) for c in plan.classes}
+    layouts = model_layouts(fleet.models)
     if args.json:
-        print(json.dumps({**plan.to_json(), "tuning_time": times}, indent=2, sort_keys=True))
+        print(json.dumps({**plan.to_json(), "tuning_time": times, "layouts": layouts_json(layouts)}, indent=2, sort_keys=True))
     else:
         print(format_plan(plan, times))
+        print("\n".join(layout_lines(layouts)))
     return 0
+
+
+def layout_lines(layouts: dict[str, LayoutChoice]) -> list[str]:
+    """'layout of M: NHWC: <why>' per model (`edgetune plan`, `tune --dry-run`)."""
+    return [f"layout of {name}: {choice.line}" for name, choice in layouts.items()]
+
+
+def layouts_json(layouts: dict[str, LayoutChoice]) -> dict[str, dict[str, str]]:
+    return {name: {"layout": choice.layout, "reason": choice.reason} for name, choice in layouts.items()}
 
 
 def tuning_time(fleet: Fleet, plan: FleetClassPlan) -> str:
     """How long the class's budget takes at its measured trial rate (per task where the budget
     is per task: the task count is known once the models are imported)."""
     measured = throughput(ClassDatabasePaths.of(fleet.workdir, plan.device_class))
+    if time_is_the_budget(fleet.tuning, plan.device_class):
+        return (f"up to the time limit of {fleet.tuning.time_limit_s:g} s (its budget: a round per task, "
+                "then rounds by expected gain)")
     if plan.trials_per_task:
         return f"{estimate(plan.trials_per_task, measured)} per task"
     return estimate(plan.trials, measured)

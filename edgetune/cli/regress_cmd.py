@@ -28,8 +28,7 @@ def drive_regress(args: argparse.Namespace) -> int:
     from edgetune.regress.check import regress
 
     fleet = load_checked_fleet(args)
-    report = regress(fleet, args.boards, args.classes, args.models, args.changed_only,
-                     progress=(lambda line: None) if args.json else print)  # fmt: skip
+    report = regress(fleet, args.boards, args.classes, args.models, args.changed_only)
     if args.json:
         print(json.dumps([v.to_json() for v in report.verdicts], indent=2))
     else:

@@ -39,7 +39,7 @@ def drive_rollout(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
-    result = rollout(fleet, plan, progress=(lambda line: None) if args.json else print)
+    result = rollout(fleet, plan)
     if args.json:
         print(json.dumps(result.records(), indent=2))
     else:

@@ -31,15 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_tune(args: argparse.Namespace) -> int:
-    from edgetune.tune import TuneOptions, plan_tuning, stop_on_signals, stop_requested, tune_fleet
+    from edgetune.tune import (
+        TuneOptions,
+        plan_tuning,
+        stop_on_signals,
+        stop_requested,
+        tune_fleet,
+    )
 
     fleet = load_checked_fleet(args)
     classes = tuple(args.classes) if args.classes else None
     models = tuple(args.models) if args.models else None
     if args.dry_run:
-        plan = plan_tuning(fleet, classes, models)
-        print(plan.to_json() if args.json else plan.format())
-        return 0
+        return _print_plan(fleet, plan_tuning(fleet, classes, models), models, args.json)
     with stop_on_signals():
         result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow,
                                                   measure_exclusively=args.measure_exclusively))
@@ -59,3 +63,17 @@ def drive_tune(args: argparse.Namespace) -> int:
         print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
               "(finished trials are kept)", file=sys.stderr)
     return 0 if result.ok else 4
+
+
+def _print_plan(fleet, plan, models: tuple[str, ...] | None, as_json: bool) -> int:
+    """The plan, and the layout of each model planned and why."""
+    from edgetune.cli.plan_cmd import layout_lines, layouts_json
+    from edgetune.tune.models import model_layouts
+    from edgetune.tune.plan import select_models
+
+    layouts = model_layouts(select_models(fleet, models))
+    if as_json:
+        print(json.dumps({**json.loads(plan.to_json()), "layouts": layouts_json(layouts)}, indent=2, sort_keys=True))
+    else:
+        print("\n".join([plan.format(), *layout_lines(layouts)]))
+    return 0

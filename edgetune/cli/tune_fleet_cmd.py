@@ -20,7 +20,7 @@ def drive_tune_fleet(args: argparse.Namespace) -> int:
     from edgetune.tune import stop_on_signals
 
     with stop_on_signals():
-        result = run_pipeline(load_checked_fleet(args), progress=print)
+        result = run_pipeline(load_checked_fleet(args))
     if result.build is not None:
         print()
         print(result.build.table())

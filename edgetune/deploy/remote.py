@@ -19,7 +19,7 @@ import shlex
 from edgetune.agent.config import AgentConfig, config_bytes
 from edgetune.errors import DeployError
 from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
-from edgetune.fleet.board import firmware_command
+from edgetune.fleet.on_board import firmware_command
 from edgetune.fleet.ssh import BoardSession, tail
 from edgetune.inventory.schema import Board, Fleet
 

@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.deploy.offer import offer
@@ -54,7 +54,6 @@ READ_BACK_PAUSE_S = 2.0
 LOST = ("failed", "unknown")  # the outcomes that count against a stage
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,7 @@ def plan_rollout(
     return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s)
 
 
-def rollout(fleet: Fleet, plan: RolloutPlan, progress: Progress = log.info) -> RolloutResult:
+def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
     """Carry out `plan`; stop and roll back at the threshold (see the module docstring)."""
     check_server(fleet)
     public_key = fleet.artifacts.public_key.read_bytes()
@@ -153,12 +152,12 @@ def rollout(fleet: Fleet, plan: RolloutPlan, progress: Progress = log.info) -> R
     outcomes: dict[str, BoardOutcome] = {}
     stopped = None
     for stage in plan.stages:
-        progress(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
-        outcomes.update(_run_stage(fleet, plan, stage, public_key, before, progress))
+        log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
+        outcomes.update(_run_stage(fleet, plan, stage, public_key, before))
         stopped = _stop_reason(plan, stage, list(outcomes.values()))
         if stopped:
-            progress(f"stopping: {stopped}; rolling back the boards this rollout switched")
-            outcomes.update(_roll_back(fleet, plan, outcomes, progress))
+            log.info(f"stopping: {stopped}; rolling back the boards this rollout switched")
+            outcomes.update(_roll_back(fleet, plan, outcomes))
             break
     for target in plan.targets:
         if target.board.name not in outcomes:
@@ -212,19 +211,19 @@ def _stages(targets: list[Target], canary: int, batch: int) -> tuple[Stage, ...]
     return (*canaries, *batches)
 
 
-def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before, progress: Progress) -> dict[str, BoardOutcome]:
+def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before) -> dict[str, BoardOutcome]:
     """Install on the stage's boards in parallel; a board no install reached is `failed`."""
     targets = {t.board.name: t for t in stage.targets}
     results = for_each_board([t.board for t in stage.targets],
-                             lambda board: _install(fleet, plan, targets[board.name], public_key, progress))  # fmt: skip
+                             lambda board: _install(fleet, plan, targets[board.name], public_key))  # fmt: skip
     outcomes = {}
     for name, target in targets.items():
         outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
-        progress(_line(outcomes[name]))
+        log.info(_line(outcomes[name]))
     return outcomes
 
 
-def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, progress: Progress) -> BoardOutcome:
+def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes) -> BoardOutcome:
     """Provision the board, read its state, then `agent install` under the agent's deadline. An
     error before the install leaves the board untouched (raised: `failed`); a lost answer is
     read back."""
@@ -248,29 +247,29 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes,
         else:
             result = record.get("result") if record.get("result") in ("installed", "unchanged") else "failed"
             return replace(outcome, result=result, error=record.get("error"))
-    return _after_lost_answer(fleet, board, outcome, lost, progress, aimed_at=outcome.to_version, reached="installed", missed="failed")
+    return _after_lost_answer(fleet, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed")
 
 
-def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], progress: Progress) -> dict[str, BoardOutcome]:
+def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome]) -> dict[str, BoardOutcome]:
     """Every board this rollout switched goes back to the version it had; outcomes as data."""
     switched = {o.board: o for o in outcomes.values() if o.result == "installed"}
     boards = [b for b in fleet.boards if b.name in switched]
-    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], progress))
+    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name]))
     rolled = dict(results.succeeded)
     rolled.update({name: replace(switched[name], result="rollback_failed", error=reason) for name, reason in results.failed.items()})
     for outcome in rolled.values():
-        progress(_line(outcome))
+        log.info(_line(outcome))
     return rolled
 
 
-def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome, progress: Progress) -> BoardOutcome:
+def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome) -> BoardOutcome:
     to = "none" if outcome.from_version is None else str(outcome.from_version)
     try:
         with BoardSession(board) as session:
             record = RemoteAgent(session, fleet).call("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
                                                       timeout_s=plan.timeout_s)  # fmt: skip
     except EdgetuneError as err:
-        return _after_lost_answer(fleet, board, outcome, str(err), progress, aimed_at=outcome.from_version,
+        return _after_lost_answer(fleet, board, outcome, str(err), aimed_at=outcome.from_version,
                                   reached="rolled_back", missed="rollback_failed")  # fmt: skip
     if record.get("result") in ("rolled_back", "deactivated", "unchanged"):
         return replace(outcome, result="rolled_back", error=f"rolled back to {_named(outcome.from_version)}")
@@ -286,18 +285,18 @@ def _way_back(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutco
 
 
 def _after_lost_answer(
-    fleet: Fleet, board: Board, outcome: BoardOutcome, reason: str, progress: Progress, aimed_at: int | None, reached: str, missed: str
+    fleet: Fleet, board: Board, outcome: BoardOutcome, reason: str, aimed_at: int | None, reached: str, missed: str
 ) -> BoardOutcome:
     """A change whose answer was lost is `unknown` until the board is read back: then `reached`
     if it runs `aimed_at`, else `missed`; still `unknown` if it cannot be read."""
     reason = _first_line(reason)
-    progress(f"  {board.name}: unknown ({reason}); reading back what it runs")
+    log.info(f"  {board.name}: unknown ({reason}); reading back what it runs")
     running = read_back(fleet, board, outcome.model)
     if running == UNKNOWN:
         result, found = "unknown", "it could not be read back: see `edgetune fleet status` once it answers"
     else:
         result, found = (reached if running == aimed_at else missed), f"read back: it runs {_named(running)}"
-    progress(f"  {board.name}: {found}")
+    log.info(f"  {board.name}: {found}")
     return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}")
 
 

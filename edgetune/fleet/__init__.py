@@ -5,7 +5,7 @@ and the simulated local fleet. One module per role:
   through the bastions of its route; `ssh_route`: that route, from fleet.yaml and the ssh config.
 - `tracker`: TVM's rpc_tracker on the host, started in its own process group, queried, and
   asked for board sessions; `RpcEndpoint` / `rpc_endpoint`: where a device class is reached.
-- `board`: preflight a board and start/stop its rpc_server over SSH.
+- `on_board`: preflight a board and start/stop its rpc_server over SSH.
 - `agent_bundle`: the board agent as one hash-checked zipapp, delivered to boards over SSH.
 - `lifecycle`: `fleet_up` / `fleet_down` over all boards in parallel (`GroupResult`).
 - `status`: `fleet_status`, `tracker_status` (read-only).

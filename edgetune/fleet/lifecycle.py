@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
 
 import tvm
 
 from edgetune.errors import EdgetuneError
-from edgetune.fleet import board as remote
+from edgetune.fleet import on_board
 from edgetune.fleet.agent_bundle import ensure_bundle
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.ssh import BoardSession
@@ -30,13 +29,12 @@ REGISTER_TIMEOUT_S = 60.0
 REGISTER_POLL_S = 0.5
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
-def fleet_up(fleet: Fleet, progress: Progress = log.info, register_timeout_s: float = REGISTER_TIMEOUT_S) -> GroupResult[BoardRecord]:
+def fleet_up(fleet: Fleet, register_timeout_s: float = REGISTER_TIMEOUT_S) -> GroupResult[BoardRecord]:
     """Start what is missing (trackers, rpc_servers) and wait until every board is registered."""
     state = load_fleet_state(fleet)
-    trackers = _ensure_trackers(fleet, state, progress)
+    trackers = _ensure_trackers(fleet, state)
     state = FleetState(trackers, state.boards)
     save_fleet_state(fleet, state)
     summaries = {name: query_tracker(record) for name, record in trackers.items()}
@@ -46,31 +44,31 @@ def fleet_up(fleet: Fleet, progress: Progress = log.info, register_timeout_s: fl
     )
     running = {name: record for name, (record, _) in started.succeeded.items()}
     save_fleet_state(fleet, FleetState(trackers, {**state.boards, **running}))
-    return _await_registration(fleet, trackers, started, progress, register_timeout_s)
+    return _await_registration(fleet, trackers, started, register_timeout_s)
 
 
-def fleet_down(fleet: Fleet, progress: Progress = log.info) -> GroupResult[bool]:
+def fleet_down(fleet: Fleet) -> GroupResult[bool]:
     """Stop every recorded rpc_server (over SSH), then the trackers. Safe to run twice: what
     is not running is skipped; a board that cannot be reached keeps its record for next time."""
     state = load_fleet_state(fleet)
     recorded = [board for board in fleet.boards if board.name in state.boards]
     result = for_each_board(recorded, lambda board: _stop_board(board, state.boards[board.name].pid))
     for name, stopped in result.succeeded.items():
-        progress(f"{name}: rpc_server {'stopped' if stopped else 'was not running'}")
+        log.info(f"{name}: rpc_server {'stopped' if stopped else 'was not running'}")
     for record in state.trackers.values():
         stopped = stop_tracker(record)
-        progress(f"tracker {record.name} at {record.address}: {'stopped' if stopped else 'was not running'}")
+        log.info(f"tracker {record.name} at {record.address}: {'stopped' if stopped else 'was not running'}")
     save_fleet_state(fleet, FleetState({}, {name: state.boards[name] for name in result.failed}))
     return result
 
 
-def _ensure_trackers(fleet: Fleet, state: FleetState, progress: Progress) -> dict[str, TrackerRecord]:
+def _ensure_trackers(fleet: Fleet, state: FleetState) -> dict[str, TrackerRecord]:
     records = {}
     for tracker in (fleet.tracker(name) for name in sorted({board.tracker for board in fleet.boards})):
         record = state.trackers.get(tracker.name)
         if not tracker_alive(record):
             record = start_tracker(tracker, Workdir(fleet.workdir).logs)
-            progress(f"tracker {tracker.name} started at {record.address} (pid {record.pid})")
+            log.info(f"tracker {tracker.name} started at {record.address} (pid {record.pid})")
         records[tracker.name] = record
     return records
 
@@ -83,21 +81,21 @@ def _bring_up(
     Returns the board's record and whether a server was started."""
     profile = fleet.device_class(board.device_class).profile
     with BoardSession(board) as session:
-        facts = remote.probe(session, fleet, import_runtime=True)
-        remote.check_ready(board, facts, tvm.__version__, profile.target)
+        facts = on_board.probe(session, fleet, import_runtime=True)
+        on_board.check_ready(board, facts, tvm.__version__, profile.target)
         ensure_bundle(session)
         keep = (
             previous is not None
             and previous.tracker == tracker.address
             and summary.registered(board.device_class, network_address(board))
-            and remote.server_running(session, previous.pid)
+            and on_board.server_running(session, previous.pid)
         )
         if keep:
             pid = previous.pid
         else:
             if previous is not None:
-                remote.stop_server(session, previous.pid)
-            pid = remote.start_server(session, tracker, board.device_class, board.threads or profile.runtime_threads)
+                on_board.stop_server(session, previous.pid)
+            pid = on_board.start_server(session, tracker, board.device_class, board.threads or profile.runtime_threads)
     record = BoardRecord(pid, tracker.address, board.device_class, facts.python_version, facts.tvm_version, facts.firmware)
     return record, not keep
 
@@ -106,15 +104,14 @@ def _await_registration(
     fleet: Fleet,
     trackers: dict[str, TrackerRecord],
     started: GroupResult[tuple[BoardRecord, bool]],
-    progress: Progress,
     timeout_s: float,
 ) -> GroupResult[BoardRecord]:
     """Poll the trackers until every started board is registered under its class key."""
     waiting = {name for name, (_, fresh) in started.succeeded.items() if fresh}
     for name in sorted(set(started.succeeded) - waiting):
-        progress(f"{name}: already online")
+        log.info(f"{name}: already online")
     for reason in started.failed.values():
-        progress(f"FAILED: {reason}")
+        log.info(f"FAILED: {reason}")
     total, online = len(fleet.boards), len(started.succeeded) - len(waiting)
     deadline = time.monotonic() + timeout_s
     while waiting:
@@ -124,14 +121,14 @@ def _await_registration(
             if summaries[board.tracker].registered(board.device_class, network_address(board)):
                 waiting.discard(name)
                 online += 1
-                progress(f"{name}: online as {board.device_class} at {network_address(board)} ({online}/{total})")
+                log.info(f"{name}: online as {board.device_class} at {network_address(board)} ({online}/{total})")
         if not waiting or time.monotonic() >= deadline:
             break
         time.sleep(REGISTER_POLL_S)
     failed = dict(started.failed)
     for name in waiting:
         failed[name] = _not_registered(fleet.board(name), started.succeeded[name][0], timeout_s)
-        progress(f"FAILED: {failed[name]}")
+        log.info(f"FAILED: {failed[name]}")
     succeeded = {name: record for name, (record, _) in started.succeeded.items() if name not in failed}
     return GroupResult(succeeded, failed)
 
@@ -139,15 +136,15 @@ def _await_registration(
 def _not_registered(board: Board, record: BoardRecord, timeout_s: float) -> str:
     try:
         with BoardSession(board) as session:
-            log_tail = remote.server_log_tail(session)
+            log_tail = on_board.server_log_tail(session)
     except EdgetuneError as err:
         log_tail = f"(cannot read it: {err})"
     return (
         f"{board.name}: rpc_server (pid {record.pid}) did not register with tracker {record.tracker} "
-        f"within {timeout_s:g} s; {board.workdir}/{remote.RPC_SERVER_LOG} ends with:\n{log_tail}"
+        f"within {timeout_s:g} s; {board.workdir}/{on_board.RPC_SERVER_LOG} ends with:\n{log_tail}"
     )
 
 
 def _stop_board(board: Board, pid: int) -> bool:
     with BoardSession(board) as session:
-        return remote.stop_server(session, pid)
+        return on_board.stop_server(session, pid)

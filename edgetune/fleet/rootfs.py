@@ -10,6 +10,7 @@ board it holds nothing of edgetune: `fleet up` and `rollout` deliver the agent's
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -17,7 +18,6 @@ import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
-from typing import Callable
 
 from edgetune.fleet.errors import SimError
 
@@ -32,7 +32,7 @@ WHEELS = ("apache-tvm", "apache-tvm-ffi", "numpy", "ml_dtypes", "typing_extensio
           "tornado", "cryptography", "cffi", "pycparser")  # fmt: skip
 _COMPLETE = ".edgetune-root-complete"
 
-Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 def check_emulation(arch: str) -> None:
@@ -58,7 +58,7 @@ def check_emulation(arch: str) -> None:
                        "use Debian's qemu-user-static, whose registration has it")  # fmt: skip
 
 
-def cached_root(cache: Path, arch: str, progress: Progress) -> Path:
+def cached_root(cache: Path, arch: str) -> Path:
     """The tarball of the root file system for `arch`, built first if it is not cached yet."""
     tarball = cache / f"rootfs-{arch}-{DEBIAN_RELEASE}-tvm{version('apache-tvm')}.tar"
     if tarball.exists():
@@ -68,25 +68,25 @@ def cached_root(cache: Path, arch: str, progress: Progress) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".building-") as scratch:
         root = Path(scratch) / "root"
-        progress(f"building the {arch} root file system once (about 10 min; cached as {tarball})")
-        progress(f"  debootstrap {DEBIAN_RELEASE} arm64 from {DEBIAN_MIRROR}")
+        log.info(f"building the {arch} root file system once (about 10 min; cached as {tarball})")
+        log.info(f"  debootstrap {DEBIAN_RELEASE} arm64 from {DEBIAN_MIRROR}")
         _run(["debootstrap", "--arch=arm64", "--variant=minbase", "--include=python3,python3-venv",
               DEBIAN_RELEASE, str(root), DEBIAN_MIRROR], "debootstrap")  # fmt: skip
-        _install_tvm(root, arch, progress)
-        progress(f"  packing {tarball.name}")
+        _install_tvm(root, arch)
+        log.info(f"  packing {tarball.name}")
         _run(["tar", "-C", str(root), "-cf", str(Path(scratch) / "root.tar"), "."], "tar")
         os.replace(Path(scratch) / "root.tar", tarball)
     return tarball
 
 
-def _install_tvm(root: Path, arch: str, progress: Progress) -> None:
+def _install_tvm(root: Path, arch: str) -> None:
     pins = [f"{name}=={version(name)}" for name in WHEELS]
     wheels = root / "tmp" / "wheels"
-    progress(f"  downloading the {arch} wheels of {', '.join(pins[:2])} and what they need")
+    log.info(f"  downloading the {arch} wheels of {', '.join(pins[:2])} and what they need")
     _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(wheels),
           "--python-version", "3.11", *(f"--platform={tag}_{arch}" for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014")),
           *pins], "pip download")  # fmt: skip
-    progress(f"  installing them into {BOARD_PYTHON} (under qemu)")
+    log.info(f"  installing them into {BOARD_PYTHON} (under qemu)")
     _run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", str(Path(BOARD_PYTHON).parent.parent)], "python3 -m venv")
     _run(["chroot", str(root), BOARD_PYTHON, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
           "--find-links", "/tmp/wheels", *pins], "pip install")  # fmt: skip

@@ -24,7 +24,6 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import paramiko
 
@@ -34,7 +33,7 @@ from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.process import running, spawn_detached, stop_group, wait_until
 from edgetune.fleet.ssh import known_hosts_name, record_host_key
 from edgetune.fleet.ssh_route import resolve_route
-from edgetune.fleet.state import read_state, state_path, write_state
+from edgetune.fleet.state import load_sim_pids, save_sim_pids, state_path
 from edgetune.inventory.schema import Board, Fleet
 from edgetune.inventory.workdir import Workdir
 
@@ -43,7 +42,6 @@ SSHD_READY_TIMEOUT_S = 10.0
 BOARD_IFNAME = "eth0"
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ def sim_firmware(fleet: Fleet, board_name: str, version: str, cpu_quota: float |
         raise SimError(f"the firmware version must be one non-empty line of at most 200 characters, got {version!r}")
     if cpu_quota is not None and not 0.01 <= cpu_quota <= 64:
         raise SimError(f"--cpu-quota is a fraction of one core between 0.01 and 64, got {cpu_quota}")
-    pid = read_state(state_path(fleet, "sim")).get("sshd_pids", {}).get(board_name)
+    pid = load_sim_pids(fleet).get(board_name)
     if not running(pid, str(sim.sshd_config)):
         raise SimError(f"{board_name} is not up: run `edgetune sim up -f {fleet.path}` first")
     sim.firmware_file.parent.mkdir(parents=True, exist_ok=True)
@@ -113,55 +111,53 @@ def owner_tag(fleet: Fleet) -> str:
     return f"edgetune:{fleet.name}"
 
 
-def sim_up(fleet: Fleet, progress: Progress = log.info) -> GroupResult[int]:
+def sim_up(fleet: Fleet) -> GroupResult[int]:
     """Create what is missing of the simulated fleet; per board, the PID of its sshd."""
     check_prerequisites()
     plan = plan_sim(fleet)
     if not plan:
         return GroupResult()
     _check_collisions(fleet, plan)
-    roots = _emulation_roots(fleet, plan, progress)
+    roots = _emulation_roots(fleet, plan)
     _ensure_bridge(fleet)
     for key in sorted({sim.board.ssh.key for sim in plan}):
         _ensure_client_key(Path(key))
-    state_file = state_path(fleet, "sim")
-    recorded = read_state(state_file).get("sshd_pids", {})
+    recorded = load_sim_pids(fleet)
     by_name = {sim.board.name: sim for sim in plan}
     # one board at a time: they share known_hosts; each takes a few ms
     result = for_each_board(
         [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), roots), workers=1
     )
-    write_state(state_file, {"sshd_pids": {**recorded, **result.succeeded}})
+    save_sim_pids(fleet, {**recorded, **result.succeeded})
     ready = for_each_board([sim.board for sim in plan if sim.board.name in result.succeeded], _await_sshd)
     failed = {**result.failed, **ready.failed}
     for reason in failed.values():
-        progress(f"FAILED: {reason}")
+        log.info(f"FAILED: {reason}")
     for name in ready.succeeded:
-        progress(f"{name}: simulated board up at {by_name[name].board.address} (sshd pid {result.succeeded[name]})")
+        log.info(f"{name}: simulated board up at {by_name[name].board.address} (sshd pid {result.succeeded[name]})")
     return GroupResult({name: pid for name, pid in result.succeeded.items() if name not in failed}, failed)
 
 
-def sim_down(fleet: Fleet, progress: Progress = log.info) -> GroupResult[str]:
+def sim_down(fleet: Fleet) -> GroupResult[str]:
     """Stop every process in the fleet's namespaces, delete the namespaces, cgroups and bridge."""
     check_prerequisites()
     plan = plan_sim(fleet)
-    state_file = state_path(fleet, "sim")
-    recorded = read_state(state_file).get("sshd_pids", {})
+    recorded = load_sim_pids(fleet)
     by_name = {sim.board.name: sim for sim in plan}
     result = for_each_board(
         [sim.board for sim in plan], lambda board: _board_down(fleet, by_name[board.name], recorded.get(board.name))
     )
     for name, what in result.succeeded.items():
-        progress(f"{name}: {what}")
+        log.info(f"{name}: {what}")
     for reason in result.failed.values():
-        progress(f"FAILED: {reason}")
+        log.info(f"FAILED: {reason}")
     if fleet.sim is not None and _link_owner(fleet.sim.bridge) == owner_tag(fleet):
         _ip("link", "del", fleet.sim.bridge)
-        progress(f"bridge {fleet.sim.bridge} removed")
+        log.info(f"bridge {fleet.sim.bridge} removed")
     if result.ok:
-        state_file.unlink(missing_ok=True)
+        state_path(fleet, "sim").unlink(missing_ok=True)
     else:
-        write_state(state_file, {"sshd_pids": {name: recorded[name] for name in result.failed if name in recorded}})
+        save_sim_pids(fleet, {name: recorded[name] for name in result.failed if name in recorded})
     return result
 
 
@@ -191,7 +187,7 @@ def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
     )
 
 
-def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...], progress: Progress) -> dict[str, Path | SimError]:
+def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...]) -> dict[str, Path | SimError]:
     """Per emulated architecture in the fleet, the cached root file system (built if missing),
     or why this host cannot have it: only that architecture's boards fail then."""
     roots: dict[str, Path | SimError] = {}
@@ -199,7 +195,7 @@ def _emulation_roots(fleet: Fleet, plan: tuple[SimBoard, ...], progress: Progres
         try:
             rootfs.check_emulation(arch)
             rootfs.check_chroot_path(rootfs.boards_dir(fleet.sim.cache))
-            roots[arch] = rootfs.cached_root(fleet.sim.cache, arch, progress)
+            roots[arch] = rootfs.cached_root(fleet.sim.cache, arch)
         except SimError as err:
             roots[arch] = err
     return roots

@@ -1,28 +1,38 @@
-"""What the host started, kept as JSON under `<fleet.workdir>/state/`, replaced atomically.
+"""What the host started, kept as versioned JSON under `<fleet.workdir>/state/`, replaced atomically.
 
-`fleet.json` holds a `FleetState` (trackers and rpc_servers we started, with the boards'
-firmware fingerprints); `sim.json` the simulated boards' sshd PIDs; `deployed.json` which
-artifact version of each model each board runs (written by rollouts, shown by `fleet status`). A reader never sees a
-half-written file, and a missing file is an empty state.
+`fleet.json` (schema `edgetune.fleet-state`) holds a `FleetState`: trackers and rpc_servers we
+started, with the boards' firmware fingerprints; `sim.json` (`edgetune.sim-state`) the simulated
+boards' sshd PIDs; `deployed.json` (`edgetune.deployed`) which artifact version of each model
+each board runs (written by rollouts, shown by `fleet status`). Each is schema_version 1 and
+decoded by the schema codec, so a damaged or edited file is refused naming the field; files
+written before they carried the version keys are read as version 1 (the same shape). A reader
+never sees a half-written file, and a missing file is an empty state.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
-import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import ClassVar, TypeVar
 
+from edgetune.artifact_format.codec import (
+    FrozenMap,
+    canonical_bytes,
+    load_versioned,
+    to_json,
+)
 from edgetune.durable import write_atomic
+from edgetune.errors import FleetError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 
-
+STATE_SCHEMA_VERSION = 1
 _DEPLOYED_LOCK = threading.Lock()
 UNKNOWN = "unknown"  # in deployed.json: the rollout could not read back what the board runs
+State = TypeVar("State", "FleetState", "SimState", "DeployedState")
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,27 @@ class BoardRecord:
 
 @dataclass(frozen=True)
 class FleetState:
-    trackers: Mapping[str, TrackerRecord] = field(default_factory=dict)
-    boards: Mapping[str, BoardRecord] = field(default_factory=dict)
+    SCHEMA: ClassVar[str] = "edgetune.fleet-state"
+    FILE: ClassVar[str] = "fleet"
+
+    trackers: Mapping[str, TrackerRecord] = field(default_factory=FrozenMap)
+    boards: Mapping[str, BoardRecord] = field(default_factory=FrozenMap)
+
+
+@dataclass(frozen=True)
+class SimState:
+    SCHEMA: ClassVar[str] = "edgetune.sim-state"
+    FILE: ClassVar[str] = "sim"
+
+    sshd_pids: Mapping[str, int] = field(default_factory=FrozenMap)  # board -> its sshd's process group
+
+
+@dataclass(frozen=True)
+class DeployedState:
+    SCHEMA: ClassVar[str] = "edgetune.deployed"
+    FILE: ClassVar[str] = "deployed"
+
+    boards: Mapping[str, Mapping[str, int | str]] = field(default_factory=FrozenMap)  # board -> model -> version or UNKNOWN
 
 
 def state_path(fleet: Fleet, name: str) -> Path:
@@ -62,47 +91,60 @@ def state_path(fleet: Fleet, name: str) -> Path:
 
 
 def load_fleet_state(fleet: Fleet) -> FleetState:
-    data = read_state(state_path(fleet, "fleet"))
-    return FleetState(
-        trackers={k: TrackerRecord(**v) for k, v in data.get("trackers", {}).items()},
-        boards={k: BoardRecord(**v) for k, v in data.get("boards", {}).items()},
-    )
+    return read_state(fleet, FleetState)
 
 
 def save_fleet_state(fleet: Fleet, state: FleetState) -> None:
-    data = {
-        "trackers": {k: dataclasses.asdict(v) for k, v in state.trackers.items()},
-        "boards": {k: dataclasses.asdict(v) for k, v in state.boards.items()},
-    }
-    write_state(state_path(fleet, "fleet"), data)
+    write_state(fleet, state)
+
+
+def load_sim_pids(fleet: Fleet) -> dict[str, int]:
+    """Simulated board -> the process group of the sshd `sim up` started for it."""
+    return dict(read_state(fleet, SimState).sshd_pids)
+
+
+def save_sim_pids(fleet: Fleet, pids: Mapping[str, int]) -> None:
+    write_state(fleet, SimState(FrozenMap(pids)))
 
 
 def load_deployed(fleet: Fleet) -> dict[str, dict[str, int | str]]:
     """board -> model -> the artifact version it runs (as last read back by a rollout), or UNKNOWN."""
-    return read_state(state_path(fleet, "deployed")).get("boards", {})
+    return {board: dict(models) for board, models in read_state(fleet, DeployedState).boards.items()}
 
 
 def record_deployed(fleet: Fleet, board: str, model: str, version: int | str | None) -> None:
     """Record that `board` runs `version` of `model` (None: no release of it; UNKNOWN: not known)."""
-    path = state_path(fleet, "deployed")
+    path = state_path(fleet, DeployedState.FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _DEPLOYED_LOCK, open(path.with_name(".deployed.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        boards = read_state(path).get("boards", {})
+        boards = load_deployed(fleet)
         models = {m: v for m, v in boards.get(board, {}).items() if m != model}
         if version is not None:
             models[model] = version
         boards[board] = models
-        write_state(path, {"boards": boards})
+        write_state(fleet, DeployedState(FrozenMap(boards)))
 
 
-def read_state(path: Path) -> dict[str, Any]:
+def read_state(fleet: Fleet, kind: type[State]) -> State:
+    """The state file of `kind`, empty if there is none; a damaged one is a FleetError."""
+    path = state_path(fleet, kind.FILE)
     try:
-        return json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return kind()
+    except OSError as err:
+        raise FleetError(f"{path}: cannot be read ({err.strerror})") from None
+    try:
+        return load_versioned(kind, data, str(path), kind.SCHEMA, STATE_SCHEMA_VERSION, error=FleetError,
+                              unversioned_is_current=True)
+    except FleetError as err:
+        raise FleetError(f"{err}; edgetune replaces it atomically, so it was damaged or edited: repair it, "
+                         "or remove it (what it recorded is then forgotten)") from None
 
 
-def write_state(path: Path, state: dict[str, Any]) -> None:
+def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState) -> None:
+    path = state_path(fleet, state.FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    data = {"schema": state.SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(state)}
+    write_atomic(path, canonical_bytes(data) + b"\n")

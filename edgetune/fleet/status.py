@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from edgetune.errors import EdgetuneError
-from edgetune.fleet import board as remote
+from edgetune.fleet import on_board
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.ssh_route import network_address
@@ -87,8 +87,8 @@ def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, regist
         except EdgetuneError as err:
             return replace(status, error=str(err))
         try:
-            facts = remote.probe(session, fleet, import_runtime=False)
-            running = remote.server_running(session, record.pid) if record else False
+            facts = on_board.probe(session, fleet, import_runtime=False)
+            running = on_board.server_running(session, record.pid) if record else False
         except EdgetuneError as err:
             return replace(status, reachable=True, error=str(err))
     return replace(

@@ -10,7 +10,6 @@ console, say), a board key with another fingerprint is refused before anything i
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import HostKeyMismatch
@@ -20,9 +19,7 @@ from edgetune.inventory.schema import Fleet
 log = logging.getLogger(__name__)
 
 
-def trust_board(
-    fleet: Fleet, board_name: str, progress: Callable[[str], None] = log.info, expected_fingerprint: str | None = None
-) -> str:
+def trust_board(fleet: Fleet, board_name: str, expected_fingerprint: str | None = None) -> str:
     """Record the host keys `board_name` and its bastions offer in known_hosts; return the
     board's fingerprint."""
     names = [board.name for board in fleet.boards]
@@ -39,5 +36,5 @@ def trust_board(
     for (hop, hop_key), new in zip(keys, record_host_keys(board, keys)):
         who = f"{board.name}: bastion {hop.known_hosts_name}" if hop.bastion else f"{board.name} ({hop.known_hosts_name})"
         shown = f"{hop_key.get_name()} {fingerprint(hop_key)}"
-        progress(f"{who}: trusted {shown}; recorded in {board.ssh.known_hosts}" if new else f"{who}: {shown} was already trusted")
+        log.info(f"{who}: trusted {shown}; recorded in {board.ssh.known_hosts}" if new else f"{who}: {shown} was already trusted")
     return fingerprint(key)

@@ -8,25 +8,24 @@ plain JSON types (dates stay text), integers beyond 2**53, NaN and infinities, c
 characters, strings over `MAX_STRING_CHARS`, nesting deeper than `MAX_DEPTH`, and aliases
 that expand to more than `MAX_VALUES` values (a "billion laughs").
 
-Every value is then read through a `Node`, which remembers the file and the YAML path it
-came from, so that any error names both. Unknown keys are refused with a did-you-mean
-suggestion.
+The plain data is then decoded against the schema (`documents.py`, by `codec.decode`), which
+names the file and the YAML path of any misfit; a `Node` is a place in the document for the
+errors of the checks that span fields.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import math
 import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from yaml.constructor import SafeConstructor
 
+from edgetune.artifact_format.codec import SchemaError, decode, describe, join_path
 from edgetune.errors import InventoryError
 
 MAX_FILE_BYTES = 1 << 20  # a fleet of thousands of boards is a few hundred KiB
@@ -34,24 +33,14 @@ MAX_DEPTH = 32  # the schema nests 5 levels; a profile's free-form `hardware` a 
 MAX_VALUES = MAX_FILE_BYTES  # values after expanding aliases: no alias-free file under the size cap has as many
 MAX_STRING_CHARS = 4096
 MAX_INT = 2**53  # JSON-safe; every count of the schema is far smaller
+T = TypeVar("T")
 
-_MISSING = object()
 _NO_KEY = object()
 _MERGE = object()
-
-_TYPE_NAMES = {
-    str: "a string",
-    int: "an integer",
-    float: "a number",
-    bool: "true or false",
-    dict: "a mapping",
-    list: "a list",
-}
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_TAG + name for name in ("null", "bool", "int", "float", "str")}
 _COLLECTION_TAGS = {_TAG + "seq", _TAG + "map"}
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
@@ -59,7 +48,7 @@ _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 class _Resolver(yaml.resolver.Resolver):
     """YAML 1.1's implicit types, except timestamps: `2024-05-01` stays the text it is."""
 
-    yaml_implicit_resolvers = {
+    yaml_implicit_resolvers: ClassVar[dict] = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != _TAG + "timestamp"]
         for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
     }
@@ -74,15 +63,6 @@ def display_path(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def join_path(path: str, key: str | int) -> str:
-    """The YAML path of `key` inside the value at `path` (`boards[2]`, `ssh.key`, `hardware["l2 kb"]`)."""
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    if not _PLAIN_KEY.fullmatch(key):
-        return f"{path}[{json.dumps(key, ensure_ascii=False)[:80]}]"
-    return f"{path}.{key}" if path else key
 
 
 def read_yaml(path: Path) -> Any:
@@ -324,112 +304,37 @@ class _Builder:
 
 
 class Node:
-    """A value in a YAML document, with its file and path for error messages."""
+    """A place in a YAML document, its value and where it is, for the errors of the checks
+    that span fields (the decoder names the places of the rest)."""
 
     def __init__(self, value: Any, file: Path, path: str = "") -> None:
         self.value = value
         self.file = file
         self.path = path
 
-    # -- errors -----------------------------------------------------------------------------
     def error(self, message: str) -> InventoryError:
         where = f"{display_path(self.file)}: {self.path}" if self.path else f"{display_path(self.file)}"
         return InventoryError(f"{where}: {message}")
 
-    def _child_path(self, key: str | int) -> str:
-        return join_path(self.path, key)
+    def decode(self, cls: type[T], base: Path | None = None) -> T:
+        """This value decoded as `cls` (`codec.decode`; blank strings refused, relative paths
+        resolved against `base`); a misfit is an InventoryError naming the file and YAML path."""
+        try:
+            return decode(cls, self.value, self.path, base=base, blank_text=False)
+        except SchemaError as err:
+            raise InventoryError(f"{display_path(self.file)}: {err}") from None
 
-    # -- shapes ---------------------------------------------------------------------------
-    def mapping(self, allowed: tuple[str, ...]) -> "Node":
-        """Assert this is a mapping whose keys are all in `allowed`."""
-        if not isinstance(self.value, dict):
-            raise self.error(f"must be a mapping with keys {', '.join(allowed)}, got {_describe(self.value)}")
-        for key in self.value:
-            if key not in allowed:
-                hint = difflib.get_close_matches(str(key), allowed, n=1)
-                suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-                raise InventoryError(
-                    f"{display_path(self.file)}: {self._child_path(str(key))}: unknown key{suggestion}; "
-                    f"allowed here: {', '.join(allowed)}"
-                )
-        return self
-
-    def items(self, maximum: int) -> Iterator["Node"]:
-        """The elements of a list of at most `maximum` elements."""
-        if not isinstance(self.value, list):
-            raise self.error(f"must be a list, got {_describe(self.value)}")
-        if len(self.value) > maximum:
-            raise self.error(f"has {len(self.value)} elements, more than the {maximum} allowed")
-        for index, element in enumerate(self.value):
-            yield Node(element, self.file, self._child_path(index))
-
-    def child(self, key: str, default: Any = _MISSING) -> "Node":
-        if key not in self.value or self.value[key] is None:
-            if default is _MISSING:
-                raise InventoryError(f"{display_path(self.file)}: {self._child_path(key)}: required field is missing")
-            return Node(default, self.file, self._child_path(key))
-        return Node(self.value[key], self.file, self._child_path(key))
-
-    def has(self, key: str) -> bool:
-        return self.value.get(key) is not None
-
-    # -- scalars --------------------------------------------------------------------------
-    def get(self, key: str, kind: type, default: Any = _MISSING) -> Any:
-        """A scalar field of this mapping, checked against `kind`."""
-        node = self.child(key, default)
-        if node.value is default and default is not _MISSING:
-            return default
-        return node.scalar(kind)
-
-    def scalar(self, kind: type) -> Any:
-        value = self.value
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if kind is int and isinstance(value, bool):
-            raise self.error(f"must be {_TYPE_NAMES[kind]}, got {_describe(value)}")
-        if not isinstance(value, kind):
-            raise self.error(f"must be {_TYPE_NAMES[kind]}, got {_describe(value)}")
-        if kind is float and not math.isfinite(value):
-            raise self.error(f"must be a finite number, got {value}")
-        if kind is str and not value.strip():
-            raise self.error("must not be empty")
-        return value
-
-    def bounded(self, key: str, kind: type, low: Any, high: Any, default: Any = _MISSING) -> Any:
-        """A number field between `low` and `high` (inclusive); None only as the default."""
-        value = self.get(key, kind, default)
-        if value is not None and not low <= value <= high:
-            raise self.child(key).error(f"must be between {low:g} and {high:g}, got {value:g}")
-        return value
-
-    def positive(self, key: str, kind: type, maximum: Any, default: Any = _MISSING) -> Any:
-        """A count or duration above zero and at most `maximum`."""
-        value = self.get(key, kind, default)
-        if value is not None and value <= 0:
-            raise self.child(key).error(f"must be positive, got {value}")
-        if value is not None and value > maximum:
-            raise self.child(key).error(f"must be at most {maximum:g}, got {value:g}")
-        return value
-
-    def non_negative(self, key: str, kind: type, maximum: Any, default: Any = _MISSING) -> Any:
-        """A count or duration of zero or more and at most `maximum`."""
-        value = self.get(key, kind, default)
-        if value is not None and value < 0:
-            raise self.child(key).error(f"must be zero or more, got {value}")
-        if value is not None and value > maximum:
-            raise self.child(key).error(f"must be at most {maximum:g}, got {value:g}")
-        return value
-
-    def choice(self, key: str, allowed: tuple[str, ...], default: Any = _MISSING) -> Any:
-        value = self.get(key, str, default)
-        if value is not None and value not in allowed:
-            raise self.child(key).error(f"'{value}' is not allowed (allowed: {', '.join(allowed)})")
-        return value
+    def child(self, key: str | int) -> Node:
+        """The place of `key` inside this mapping or list (its value None if absent)."""
+        value = self.value.get(key) if isinstance(self.value, dict) else None
+        if isinstance(self.value, list) and isinstance(key, int) and key < len(self.value):
+            value = self.value[key]
+        return Node(value, self.file, join_path(self.path, key))
 
 
 def check_version(root: Node, supported: int) -> None:
     if not isinstance(root.value, dict):
-        raise root.error(f"must be a YAML mapping, got {_describe(root.value)}")
+        raise root.error(f"must be a YAML mapping, got {describe(root.value)}")
     if "version" not in root.value:
         raise InventoryError(f"{display_path(root.file)}: version: required field is missing (this edgetune reads version: {supported})")
     version = root.value["version"]
@@ -437,27 +342,3 @@ def check_version(root: Node, supported: int) -> None:
         raise InventoryError(
             f"{display_path(root.file)}: version: unsupported version {version!r} (this edgetune reads version: {supported})"
         )
-
-
-def check_unique(nodes: list[Node], field: str, what: str) -> None:
-    """No two of `nodes` (mappings) have the same string `field`; its type is checked here."""
-    seen: dict[str, str] = {}
-    for node in nodes:
-        if not isinstance(node.value, dict) or node.value.get(field) is None:
-            continue  # its shape is reported where it is read
-        name = node.child(field).scalar(str)
-        if name in seen:
-            raise node.child(field).error(f"duplicate {what} '{name}' (first defined at {seen[name]})")
-        seen[name] = node._child_path(field)
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    kind = "boolean" if isinstance(value, bool) else type(value).__name__
-    text = repr(value)
-    return f"{kind} {text if len(text) <= 80 else text[:77] + '...'}"

@@ -1,36 +1,43 @@
 """The fleet inventory and device profiles as immutable, typed records (schema version 1).
 
 Pure data: nothing here touches a machine, SSH or TVM. `loader.py` builds these from YAML and
-validates them once; everything downstream trusts them.
+validates them once; everything downstream trusts them. Records that fleet.yaml or a profile
+spells out as they are carry their schema here (`rule`: allowed values, ranges, defaults),
+decoded by `artifact_format.codec.decode`; the shapes of the files themselves are in
+`documents.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+
+from edgetune.artifact_format.codec import FrozenMap, rule
+from edgetune.inventory.fields import host_interface_problem, interface_problem
 
 SCHEMA_VERSION = 1
 
-
-class FrozenMap(dict):
-    """A dict that cannot change once built. Unlike MappingProxyType it pickles, so records
-    can cross to the worker processes that tune classes concurrently."""
-
-    def _immutable(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("inventory records are immutable")
-
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _immutable
-
-    def __reduce__(self):
-        return (FrozenMap, (dict(self),))
+# Caps on counts and durations: far above any real fleet, far below what overflows or hangs.
+MAX_TRIALS = 1_000_000
+MAX_EARLY_STOP_GAIN = 0.99  # a task improving by less than this over the window stops
+MAX_MEASURE_NUMBER = 10_000
+MAX_MEASURE_REPEAT = 1_000
+MAX_COMPARE_ROUNDS = 100
+MAX_MS = 60_000
+MAX_CPU_QUOTA = 64.0  # cores
+SIM_ARCHES = ("x86_64", "aarch64")
 
 BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 HOST_KEY_POLICIES = ("strict",)
 NO_SSH_CONFIG = "none"  # `ssh.config: none`: no OpenSSH client config file, not even ~/.ssh/config
-DEFAULT_ROUNDS_PER_TASK = 4  # trials per task when neither trials_per_task nor trials_per_class is set
+DEFAULT_TRIALS_PER_ITER = 16  # trials per round (tuning.trials_per_iter) when not set
+DEFAULT_ROUNDS_PER_TASK = 1  # rounds per task when no trials_per_task, trials_per_class or time_limit_s is set:
+# a round of the default 16 trials (twice the 8 per task the bench models were tuned with) keeps a
+# 60-task model at 960 trials, about half an hour at the ~1.5-2 s per trial measured on simulated boards
 
 
 @dataclass(frozen=True)
@@ -41,9 +48,9 @@ class CompareSettings:
     as many calls as fill `min_repeat_ms` (several CFS periods of 100 ms, so that a board's
     CPU quota is averaged over, not sampled)."""
 
-    rounds: int = 4
-    repeat: int = 3
-    min_repeat_ms: int = 300
+    rounds: int = rule(4, positive=True, maximum=MAX_COMPARE_ROUNDS)
+    repeat: int = rule(3, positive=True, maximum=MAX_MEASURE_REPEAT)
+    min_repeat_ms: int = rule(300, positive=True, maximum=MAX_MS)
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,10 @@ class Measurement:
     (MetaSchedule's evaluator); `cooldown_ms`: pause after every repeat, tuning and
     comparisons alike; `compare`: whole builds compared with each other."""
 
-    number: int = 3
-    repeat: int = 5
-    min_repeat_ms: int = 20
-    cooldown_ms: int = 0
+    number: int = rule(3, positive=True, maximum=MAX_MEASURE_NUMBER)
+    repeat: int = rule(5, positive=True, maximum=MAX_MEASURE_REPEAT)
+    min_repeat_ms: int = rule(20, minimum=0, maximum=MAX_MS)
+    cooldown_ms: int = rule(0, minimum=0, maximum=MAX_MS)
     compare: CompareSettings = CompareSettings()
 
 
@@ -110,8 +117,8 @@ class SshSettings:
 class Simulation:
     """A board that `edgetune sim up` creates on this machine (a network namespace + sshd)."""
 
-    cpu_quota: float  # fraction of one core, e.g. 0.5
-    arch: str = "x86_64"  # aarch64: an arm64 root file system run under qemu-user (see fleet/rootfs.py)
+    cpu_quota: float = rule(1.0, positive=True, maximum=MAX_CPU_QUOTA)  # fraction of one core, e.g. 0.5
+    arch: str = rule("x86_64", allowed=SIM_ARCHES)  # aarch64: an arm64 root file system run under qemu-user (see fleet/rootfs.py)
 
     @property
     def emulated(self) -> bool:
@@ -179,7 +186,9 @@ class ModelInput:
 
 QUANTIZED_WEIGHTS = ("keep", "float", "integer")  # int8 weights of quantized models: kept, widened to float32,
 # or kept with the convolutions (groups 1) computed in integers (needs layout NHWC)
-LAYOUTS = ("NCHW", "NHWC")  # the layout convolutions are compiled in (NCHW: as the graph has them)
+LAYOUTS = ("NCHW", "NHWC", "auto")  # the layout convolutions are compiled in (NCHW: as the graph has them;
+# auto: chosen per model by edgetune.tune.layout)
+DEFAULT_LAYOUT = "auto"
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,7 @@ class Model:
     weight: float = 1.0
     reference_input: Path | None = None  # an .npz with one array per declared input
     quantized_weights: str = "keep"
-    layout: str = "NCHW"
+    layout: str = DEFAULT_LAYOUT
 
     @property
     def fed_inputs(self) -> tuple[ModelInput, ...]:
@@ -205,8 +214,8 @@ class EarlyStop:
     fraction of it) over its last `window` measured trials; its unspent trials go to tasks
     that still gain."""
 
-    window: int = 32
-    min_gain: float = 0.02
+    window: int = rule(32, positive=True, maximum=MAX_TRIALS)
+    min_gain: float = rule(0.02, between=(0.0, MAX_EARLY_STOP_GAIN))
 
 
 @dataclass(frozen=True)
@@ -267,7 +276,7 @@ class TlsFiles:
     server_key: Path  # server.key (mode 0600)
 
     @classmethod
-    def beside(cls, signing_key: Path) -> "TlsFiles":
+    def beside(cls, signing_key: Path) -> TlsFiles:
         keys = Path(signing_key).parent
         return cls(keys / "fleet-ca.pem", keys / "fleet-ca.key", keys / "server.pem", keys / "server.key")
 
@@ -292,16 +301,18 @@ class RegressSettings:
     """How `edgetune regress` judges a board's latency against its artifact's baseline: slower
     when the whole confidence interval of the time ratio lies above `threshold`."""
 
-    threshold: float = 1.25
-    confidence: float = 0.95
+    threshold: float = rule(1.25, check=lambda ratio: None if 1.0 <= ratio <= 100.0 else
+                            f"is the time ratio that counts as slower, between 1.0 and 100 (e.g. 1.25), got {ratio}")
+    confidence: float = rule(0.95, check=lambda level: None if 0.5 <= level <= 0.999 else
+                             f"must be between 0.5 and 0.999 (e.g. 0.95), got {level}")
 
 
 @dataclass(frozen=True)
 class SimSettings:
     """The host side of a simulated fleet: one bridge, boards on its subnet."""
 
-    bridge: str
-    host_address: str  # the bridge's address, with prefix length, e.g. 10.231.0.1/24
+    bridge: str = rule(check=interface_problem)
+    host_address: str = rule(check=host_interface_problem)  # the bridge's address, with prefix length, e.g. 10.231.0.1/24
     cache: Path = Path("/var/cache/edgetune")  # emulated boards' root file systems (kept by `sim down`)
 
 
@@ -335,5 +346,5 @@ class Fleet:
     def simulated_boards(self) -> tuple[Board, ...]:
         return tuple(b for b in self.boards if b.simulated is not None)
 
-    def replace(self, **changes: Any) -> "Fleet":
+    def replace(self, **changes: Any) -> Fleet:
         return dataclasses.replace(self, **changes)

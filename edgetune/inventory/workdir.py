@@ -1,5 +1,5 @@
 """The layout of a fleet's host-side `workdir` (fleet.yaml `workdir`, default `.edgetune`),
-spelled in this one place (README, "What lands where"):
+spelled in this one place (docs/artifacts.md):
 
 - `databases/<class>/`: the class's tuning database (`edgetune.tune.database`);
 - `reports/<class>/<model>/`: its tuning reports (`edgetune.tune.report`);

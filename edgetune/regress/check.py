@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.timing_stats import FASTER, SLOWER, compare, summarize
@@ -34,7 +34,6 @@ REGRESSIONS = (SLOWER, WRONG_OUTPUT, LOAD_FAILED)
 COULD_NOT_CHECK = (UNREACHABLE, NOT_DEPLOYED)
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,6 @@ def regress(
     classes: Sequence[str] = (),
     models: Sequence[str] = (),
     changed_only: bool = False,
-    progress: Progress = log.info,
 ) -> RegressReport:
     """Check every selected board; each board's verdicts, or `unreachable` for all its models."""
     _check_known("model", models, [m.name for m in fleet.models])
@@ -105,7 +103,7 @@ def regress(
             found = [_unreachable(board, model, results.failed[board.name]) for model in (models or [m.name for m in fleet.models])]
         verdicts += found
     for v in verdicts:
-        progress(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
+        log.info(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
     return RegressReport(tuple(verdicts))
 
 

@@ -2,14 +2,43 @@
 trials dealt to tasks a round at a time (every task one round before any gets a second), the
 knee at which a task stops, which task gets the trials a stopped task leaves, and how long a
 run takes at the trial rate measured by earlier runs.
+
+A time budget: `tuning.time_limit_s` with no trial budget set (`time_is_the_budget`). Every task
+gets one round, then each further round goes to the task whose next round is expected to gain
+most (`choose_task`), until the next round would end past the limit (`round_fits`). Without a
+limit or a trial budget, a task gets DEFAULT_ROUNDS_PER_TASK rounds. `suggest_time_limit` is the
+limit `edgetune import` proposes: a round per task at the measured (or a stated) trial rate.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from edgetune.inventory.schema import EarlyStop
+from edgetune.inventory.schema import EarlyStop, TuningPolicy
+
+# The trial bound of a run whose budget is its time: the time limit, the knee or a task's
+# `max_trials_per_task` end it long before this many trials.
+UNBOUNDED_TRIALS = 1_000_000
+
+
+def time_is_the_budget(policy: TuningPolicy, device_class: str) -> bool:
+    """Whether the class's run is budgeted by `time_limit_s` alone (no trials_per_task,
+    trials_per_class or override is set): it measures until the time is spent."""
+    return (policy.time_limit_s is not None and policy.trials_per_task is None
+            and policy.trials_for(device_class) is None)
+
+
+def first_rounds(done: list[int], remaining: int, per_iter: int, cap: int) -> list[int]:
+    """Trials per task (in the given order) for one round each, within `cap` trials per task in
+    total, while `remaining` lasts: what a time budget deals before it deals by expected gain."""
+    planned = []
+    for already in done:
+        take = max(min(per_iter, cap - already, remaining), 0)
+        planned.append(take)
+        remaining -= take
+    return planned
 
 
 def spread_rounds(done: list[int], remaining: int, per_iter: int, cap: int) -> list[int]:
@@ -56,6 +85,16 @@ def recent_gain(latencies: Sequence[float | None], window: int) -> float:
     if before is None or now is None:
         return float("inf")
     return before - now
+
+
+def expected_gain(ledger: TaskLedger, window: int) -> tuple[float, int, float]:
+    """How much a further round of the task is expected to save per inference, as a sort key:
+    its weight x what its last `window` trials took off its best latency. Tasks too new to
+    tell come first, those with fewer rounds this run first among them, then those with the
+    largest weighted latency (the largest share of the models' estimated latency)."""
+    best = _best(ledger.history)
+    weighted_latency = ledger.weight * best if best is not None else float("inf")
+    return ledger.weight * recent_gain(ledger.history, window), -ledger.rounds, weighted_latency
 
 
 @dataclass(frozen=True)
@@ -135,9 +174,9 @@ def choose_task(
 ) -> int | None:
     """The next task to measure a round of: among tasks with room left in their share, the one
     with the fewest rounds this run (so every task gets a round before any gets a second);
-    once every share is spent, trials that stopped tasks left go to the task whose last
-    `window` trials saved the most time per inference (weight x latency gained), up to its
-    ceiling. None when there is nothing left to give."""
+    once every share is spent, the next round goes to the task expected to gain most from it
+    (`expected_gain` over its last `window` trials), up to its ceiling. None when there is
+    nothing left to give."""
     open_ = [i for i, ledger in enumerate(ledgers) if alive[i] and ledger.stopped is None]
 
     def used(i: int) -> int:
@@ -149,6 +188,58 @@ def choose_task(
     growing = [i for i in open_ if used(i) < ledgers[i].ceiling]
     if budget_left <= 0 or not growing:
         return None
-    chosen = max(growing, key=lambda i: (ledgers[i].weight * recent_gain(ledgers[i].history, window), -i))
+    chosen = max(growing, key=lambda i: (*expected_gain(ledgers[i], window), -i))
     ledgers[chosen].share = used(chosen) + min(per_iter, budget_left)
     return chosen
+
+
+def round_fits(elapsed_s: float, limit_s: float | None, round_s: float | None, rounds_in_flight: int) -> bool:
+    """Whether a round started now ends within the limit: it ends after the rounds still
+    measuring, each taking the run's mean round so far (`round_s`; None before the first round
+    ended: it starts while the limit is not reached). A run so stops within a round of its
+    limit, and the limit is never overrun by more than a round."""
+    if limit_s is None:
+        return True
+    if round_s is None:
+        return elapsed_s < limit_s
+    return elapsed_s + (rounds_in_flight + 1) * round_s <= limit_s
+
+
+# The trial rate assumed where no run of the workdir measured one: float tasks on simulated
+# boards measured ~1.5 s per trial (search, builds and measurement together), integer ones more.
+DEFAULT_SECONDS_PER_TRIAL = 2.0
+_SUGGESTION_MARGIN = 1.1  # a suggested limit is a tenth over the estimate (rates vary run to run),
+_SUGGESTION_STEP_S = 60  # rounded up to whole minutes
+
+
+@dataclass(frozen=True)
+class TimeLimitSuggestion:
+    """`tuning.time_limit_s` for `tasks` tasks: a round of `trials_per_iter` each at the rate."""
+
+    tasks: int
+    trials_per_iter: int
+    seconds_per_trial: float
+    measured: Throughput | None  # None: DEFAULT_SECONDS_PER_TRIAL
+
+    @property
+    def round_each_s(self) -> float:
+        return self.tasks * self.trials_per_iter * self.seconds_per_trial
+
+    @property
+    def time_limit_s(self) -> int:
+        return max(math.ceil(self.round_each_s * _SUGGESTION_MARGIN / _SUGGESTION_STEP_S), 1) * _SUGGESTION_STEP_S
+
+    def explain(self) -> str:
+        rate = (f"{self.seconds_per_trial:.2f} s per trial measured over {self.measured.trials} trials in this workdir"
+                if self.measured else
+                f"{self.seconds_per_trial:.2f} s per trial (a stated default: no run in this workdir measured one)")
+        return (f"{self.tasks} tasks x a round of {self.trials_per_iter} trials at {rate}: "
+                f"about {_duration(self.round_each_s)}; with a tenth more, rounded up to whole minutes: "
+                f"{_duration(self.time_limit_s)}")
+
+
+def suggest_time_limit(tasks: int, trials_per_iter: int, measured: Throughput | None) -> TimeLimitSuggestion:
+    """The time limit that gives each of `tasks` tasks a round at the measured trial rate (the
+    slowest class's, where several measured one), else at DEFAULT_SECONDS_PER_TRIAL."""
+    seconds = measured.seconds_per_trial if measured else DEFAULT_SECONDS_PER_TRIAL
+    return TimeLimitSuggestion(tasks, trials_per_iter, seconds, measured)

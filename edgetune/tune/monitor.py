@@ -16,13 +16,13 @@ from pathlib import Path
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
 from edgetune.durable import replaced_atomically
 from edgetune.fleet.tracker import RpcEndpoint, class_load, wait_for_servers
 from edgetune.inventory.schema import EarlyStop
-from edgetune.tune.budget import TaskLedger
+from edgetune.tune.budget import TaskLedger, round_fits
 from edgetune.tune.report import progress_line
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class BoardGuardRunner(PyRunner):
 
     `exclusive`: return only when the batch is measured, so that MetaSchedule neither searches
     nor builds the next batch meanwhile. For boards that share the host's CPUs (simulated ones):
-    a board timed while the host compiles measures the contention (2x on 2 cores, see README)."""
+    a board timed while the host compiles measures the contention (2x on 2 cores, see docs/measurement.md)."""
 
     def __init__(
         self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner, exclusive: bool,
@@ -108,18 +108,36 @@ class RunState:
     trials_per_iter: int
     early_stop: EarlyStop | None
     time_limit_s: float | None
-    started: float = field(default_factory=time.monotonic)  # when the run began to measure (time_limit_s)
     best: dict[str, float] = field(default_factory=dict)  # workload hash -> best latency this run
     stopped: str | None = None
+    # time_limit_s counts from the first round: the set-up before it (design spaces, the cost
+    # model, borrowing) is a class's own, not a share of the search
+    first_round_started: float | None = None
+    rounds_measured: int = 0
 
     @property
     def spent(self) -> int:
         return sum(ledger.spent for ledger in self.ledgers)
 
-    def out_of_time(self) -> bool:
-        return self.time_limit_s is not None and time.monotonic() - self.started > self.time_limit_s
+    def round_started(self) -> None:
+        if self.first_round_started is None:
+            self.first_round_started = time.monotonic()
+
+    def searched_s(self) -> float:
+        """Seconds since the first round started (0 before it)."""
+        return 0.0 if self.first_round_started is None else time.monotonic() - self.first_round_started
+
+    def mean_round_s(self) -> float | None:
+        """Seconds per round measured so far (rounds overlap: this is the run's pace), None
+        before a round was measured."""
+        return self.searched_s() / self.rounds_measured if self.rounds_measured else None
+
+    def out_of_time(self, rounds_in_flight: int) -> bool:
+        """Whether a round started now would end past the time limit (`budget.round_fits`)."""
+        return not round_fits(self.searched_s(), self.time_limit_s, self.mean_round_s(), rounds_in_flight)
 
     def record(self, task_id: int, results: list[RunnerResult]) -> None:
+        self.rounds_measured += 1
         latencies = [_latency(result) for result in results]
         ledger = self.ledgers[task_id]
         ledger.record(latencies)

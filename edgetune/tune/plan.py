@@ -11,21 +11,40 @@ one round before any gets a second; a task whose recorded trials already show it
 none, and its share is left to the tasks that still gain. `scheduler.BudgetScheduler` spends
 them that way; the per-task `planned` figures are the plan's forecast of it. The time is the
 trials to run at the rate the class's earlier runs measured.
+
+A time budget (`budget.time_is_the_budget`: `time_limit_s` and no trial budget): every task is
+planned one round, as far as the limit holds them at the measured rate; the trials that fit
+after those (`by_gain`) go a round at a time to the task expected to gain most, so the plan
+counts them but gives them to no task.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping, Sequence
 
 from tabulate import tabulate
 
 from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
-from edgetune.tune.budget import Throughput, estimate, reached_knee, spread_rounds
-from edgetune.tune.database import ClassDatabasePaths, TrialRecord, read_trials, throughput
+from edgetune.tune.budget import (
+    UNBOUNDED_TRIALS,
+    Throughput,
+    estimate,
+    first_rounds,
+    reached_knee,
+    spread_rounds,
+    suggest_time_limit,
+    time_is_the_budget,
+)
+from edgetune.tune.database import (
+    ClassDatabasePaths,
+    TrialRecord,
+    read_trials,
+    throughput,
+)
 from edgetune.tune.tasks import KernelTask, class_task_list
 
 
@@ -52,8 +71,11 @@ class ClassPlan:
     budget_rule: str  # how the budget was set, in words
     budget: int  # trials for the selected models, done ones included
     done: int
-    remaining: int  # trials this run may measure: the planned ones and the freed ones
+    remaining: int  # trials this run may measure: the planned, freed and by-gain ones
     freed: int  # shares of tasks at their knee, for the tasks that still gain
+    by_gain: int  # time budget: trials expected to fit after a round each, dealt by expected gain
+    time_limit_s: float | None
+    time_is_the_budget: bool  # the run measures until its time limit (no trial budget)
     trials_per_iter: int
     max_trials_per_task: int | None  # a task's cap, trials moved to it included
     borrow_from: str | None
@@ -126,20 +148,24 @@ def plan_class(
     policy = fleet.tuning
     profile = fleet.device_class(device_class).profile
     done = Counter(t.workload_hash for t in trials)
-    budget, cap, rule = class_budget(policy, device_class, models, fleet.models, len(tasks))
+    by_time = time_is_the_budget(policy, device_class)
     ordered = order_tasks(tasks, done)
     already = [done.get(t.workload_hash, 0) for t in ordered]  # every trial spent counts, even past the cap
-    per_task = policy.task_budget_rule(device_class)[0] == "per_task"
-    remaining = sum(max(cap - d, 0) for d in already) if per_task else max(budget - sum(already), 0)
-    planned = spread_rounds(already, remaining, policy.trials_per_iter, cap)
     knee = [reached_knee([r.latency_s for r in trials if r.workload_hash == t.workload_hash], policy.early_stop)
             for t in ordered]
+    if by_time:
+        budget, rule, planned, by_gain = _time_budget(policy, already, knee, measured)
+    else:
+        budget, cap, rule = class_budget(policy, device_class, models, fleet.models, len(tasks))
+        per_task = policy.task_budget_rule(device_class)[0] == "per_task"
+        remaining = sum(max(cap - d, 0) for d in already) if per_task else max(budget - sum(already), 0)
+        planned, by_gain = spread_rounds(already, remaining, policy.trials_per_iter, cap), 0
     freed = sum(p for p, k in zip(planned, knee) if k)
     task_plans = tuple(
         TaskPlan(t.name, t.workload_hash, t.flops, t.weight, tuple(m for m, _ in t.uses), d, 0 if k else p, k)
         for t, d, p, k in zip(ordered, already, planned, knee)
     )
-    to_run = sum(t.planned for t in task_plans) + freed
+    to_run = sum(t.planned for t in task_plans) + freed + by_gain
     plan = ClassPlan(
         device_class=device_class,
         profile=str(profile.path),
@@ -152,15 +178,54 @@ def plan_class(
         done=sum(already),
         remaining=to_run,
         freed=freed,
+        by_gain=by_gain,
+        time_limit_s=policy.time_limit_s,
+        time_is_the_budget=by_time,
         trials_per_iter=policy.trials_per_iter,
         max_trials_per_task=policy.max_trials_per_task,
         borrow_from=policy.borrow.get(device_class),
         tasks=task_plans,
         throughput=measured,
-        estimate=estimate(to_run, measured),
+        estimate=_time_estimate(to_run, measured, policy.time_limit_s, by_time),
         warnings=(),
     )
     return _with_warnings(plan)
+
+
+def _time_budget(policy: TuningPolicy, already: list[int], knee: list[bool],
+                 measured: Throughput | None) -> tuple[int, str, list[int], int]:
+    """(budget, rule in words, planned trials per task, trials dealt by expected gain) of a run
+    budgeted by its time: the trials that fit in the limit at the measured rate (a round for
+    each task still gaining where no rate is measured yet: the first run measures it)."""
+    per_iter, limit = policy.trials_per_iter, policy.time_limit_s
+    cap = policy.max_trials_per_task or UNBOUNDED_TRIALS
+    gaining = [d for d, k in zip(already, knee) if not k]
+    fit = int(limit / measured.seconds_per_trial) if measured else sum(first_rounds(gaining, UNBOUNDED_TRIALS, per_iter, cap))
+    rounds = iter(first_rounds(gaining, fit, per_iter, cap))
+    planned = [0 if k else next(rounds) for k in knee]
+    room = sum(max(cap - d - p, 0) for d, p, k in zip(already, planned, knee) if not k)
+    by_gain = min(fit - sum(planned), room)
+    rule = (f"time limit of {_seconds(limit)}: a round of {per_iter} per task, then rounds to the tasks "
+            f"expected to gain most until the limit")
+    return sum(already) + sum(planned) + by_gain, rule, planned, by_gain
+
+
+def _time_estimate(trials: int, measured: Throughput | None, limit_s: float | None, by_time: bool) -> str:
+    """How long the run takes: the trials at the measured rate, within `limit_s`."""
+    if limit_s is None or trials == 0:
+        return estimate(trials, measured)
+    if by_time:
+        return (f"up to the time limit of {_seconds(limit_s)}: "
+                + (f"{trials} trials at the measured rate, {estimate(trials, measured)}" if measured else
+                   "no run of this class has been measured yet (the first run measures the trial rate)"))
+    if measured and trials * measured.seconds_per_trial > limit_s:
+        return (f"{estimate(trials, measured)}; the time limit of {_seconds(limit_s)} ends it after about "
+                f"{int(limit_s / measured.seconds_per_trial)} trials")
+    return f"{estimate(trials, measured)}, within the time limit of {_seconds(limit_s)}"
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds < 120 else f"{seconds:g} s ({seconds / 60:.0f} min)"
 
 
 def _model_shares(policy, device_class, models, all_models) -> list[tuple[Model, int | None]]:
@@ -218,7 +283,14 @@ def select_models(fleet: Fleet, names: tuple[str, ...] | None) -> tuple[Model, .
 
 def _with_warnings(plan: ClassPlan) -> ClassPlan:
     warnings = []
-    if plan.uncovered:
+    if plan.uncovered and plan.time_is_the_budget:
+        needed = suggest_time_limit(len(plan.tasks), plan.trials_per_iter, plan.throughput).time_limit_s
+        warnings.append(
+            f"{plan.device_class}: {len(plan.uncovered)} of {len(plan.tasks)} tasks get no trial within the time "
+            f"limit at the measured rate and stay untuned (naive loops): set tuning.time_limit_s to {needed} "
+            f"for a round of {plan.trials_per_iter} each"
+        )
+    elif plan.uncovered:
         warnings.append(
             f"{plan.device_class}: {len(plan.uncovered)} of {len(plan.tasks)} tasks get no trial and "
             f"stay untuned (naive loops): the budget ({plan.budget_rule}) or tuning.max_trials_per_task "
@@ -242,6 +314,7 @@ def _format_class(plan: ClassPlan) -> str:
         f"to run {plan.remaining} ({plan.trials_per_iter} per round{cap})"
         + (f"; seeded from {plan.borrow_from}" if plan.borrow_from else "")
         + (f"\n  {plan.freed} trials of tasks at their knee go to the tasks that still gain" if plan.freed else "")
+        + (f"\n  {plan.by_gain} trials after a round each go to the tasks expected to gain most" if plan.by_gain else "")
         + f"\n  time: {plan.estimate}"
     )
     table = tabulate(rows, headers=("task", "MFLOP", "weight", "models", "done", "planned"))

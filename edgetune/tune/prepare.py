@@ -74,8 +74,16 @@ def apply_database_and_build(
     pre-packed weights; kernels without one stay untuned (check `count_tuned_tasks` first).
     Export the result with `executable.export_library(path, fcompile=...)`. `exec_mode`
     "bytecode" gives the same kernels under the bytecode VM, whose calls can be instrumented."""
+    applied = apply_database(prepared, database, target)
     with target, database:
-        applied = tvm.transform.Sequential(
+        return relax.build(applied, target=target, exec_mode=exec_mode)
+
+
+def apply_database(prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target) -> tvm.IRModule:
+    """The module `apply_database_and_build` builds: its PrimFuncs are the built library's
+    kernels, by name, with their final (pre-packed) signatures."""
+    with target, database:
+        return tvm.transform.Sequential(
             [
                 relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
                 relax.transform.SplitLayoutRewritePreproc(),
@@ -83,7 +91,6 @@ def apply_database_and_build(
                 relax.transform.FoldConstant(),
             ]
         )(prepared)
-        return relax.build(applied, target=target, exec_mode=exec_mode)
 
 
 def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target, exec_mode: str = "compiled") -> relax.VMExecutable:

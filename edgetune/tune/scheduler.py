@@ -4,8 +4,9 @@ deciding which task measures the next round (`budget.choose_task`).
 A PyTaskScheduler only chooses `next_task_id`; TVM's loop builds, measures, records and calls
 the measure callbacks. Before each choice it collects every finished round but the one just
 started (so decisions see fresh results while the host builds the next round as the boards
-measure the last), stops tasks at their knee, and ends the run by returning -1 when the time
-limit is reached, no board is left, or no trial is left to give. TVM then collects the rounds
+measure the last), stops tasks at their knee, and ends the run by returning -1 when the next
+round would end past the time limit (so a run ends within a round of it), no board is left,
+or no trial is left to give. TVM then collects the rounds
 still measuring and records them: the run ends with a consistent database and no task is
 terminated behind TVM's back (which aborted runs with `Check failed: (!task->is_terminated)`).
 """
@@ -42,6 +43,7 @@ class BudgetScheduler(PyTaskScheduler):
         if self._tasks()[task_id].runner_futures is not None:
             self._outer().join_running_task(task_id)
         self.state.ledgers[task_id].rounds += 1
+        self.state.round_started()
         self.latest = task_id
         return task_id
 
@@ -51,13 +53,13 @@ class BudgetScheduler(PyTaskScheduler):
     def _choose(self) -> int | None:
         """Stop on request, on time or without boards, stop tasks at their knee, then `choose_task`."""
         state, tasks = self.state, self._tasks()
+        in_flight = {i: len(t.measure_candidates) for i, t in enumerate(tasks) if t.runner_futures is not None}
         if state.stopped is None:
             state.stopped = stop_requested()
-        if state.stopped is None and state.out_of_time():
-            state.stopped = f"time limit of {state.time_limit_s:g} s reached"
+        if state.stopped is None and state.out_of_time(len(in_flight)):
+            state.stopped = f"time limit of {state.time_limit_s:g} s reached: a further round would end past it"
         if state.stopped:
             return None
-        in_flight = {i: len(t.measure_candidates) for i, t in enumerate(tasks) if t.runner_futures is not None}
         for task_id, ledger in enumerate(state.ledgers):
             if task_id in in_flight or tasks[task_id].is_terminated:
                 continue
@@ -68,7 +70,7 @@ class BudgetScheduler(PyTaskScheduler):
         budget_left = state.run_budget - state.spent - sum(in_flight.values())
         task_id = choose_task(
             state.ledgers, [not t.is_terminated for t in tasks], in_flight, budget_left,
-            state.trials_per_iter, state.early_stop.window if state.early_stop else 1,
+            state.trials_per_iter, state.trials_per_iter,  # expected gain: what a task's last round gained
         )
         if task_id is None and budget_left > 0:
             state.stopped = "every task reached its knee, its cap or the end of its search space"

@@ -19,31 +19,50 @@ import logging
 import multiprocessing
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import EdgetuneError, TuneError
-from edgetune.fleet.board import read_firmware
+from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
+from edgetune.tune.budget import AT_KNEE_BEFORE, UNBOUNDED_TRIALS, TaskLedger
 from edgetune.tune.candidate_builder import make_builder
+from edgetune.tune.database import (
+    ClassDatabasePaths,
+    append_run,
+    locked_database,
+    read_trials,
+    throughput,
+)
 from edgetune.tune.index_inputs import IndexBounds, class_index_bounds, index_notes
 from edgetune.tune.intrinsics import load_cpu_intrinsics
-from edgetune.tune.budget import AT_KNEE_BEFORE, TaskLedger
-from edgetune.tune.database import (
-    ClassDatabasePaths, append_run, locked_database, read_trials, throughput,
+from edgetune.tune.monitor import (
+    NO_BOARDS,
+    BoardGuardRunner,
+    RunMonitor,
+    RunState,
+    load_cost_model,
+    save_cost_model,
 )
-from edgetune.tune.monitor import NO_BOARDS, BoardGuardRunner, RunMonitor, RunState, load_cost_model, save_cost_model
-from edgetune.tune.plan import ClassPlan, TaskPlan, TuningPlan, plan_class, plan_tuning, select_models
+from edgetune.tune.native_log import NATIVE_LOG, native_warnings_to
+from edgetune.tune.plan import (
+    ClassPlan,
+    TaskPlan,
+    TuningPlan,
+    plan_class,
+    plan_tuning,
+    select_models,
+)
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
@@ -55,14 +74,27 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """MetaSchedule's evolutionary search, sized for small boards-per-class budgets here
-    (TVM's default population of 512 cost ~11 s of host CPU per round here; 128 costs ~3 s)."""
+    """MetaSchedule's evolutionary search. Its host CPU per round grows with the population
+    (TVM's default of 512 cost ~11 s per round here, 128 ~3 s), and a round measures only
+    `trials_per_iter` of it: by default the population is sized to the round
+    (`population_for`), POPULATION_PER_TRIAL candidates per trial within [MIN_POPULATION,
+    MAX_POPULATION]. bench/trial_rate.py compares the sizes."""
 
-    population_size: int = 128
+    population_size: int | None = None  # None: sized to the round
     init_measured_ratio: float = 0.2
     genetic_num_iters: int = 3
     num_threads: int = 1  # host threads per class for the search (classes run in parallel)
     seed: int = 0
+
+    def population_for(self, trials_per_iter: int) -> int:
+        if self.population_size is not None:
+            return self.population_size
+        return min(max(POPULATION_PER_TRIAL * trials_per_iter, MIN_POPULATION), MAX_POPULATION)
+
+
+POPULATION_PER_TRIAL = 4
+MIN_POPULATION = 32  # below this the genetic search has too little to cross over
+MAX_POPULATION = 128
 
 
 @dataclass(frozen=True)
@@ -87,6 +119,7 @@ class ClassResult:
     summaries: tuple[str, ...]  # reports/<class>/<model>/summary.json
     stopped: str | None = None  # why the run stopped before spending its budget
     error: str | None = None  # the class could not tune (others went on)
+    search_time_s: float = 0.0  # from the first round to the last measured (what time_limit_s bounds)
 
     @property
     def ok(self) -> bool:
@@ -130,17 +163,19 @@ def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult
                 for name, future in futures.items():
                     try:
                         results[name] = future.result()
-                    except Exception as err:  # the class process died (e.g. a TVM crash)
+                    except Exception as err:  # noqa: BLE001 -- the class process died (e.g. a TVM crash)
                         results[name] = ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {err}")
     return TuneResult(plan, tuple(results[n] for n in names))
 
 
 def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassResult:
-    """Tune one class to its budget; a TuneError becomes the result's `error`."""
+    """Tune one class to its budget; a TuneError becomes the result's `error`. TVM's and
+    onnxruntime's warnings go to the class's logs/native.log, not the console."""
     _log_to_stderr()
     started = time.monotonic()
     try:
-        return _tune_class(fleet, device_class, options, started)
+        with native_warnings_to(ClassDatabasePaths.of(fleet.workdir, device_class).logs / NATIVE_LOG):
+            return _tune_class(fleet, device_class, options, started)
     except EdgetuneError as err:
         log.error("error: %s", err)
         return ClassResult(device_class, 0, 0, 0, 0, time.monotonic() - started, (), error=str(err))
@@ -157,6 +192,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     tasks = class_tasks(models, target)
     plan = plan_class(fleet, device_class, models, tasks.tasks, read_trials(paths), throughput(paths))
     spent = borrowed = 0
+    searched_s = 0.0
     stopped = None
     ledgers: list[TaskLedger] = []
     if plan.remaining > 0:
@@ -180,13 +216,14 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             bounds = _index_bounds(device_class, tasks)
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive)
             selected = _searched_tasks(plan)
-            contexts = _tune_contexts(selected, tasks, target, paths, options.search)
+            contexts = _tune_contexts(selected, tasks, target, paths, options.search, plan.trials_per_iter)
             cost_model = _cost_model(paths, options.search)
             donor = plan.borrow_from if options.borrow else None
             seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
             borrowed = sum(seeded.values())
-            state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths), measuring)
+            state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths))
             spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
+            searched_s = state.searched_s()
             ledgers = state.ledgers
             if spent + borrowed:
                 append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
@@ -196,7 +233,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     return ClassResult(
         device_class, plan.budget, plan.done, spent + borrowed, borrowed,
         time.monotonic() - started, summaries, stopped=stopped,
-        error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None,
+        error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None, search_time_s=searched_s,
     )
 
 
@@ -219,13 +256,14 @@ def _index_bounds(device_class: str, tasks: ClassTasks) -> dict[str, IndexBounds
 
 
 def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
-    """The tasks with planned trials, and where tasks at their knee freed trials, every task
-    that may still gain (it may be given them)."""
-    return [t for t in plan.tasks if t.planned > 0 or (plan.freed and not t.at_knee)]
+    """The tasks with planned trials, and where trials go by expected gain (those tasks at
+    their knee freed, or a time budget's), every task that may still gain (it may be given them)."""
+    by_gain = plan.freed or plan.time_is_the_budget
+    return [t for t in plan.tasks if t.planned > 0 or (by_gain and not t.at_knee)]
 
 
 def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
-                   paths: ClassDatabasePaths, search: SearchSettings) -> list[ms.TuneContext]:
+                   paths: ClassDatabasePaths, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
     gets the rule registered by edgetune.tune.schedule_rules (imported with prepare)."""
     load_cpu_intrinsics(target)
@@ -233,7 +271,7 @@ def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.targ
         [tasks.extracted[t.workload_hash] for t in selected],
         work_dir=str(paths.logs),
         strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=search.population_size,
+            population_size=search.population_for(trials_per_iter),
             init_measured_ratio=search.init_measured_ratio,
             genetic_num_iters=search.genetic_num_iters,
         ),
@@ -266,11 +304,12 @@ def _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scr
 
 
 def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan],
-               seeded: Mapping[str, int], trials: list, started: float) -> RunState:
+               seeded: Mapping[str, int], trials: list) -> RunState:
     """Each searched task's account: its planned share less what borrowing spent on it, and
-    its ceiling (`max_trials_per_task`, borrowed trials included)."""
+    its ceiling (`max_trials_per_task`, borrowed trials included). A run budgeted by its time
+    has no trial bound: its time limit ends it."""
     policy = fleet.tuning
-    run_budget = plan.remaining - sum(seeded.values())
+    run_budget = (UNBOUNDED_TRIALS if plan.time_is_the_budget else plan.remaining) - sum(seeded.values())
     history = {t.workload_hash: [r.latency_s for r in trials if r.workload_hash == t.workload_hash] for t in selected}
     ledgers = [
         TaskLedger(
@@ -292,7 +331,6 @@ def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[
         trials_per_iter=policy.trials_per_iter,
         early_stop=policy.early_stop,
         time_limit_s=policy.time_limit_s,
-        started=started,
     )
 
 

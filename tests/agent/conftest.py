@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import tvm
 from agent_support import free_port
+from fleet_marker import starts_fleet
 from tests_samples import FAKE_PRIVATE_KEY, sample_inputs
 from tvm import relax
 
@@ -84,6 +86,7 @@ class Compiled:
 
 
 @pytest.fixture(scope="session")
+@starts_fleet  # its tests run the agent's processes on real libraries: not unit-level
 def compiled(tmp_path_factory) -> Compiled:
     model = Model(name="mlp", inputs=(ModelInput("x", MODEL_INPUT_SHAPE, "float32"),), builtin="mlp")
     executable = relax.build(load_model(model), target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled")
@@ -163,6 +166,9 @@ def fleet(tmp_path_factory, compiled) -> Fleet:
     return host
 
 
+PROBE_PATH = "/v1/test-probe/"  # not a route: answered 404, and logged like any request
+
+
 class Server:
     """`python -m edgetune serve` for the session fleet; its JSON access log read back."""
 
@@ -170,6 +176,7 @@ class Server:
         self.url = f"https://127.0.0.1:{fleet.port}"
         self.context = host_client_context(fleet.fleet)
         self.log = log
+        self._probes = 0
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
@@ -186,16 +193,25 @@ class Server:
                     raise RuntimeError(f"edgetune serve did not start:\n{log.read_text()}")
                 time.sleep(0.1)
 
-    def requests(self) -> list[dict]:
+    def requests(self, timeout_s: float = 30.0) -> list[dict]:
         """Every request logged so far (one JSON object per line). The server logs a request
-        just after answering it: wait until the log has been still for a moment."""
-        text, still_since = self.log.read_text(), time.monotonic()
-        while time.monotonic() - still_since < 0.15:
-            time.sleep(0.03)
-            latest = self.log.read_text()
-            if latest != text:
-                text, still_since = latest, time.monotonic()
-        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        just after answering it, so a request answered before this call may not be logged yet:
+        a probe (PROBE_PATH + N) is sent last, and its line appearing in the log means
+        the lines of the requests answered before it are there too. Probes are left out."""
+        self._probes += 1
+        probe = f"{PROBE_PATH}{self._probes}"
+        try:
+            urllib.request.urlopen(self.url + probe, timeout=5, context=self.context).close()
+        except urllib.error.HTTPError as answer:
+            answer.close()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            logged = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
+            if any(entry["path"] == probe for entry in logged):
+                return [entry for entry in logged if not entry["path"].startswith(PROBE_PATH)]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the server did not log {probe} within {timeout_s} s:\n{self.log.read_text()}")
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -205,6 +221,7 @@ class Server:
 
 
 @pytest.fixture(scope="session")
+@starts_fleet
 def server(fleet, tmp_path_factory):
     running = Server(fleet, tmp_path_factory.mktemp("server") / "access.log")
     try:

@@ -40,10 +40,10 @@ def test_config_is_written_canonically_and_read_back(tmp_path):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda raw: raw.update(keep_releases="3"), "agent.json: keep_releases: expected an integer, got str"),
+        (lambda raw: raw.update(keep_releases="3"), "agent.json: keep_releases: must be an integer, got str '3'"),
         (lambda raw: raw.update(server="10.231.7.1:8470"), "agent.json: server: '10.231.7.1:8470' is not an http(s)"),
-        (lambda raw: raw.pop("board"), "agent.json: missing key(s) board"),
-        (lambda raw: raw.update(colour="blue"), "agent.json: unknown key(s) colour"),
+        (lambda raw: raw.pop("board"), "agent.json: board: required field is missing"),
+        (lambda raw: raw.update(colour="blue"), "agent.json: colour: unknown key; allowed here: board, device_class"),
         (lambda raw: raw.update(schema_version=2), "agent.json: schema_version: 2 is not supported"),
         (lambda raw: raw.update(server_ca=None), "agent.json: server_ca: an https:// server needs the fleet CA file"),
     ],
@@ -160,3 +160,10 @@ def test_the_agent_runs_with_the_board_packages_only(board_on, fleet, server, tm
     assert agent_cli(root, "run", "--model", "mlp", "--repeat", "1", env=env)[1]["outputs_match"] is True
     assert agent_cli(root, "rollback", "--model", "mlp", env=env)[1]["result"] == "rolled_back"
     assert not attempts.exists(), f"the agent tried to import: {attempts.read_text()}"
+
+
+def test_a_config_with_a_duplicate_key_exits_2(tmp_path, capsys):
+    path = write_config(tmp_path, CONFIG)
+    path.write_bytes(path.read_bytes()[:-1] + b',"threads":4}')
+    assert main(["--root", str(tmp_path), "status"]) == 2
+    assert "agent.json: duplicate key(s) 'threads'" in capsys.readouterr().err

@@ -19,8 +19,8 @@ import pytest
 from agent_support import current
 from tls_proxy import OfferProxy, TlsProxy, http_body, with_body
 
+from edgetune.agent.file_tree import FileTree
 from edgetune.agent.install import install
-from edgetune.agent.layout import Layout
 from edgetune.agent.state import last_decision_serial
 from edgetune.deploy.tls import ensure_tls
 from edgetune.inventory.schema import TlsFiles
@@ -43,9 +43,9 @@ def test_a_pinned_board_installs_its_pin_and_records_the_serial(board_on, server
     root = board_on(1, board="pinned-1", server=server.url)
     record = install(root, "mlp")
     assert (record.result, record.to_version) == ("installed", 2) and current(root) == "v2"  # its pin, not v3
-    seen = last_decision_serial(Layout(root))
+    seen = last_decision_serial(FileTree(root))
     assert seen > 0 and install(root, "mlp").result == "unchanged"
-    assert last_decision_serial(Layout(root)) > seen
+    assert last_decision_serial(FileTree(root)) > seen
 
 
 def test_an_offer_turned_into_another_signed_version_is_refused(board_on, server, offer_proxy):

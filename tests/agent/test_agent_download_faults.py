@@ -17,10 +17,10 @@ import pytest
 from agent_support import current
 from tls_proxy import CuttingProxy
 
-from edgetune.agent.board import Board
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import DISK_MARGIN_BYTES, fetch, refuse_oversized
 from edgetune.agent.install import install, install_tarball
+from edgetune.agent.installation import Installation
 from edgetune.artifact_format.files import UnpackLimits, packed_size_bound
 from edgetune.artifact_format.manifest import Manifest
 
@@ -105,7 +105,7 @@ def test_stale_partial_downloads_are_removed(make_board, server):
 
 
 def test_an_offer_larger_than_its_signed_manifest_packs_into_is_refused(make_board, server, fleet):
-    server_of_board = Board.open(make_board(server=server.url)).server()
+    server_of_board = Installation.open(make_board(server=server.url)).server()
     offer = server_of_board.offer("fast-1", "mlp", 2)
     manifest_bytes, signature_bytes = (server_of_board.get_bytes(offer.manifest_url),
                                        server_of_board.get_bytes(offer.signature_url))  # fmt: skip

@@ -6,7 +6,6 @@ artifacts are really built, loaded and right, and that tuning still pays off the
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -50,8 +49,7 @@ def arm_fleet(tmp_path_factory, sim_slot):
     (directory / "fleet.yaml").write_text(FLEET_YAML.format(
         slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, repo=REPO, klass=CLASS,
         board=BOARD, deploy_port=8470 + slot))  # fmt: skip
-    with running(load_fleet(directory / "fleet.yaml"), register_timeout_s=240,
-                 progress=lambda line: print(line, file=sys.stderr)) as fleet:  # fmt: skip
+    with running(load_fleet(directory / "fleet.yaml"), register_timeout_s=240) as fleet:
         yield fleet
 
 
@@ -72,7 +70,7 @@ def arm_built(arm_fleet):
 
 
 def test_the_board_is_an_aarch64_machine_over_ssh(arm_fleet):
-    from edgetune.fleet.board import read_firmware
+    from edgetune.fleet.on_board import read_firmware
     from edgetune.fleet.ssh import BoardSession
 
     (board,) = arm_fleet.boards

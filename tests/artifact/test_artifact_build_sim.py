@@ -1,11 +1,12 @@
 """Integration: build, verify and reuse artifacts from a small tuned database on the simulated
-fleet (`sim_fleet`, tests/conftest.py), run an artifact's library on a board, refuse a
+fleet (`built_release`, `sim_fleet`, tests/conftest.py), run an artifact's library on a board, refuse a
 tuned build that is no faster than the untuned one, and take an ONNX model the whole way."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from onnx_samples import conv_model
 
 from edgetune.artifact import release
-from edgetune.artifact.measure import run_library
+from edgetune.artifact.measure import compare_on_board
 from edgetune.artifact.release import board_speedups, build_artifacts
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
@@ -25,8 +26,9 @@ from edgetune.artifact_format.signing import init_keys, load_public_key
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.cli import main
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
-from edgetune.inventory.dump import fleet_to_dict
+from inventory_dump import fleet_to_dict
 from edgetune.inventory.schema import ArtifactSettings
+from edgetune.inventory.workdir import Workdir
 from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
@@ -40,21 +42,30 @@ def _tune_small_database(fleet, device_class: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def built(sim_fleet):
-    fleet = sim_fleet
-    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir, force=True)
-    _tune_small_database(fleet, CLASS)
-    report = build_artifacts(fleet, classes=[CLASS])
-    print(report.table())
-    return fleet, report
+def built(built_release, tmp_path_factory):
+    """`built_release` (mlp tuned with the fleet's small budget and built for every class) as
+    this module's own copy, which its tests build into: CLASS's database and reports as built,
+    the store as built and a fleet.yaml for the CLI. gw-slow's database is not copied: here
+    that class was never tuned. Returns (fleet, the build's outcome of CLASS, its table)."""
+    source, as_built = built_release.fleet, built_release.as_built
+    root = tmp_path_factory.mktemp("built-copy")
+    for tuned in (Workdir(as_built / "work").database(CLASS), Workdir(as_built / "work").reports(CLASS)):
+        shutil.copytree(tuned, root / tuned.relative_to(as_built))
+    shutil.copytree(as_built / "artifacts", root / "artifacts")
+    fleet = source.replace(path=root / "fleet.yaml", workdir=root / "work",
+                           artifacts=replace(source.artifacts, dir=root / "artifacts"))
+    fleet.path.write_text(yaml.safe_dump(fleet_to_dict(fleet)))
+    table = built_release.report.table()
+    print(table)
+    return fleet, [o for o in built_release.report.outcomes if o.device_class == CLASS], table
 
 
 def test_build_makes_a_verified_artifact_per_model(built):
-    fleet, report = built
-    (outcome,) = report.outcomes
-    assert report.ok and outcome.status == "built" and outcome.version == 1, report.failures()
+    fleet, outcomes, table = built
+    (outcome,) = outcomes
+    assert outcome.status == "built" and outcome.version == 1, outcome.error  # and the report ok: built_release
     assert outcome.tuned_ms > 0 and outcome.untuned_ms > 0
-    assert "mlp" in report.table() and "v1" in report.table()
+    assert "mlp" in table and "v1" in table
     store = ArtifactStore(fleet.artifacts.dir)
     stored = store.latest("mlp", CLASS)
     public_key = load_public_key(fleet.artifacts.public_key)
@@ -76,18 +87,18 @@ def test_build_makes_a_verified_artifact_per_model(built):
     assert all(speedup.low > release.GATE_MIN_SPEEDUP for speedup in board_speedups(manifest.boards).values())
     assert outcome.least_speedup > release.GATE_MIN_SPEEDUP
     index = json.loads((Path(fleet.artifacts.dir) / "index.json").read_bytes())
-    assert [(e["model"], e["version"]) for e in index["versions"]] == [("mlp", 1)]
+    assert [(e["model"], e["version"]) for e in index["versions"] if e["device_class"] == CLASS] == [("mlp", 1)]
 
 
 def test_unchanged_rebuild_makes_no_new_version(built, capsys):
-    fleet, _ = built
+    fleet, *_ = built
     assert main(["build", "-f", str(fleet.path), "--class", CLASS]) == 0
     assert "unchanged" in capsys.readouterr().out
     assert ArtifactStore(fleet.artifacts.dir).versions("mlp", CLASS) == [1]
 
 
 def test_artifact_library_runs_on_a_board_and_matches(built):
-    fleet, _ = built
+    fleet, *_ = built
     stored = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS)
     inputs = read_npz(stored.path / REFERENCE_INPUT_NAME)
     expected = read_npz(stored.path / EXPECTED_OUTPUT_NAME)
@@ -95,15 +106,15 @@ def test_artifact_library_runs_on_a_board_and_matches(built):
     boards = fleet.boards_of(CLASS)[:1]
     with board_sessions(rpc_endpoint(fleet, CLASS), boards) as (sessions, failed):
         assert not failed
-        run = run_library(
-            sessions[boards[0].name], stored.path / LIBRARY_NAME, entry_function(load_model(model)),
+        run = compare_on_board(
+            sessions[boards[0].name], {"library": stored.path / LIBRARY_NAME}, entry_function(load_model(model)),
             [inputs[i.name] for i in model.inputs], fleet.device_class(CLASS).profile.measurement,
-        )  # fmt: skip
+        )["library"]  # fmt: skip
     np.testing.assert_allclose(run.outputs["output0"], expected["output0"], rtol=1e-4, atol=1e-5)
 
 
 def test_output_mismatch_fails_that_artifact_and_keeps_v1(built, monkeypatch):
-    fleet, _ = built
+    fleet, *_ = built
     v1_tarball = ArtifactStore(fleet.artifacts.dir).latest("mlp", CLASS).tarball.read_bytes()
     wrong = release.reference_outputs
     monkeypatch.setattr(release, "reference_outputs", lambda m, i: [o + 1.0 for o in wrong(m, i)])
@@ -118,21 +129,20 @@ def test_output_mismatch_fails_that_artifact_and_keeps_v1(built, monkeypatch):
 
 
 def test_class_without_database_says_run_tune(built):
-    fleet, _ = built
+    fleet, *_ = built
     (outcome,) = build_artifacts(fleet, classes=["gw-slow"]).outcomes
     assert outcome.status == "failed" and "run `edgetune tune" in outcome.error
 
 
 def test_tuned_build_no_faster_than_untuned_is_refused(built, tmp_path, capsys):
-    """The class database holds records for another input shape only (mlp tuned at batch 2,
-    built at batch 1), so no kernel of the build finds one and the tuned build is the untuned
+    """The class database holds records for another input shape only (mlp tuned at batch 1,
+    built at batch 2), so no kernel of the build finds one and the tuned build is the untuned
     one: `edgetune build` refuses it, exits 5 and stores nothing."""
-    fleet, _ = built
+    fleet, *_ = built
     mlp = fleet.models[0]
     batch2 = replace(mlp, inputs=(replace(mlp.inputs[0], shape=(2, *mlp.inputs[0].shape[1:])),))
-    workdir, artifacts = tmp_path / "work", tmp_path / "artifacts"
-    _tune_small_database(fleet.replace(workdir=workdir, models=(batch2,)), CLASS)
-    inventory = fleet.replace(workdir=workdir, artifacts=replace(fleet.artifacts, dir=artifacts))
+    artifacts = tmp_path / "artifacts"
+    inventory = fleet.replace(models=(batch2,), artifacts=replace(fleet.artifacts, dir=artifacts))
     fleet_yaml = tmp_path / "fleet.yaml"
     fleet_yaml.write_text(yaml.safe_dump(fleet_to_dict(inventory)))
 

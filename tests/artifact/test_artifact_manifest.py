@@ -47,14 +47,14 @@ def test_inputs_digest_changes_with_any_input(make_manifest, make_inputs):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda raw: raw.update(schema="other"), "not an edgetune.artifact manifest"),
-        (lambda raw: raw.update(schema_version=99), "schema_version 99 is not supported"),
-        (lambda raw: raw.update(extra=1), "unknown key(s) extra"),
-        (lambda raw: raw["inputs"].pop("model"), "$.inputs: missing key(s) model"),
-        (lambda raw: raw["tuning"].update(trials="many"), "$.tuning.trials: expected an integer"),
-        (lambda raw: raw["boards"][0]["tuned"]["samples_ms"].append("0.3"), "$.boards[0].tuned.samples_ms[3]: expected a number"),
-        (lambda raw: raw["boards"][0]["untuned"].pop("iqr_ms"), "$.boards[0].untuned: missing key(s) iqr_ms"),
-        (lambda raw: raw["boards"][0]["tuned"].update(spread_ms=0.1), "$.boards[0].tuned: unknown key(s) spread_ms"),
+        (lambda raw: raw.update(schema="other"), "manifest.json: schema: not an edgetune.artifact manifest"),
+        (lambda raw: raw.update(schema_version=99), "manifest.json: schema_version: 99 is not supported (this edgetune reads version 2)"),
+        (lambda raw: raw.update(extra=1), "manifest.json: extra: unknown key (did you mean 'entry'?); allowed here: schema, schema_version"),
+        (lambda raw: raw["inputs"].pop("model"), "manifest.json: inputs.model: required field is missing"),
+        (lambda raw: raw["tuning"].update(trials="many"), "manifest.json: tuning.trials: must be an integer, got str 'many'"),
+        (lambda raw: raw["boards"][0]["tuned"]["samples_ms"].append("0.3"), "manifest.json: boards[0].tuned.samples_ms[3]: must be a number, got str '0.3'"),
+        (lambda raw: raw["boards"][0]["untuned"].pop("iqr_ms"), "manifest.json: boards[0].untuned.iqr_ms: required field is missing"),
+        (lambda raw: raw["boards"][0]["tuned"].update(spread_ms=0.1), "manifest.json: boards[0].tuned.spread_ms: unknown key; allowed here: median_ms, iqr_ms"),
         (lambda raw: raw["inputs"].update(model="other"), "inputs_sha256 does not match"),
     ],
 )

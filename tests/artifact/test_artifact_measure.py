@@ -23,6 +23,8 @@ from edgetune.fleet.tracker import RpcEndpoint
 from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
 from edgetune.tune.models import entry_function
 
+from fleet_marker import starts_fleet
+
 KEY = "loopback-class"
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
 
@@ -65,6 +67,7 @@ def _registered(port: int) -> int:
 
 
 @pytest.fixture(scope="module")
+@starts_fleet
 def loopback_class(tmp_path_factory):
     """A tracker and two rpc_servers (127.0.0.2, 127.0.0.3) registered under one key."""
     logs = tmp_path_factory.mktemp("rpc")

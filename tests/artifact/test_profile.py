@@ -1,4 +1,4 @@
-"""The profile of bench/profile_gap.py: TVM kernel rows inside the whole model add up to the
+"""The profile of bench/profile_gap.py and `edgetune profile`: TVM kernel rows inside the whole model add up to the
 model's time, kernels get the right kinds and FLOPs, and onnxruntime's own profile is read into
 rows of the same kinds."""
 
@@ -11,7 +11,13 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import write_quantized_separable
 from tvm import relax
 
-from edgetune.artifact.profile import INT8_CONV, onnxruntime_profile, profile_vm, tvm_kernel_kinds
+from edgetune.artifact.profile import (
+    INT8_CONV,
+    onnxruntime_profile,
+    profile_onnxruntime,
+    profile_vm,
+    tvm_kernel_kinds,
+)
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.models import entry_function, load_model, reference_inputs
 from edgetune.tune.prepare import build_untuned, prepare
@@ -79,7 +85,7 @@ def twice_the_same_convolution(path) -> Model:
     graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], initializer=weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return Model("twice", (ModelInput("x", (1, 8, 16, 16)),), onnx=path)
+    return Model("twice", (ModelInput("x", (1, 8, 16, 16)),), onnx=path, layout="NCHW")
 
 
 def test_a_kernel_called_for_two_layers_counts_the_flops_of_both(tmp_path):
@@ -96,17 +102,11 @@ def test_a_kernel_called_for_two_layers_counts_the_flops_of_both(tmp_path):
 
 def test_onnxruntime_profile_rows_by_kind_within_the_run_time(tmp_path):
     model = separable_cnn(tmp_path / "sep.onnx")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "ort")
-    session = ort.InferenceSession(str(model.onnx), options, providers=["CPUExecutionProvider"])
-    for _ in range(6):
-        session.run(None, reference_inputs(model))
-    profile = onnxruntime_profile(tmp_path / session.end_profiling(), skip_runs=1)
+    profile = profile_onnxruntime(model.onnx, reference_inputs(model), runs=5)
 
     kinds = set(profile.by_kind())
     assert {"conv 3x3", "conv 3x3 depthwise", "conv 1x1 (pointwise)"} <= kinds
+    assert {k.op for k in profile.kernels if k.kind.startswith("conv")} <= {"Conv", "FusedConv", "NchwcConv"}
     assert 0 < profile.kernels_ms <= profile.model_ms
 
 

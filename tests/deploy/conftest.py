@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from artifact_server import RunningServer
 from deploy_support import publish_version
+from fleet_marker import starts_fleet
 from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,7 @@ def deploy_fleet(tmp_path):
 
 
 @pytest.fixture
+@starts_fleet
 def artifact_server(deploy_fleet):
     server = RunningServer(deploy_fleet)
     try:

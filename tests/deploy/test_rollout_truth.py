@@ -139,13 +139,13 @@ def test_a_canary_whose_check_outlives_the_timeout_leaves_deployed_json_matching
     assert_deployed_json_is_every_board(fleet)
 
 
-def test_a_channel_dropped_mid_install_leaves_the_board_on_its_release_and_is_read_back(fleet):
+def test_a_channel_dropped_mid_install_leaves_the_board_on_its_release_and_is_read_back(fleet, caplog):
     """The newest gw-fast version still sleeps in its check; while it does, the SSH connection
     that started the canary's agent is killed (its sshd session process on the board)."""
-    lines: list[str] = []
+    caplog.set_level(logging.INFO, logger="edgetune.deploy.rollout")
     plan = plan_rollout(fleet, MODEL, classes=FAST, timeout_s=120)
     outcome: dict = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", rollout(fleet, plan, progress=lines.append)))
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", rollout(fleet, plan)))
     thread.start()
     try:
         wait_for(lambda: checking(fleet, "fast-1"), "the canary's reference check to start")
@@ -158,6 +158,7 @@ def test_a_channel_dropped_mid_install_leaves_the_board_on_its_release_and_is_re
     result = outcome["result"]
     fast_1 = by_board(result)["fast-1"]
     assert (fast_1["result"], fast_1["runs"]) == ("failed", 1) and "read back: it runs v1" in fast_1["error"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "edgetune.deploy.rollout"]
     unknown = next(i for i, line in enumerate(lines) if line.startswith("  fast-1: unknown ("))
     assert lines[unknown + 1] == "  fast-1: read back: it runs v1"
     assert_deployed_json_is_every_board(fleet)

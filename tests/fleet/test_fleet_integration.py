@@ -26,7 +26,7 @@ from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
 from edgetune.fleet.process import wait_until
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
-from edgetune.fleet.state import load_fleet_state, read_state, state_path
+from edgetune.fleet.state import load_fleet_state, load_sim_pids, state_path
 
 from sim_checks import leftovers
 from edgetune.fleet.tracker import query_tracker
@@ -126,7 +126,7 @@ def test_link_down_is_detected_and_does_not_stop_the_others(sim_fleet):
 
 
 def restart_sshd(fleet, board_name: str) -> None:
-    os.killpg(read_state(state_path(fleet, "sim"))["sshd_pids"][board_name], signal.SIGKILL)
+    os.killpg(load_sim_pids(fleet)[board_name], signal.SIGKILL)
     assert sim_up(fleet).ok
 
 
@@ -179,7 +179,7 @@ def test_sim_down_leaves_nothing_behind(spare_fleet_yaml):
         assert fleet_up(fleet).ok
         state = load_fleet_state(fleet)
         pids = [state.trackers["host"].pid, *(r.pid for r in state.boards.values())]
-        pids += read_state(state_path(fleet, "sim"))["sshd_pids"].values()
+        pids += load_sim_pids(fleet).values()
         assert leftovers(fleet) and all(alive(pid) for pid in pids)
     finally:
         assert fleet_down(fleet).ok and fleet_down(fleet).ok  # safe twice

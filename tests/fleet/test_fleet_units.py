@@ -18,7 +18,7 @@ import pytest
 
 from edgetune import durable
 from edgetune.errors import FleetError
-from edgetune.fleet import board as remote
+from edgetune.fleet import on_board
 from edgetune.fleet.errors import (
     BoardNotReady,
     HostKeyMismatch,
@@ -157,7 +157,7 @@ def test_auth_failure_message(tmp_path, monkeypatch):
             BoardSession(make_board(tmp_path, port=port)).run("true")
 
 
-FACTS = remote.BoardFacts("3.11.7", "0.27.0", None, 10_000, "fw")
+FACTS = on_board.BoardFacts("3.11.7", "0.27.0", None, 10_000, "fw")
 V3 = {"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1}
 AVX512 = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1}
 ZEN3_FLAGS = tuple("fpu sse sse2 pni ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand avx2 bmi1 bmi2".split())
@@ -165,50 +165,50 @@ ZEN3_FLAGS = tuple("fpu sse sse2 pni ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt a
 
 def test_preflight_accepts_a_matching_board_down_to_the_least_free_space(tmp_path):
     board = make_board(tmp_path)
-    just_enough = dataclasses.replace(FACTS, free_mb=remote.MIN_FREE_MB)
-    assert remote.check_ready(board, just_enough, "0.27.0", V3) is None
-    with pytest.raises(BoardNotReady, match=f"only {remote.MIN_FREE_MB - 1} MB free in {board.workdir}"):
-        remote.check_ready(board, dataclasses.replace(just_enough, free_mb=remote.MIN_FREE_MB - 1), "0.27.0", V3)
+    just_enough = dataclasses.replace(FACTS, free_mb=on_board.MIN_FREE_MB)
+    assert on_board.check_ready(board, just_enough, "0.27.0", V3) is None
+    with pytest.raises(BoardNotReady, match=f"only {on_board.MIN_FREE_MB - 1} MB free in {board.workdir}"):
+        on_board.check_ready(board, dataclasses.replace(just_enough, free_mb=on_board.MIN_FREE_MB - 1), "0.27.0", V3)
 
 
 @pytest.mark.parametrize(
     "facts, message",
     [
-        (remote.BoardFacts("3.11.7", "0.26.0", None, 10_000, ""), "board runs TVM 0.26.0, this host runs TVM 0.27.0; the Relax VM refuses"),
-        (remote.BoardFacts("3.11.7", None, "ModuleNotFoundError: No module named 'tvm'", 10_000, ""), "cannot import the TVM runtime"),
-        (remote.BoardFacts("3.11.7", "0.27.0", None, 10, ""), "only 10 MB free in /tmp/w"),
+        (on_board.BoardFacts("3.11.7", "0.26.0", None, 10_000, ""), "board runs TVM 0.26.0, this host runs TVM 0.27.0; the Relax VM refuses"),
+        (on_board.BoardFacts("3.11.7", None, "ModuleNotFoundError: No module named 'tvm'", 10_000, ""), "cannot import the TVM runtime"),
+        (on_board.BoardFacts("3.11.7", "0.27.0", None, 10, ""), "only 10 MB free in /tmp/w"),
     ],
 )
 def test_preflight_refusals(tmp_path, facts, message):
     with pytest.raises(BoardNotReady, match=message):
-        remote.check_ready(make_board(tmp_path), facts, "0.27.0", V3)
+        on_board.check_ready(make_board(tmp_path), facts, "0.27.0", V3)
 
 
 def test_preflight_refuses_a_board_whose_cpu_lacks_what_its_class_targets(tmp_path):
     board = make_board(tmp_path)
     zen3 = dataclasses.replace(FACTS, cpu_flags=ZEN3_FLAGS)
-    assert remote.check_ready(board, zen3, "0.27.0", V3) is None
+    assert on_board.check_ready(board, zen3, "0.27.0", V3) is None
     with pytest.raises(BoardNotReady, match=r"targets icelake-server .* uses avx512bitalg, avx512bw, .*avx512f, .* which this board's CPU lacks"):
-        remote.check_ready(board, zen3, "0.27.0", AVX512)
-    assert remote.missing_instruction_sets({**V3, "mattr": ["+avx512vnni"]}, ZEN3_FLAGS) == ["avx512f", "avx512vnni"]
-    assert remote.missing_instruction_sets(AVX512, ()) == []  # no x86 flags shown (an Arm board): not judged here
+        on_board.check_ready(board, zen3, "0.27.0", AVX512)
+    assert on_board.missing_instruction_sets({**V3, "mattr": ["+avx512vnni"]}, ZEN3_FLAGS) == ["avx512f", "avx512vnni"]
+    assert on_board.missing_instruction_sets(AVX512, ()) == []  # no x86 flags shown (an Arm board): not judged here
 
 
 def test_preflight_names_the_missing_board_packages_and_the_command_that_installs_them(tmp_path):
     board = make_board(tmp_path)
     facts = dataclasses.replace(FACTS, missing=("numpy", "cloudpickle"))
-    pins = remote.board_requirements()
+    pins = on_board.board_requirements()
     with pytest.raises(BoardNotReady) as refused:
-        remote.check_ready(board, facts, "0.27.0", V3)
+        on_board.check_ready(board, facts, "0.27.0", V3)
     assert f"lacks numpy, cloudpickle, which a board needs; install with: {board.python} -m pip install {pins['numpy']} {pins['cloudpickle']}" in str(refused.value)
     old = dataclasses.replace(FACTS, python_version="3.9.18")
     with pytest.raises(BoardNotReady, match="is Python 3.9.18; a board needs Python 3.10 or newer"):
-        remote.check_ready(board, old, "0.27.0", V3)
+        on_board.check_ready(board, old, "0.27.0", V3)
 
 
 def test_the_readme_prepares_a_board_with_exactly_what_preflight_asks_for():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert f"\n{remote.install_command('python3', [])}\n" in readme
+    assert f"\n{on_board.install_command('python3', [])}\n" in readme
 
 
 def test_tracker_summary_parsing():

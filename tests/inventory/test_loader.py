@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from edgetune.cli import main
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet, load_profile
-from edgetune.inventory.dump import fleet_to_dict, profile_to_dict
+from inventory_dump import fleet_to_dict, profile_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "device_profiles").glob("*.yaml"))

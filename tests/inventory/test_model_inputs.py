@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgetune.cli import main
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
-from edgetune.inventory.dump import fleet_to_dict
+from inventory_dump import fleet_to_dict
 from edgetune.inventory.schema import FixedValue, ValueRange
 
 from onnx_samples import write_separable_block
@@ -173,8 +173,10 @@ def test_builtin_models_take_neither_fixed_inputs_nor_quantized_weights(fleet_di
 
 def test_integer_arithmetic_needs_the_nhwc_layout(fleet_dir):
     data = encoder_fleet(fleet_dir, GOOD_INPUTS, quantized_weights="integer")
+    assert load_fleet(write(fleet_dir, data)).models[1].layout == "auto"  # the default: NHWC for integer
+    data["models"][1]["layout"] = "NCHW"
     with pytest.raises(InventoryError, match=r"models\[1\].quantized_weights: 'integer' computes convolutions "
-                                             r"in the NHWC micro-kernel; add 'layout: NHWC' \(layout is NCHW\)"):
+                                             r"in the NHWC micro-kernel; use 'layout: NHWC' or 'layout: auto' \(layout is NCHW\)"):
         load_fleet(write(fleet_dir, data))
     data["models"][1]["layout"] = "NHWC"
     assert load_fleet(write(fleet_dir, data)).models[1].quantized_weights == "integer"
@@ -198,17 +200,17 @@ def test_layout_is_validated_and_round_trips(fleet_dir):
     data = base_fleet(fleet_dir)
     data["models"][0]["layout"] = "NHWC"
     fleet = load_fleet(write(fleet_dir, data))
-    assert fleet.models[0].layout == "NHWC" and fleet.models[1].layout == "NCHW"
+    assert fleet.models[0].layout == "NHWC" and fleet.models[1].layout == "auto"  # the default
     assert fleet_to_dict(fleet)["models"][0]["layout"] == "NHWC"
     data["models"][0]["layout"] = "nchw16c"
     with pytest.raises(InventoryError, match=r"fleet.yaml: models\[0\].layout: .*'nchw16c'.*NCHW, NHWC"):
         load_fleet(write(fleet_dir, data))
 
 
-def test_import_suggests_the_channels_last_layout_for_graphs_with_convolutions(fleet_dir, capsys):
+def test_import_says_how_the_layout_of_graphs_with_convolutions_is_chosen(fleet_dir, capsys):
     write_separable_block(fleet_dir / "separable.onnx")
     save_encoder(fleet_dir / "encoder.onnx")
     assert main(["import", "separable.onnx"]) == 0
-    assert "    # layout: NHWC  # channels-last convolutions" in capsys.readouterr().out
+    assert "    # layout: auto  # the default: NHWC or NCHW chosen from the graph" in capsys.readouterr().out
     assert main(["import", "encoder.onnx"]) == 0
     assert "layout" not in capsys.readouterr().out

@@ -7,7 +7,7 @@ import pytest
 
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
-from edgetune.inventory.dump import fleet_to_dict
+from inventory_dump import fleet_to_dict
 
 from test_loader import base_fleet, write
 

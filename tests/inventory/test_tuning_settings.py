@@ -9,7 +9,7 @@ import pytest
 
 from edgetune.cli import main
 from edgetune.inventory import load_fleet
-from edgetune.inventory.schema import EarlyStop
+from edgetune.inventory.schema import DEFAULT_ROUNDS_PER_TASK, EarlyStop
 
 from test_loader import base_fleet, write
 
@@ -27,9 +27,9 @@ def test_trials_per_task_makes_the_budget_per_task_except_for_a_class_override(t
     assert policy.task_budget_rule("rpi4") == ("per_class", 300)
 
 
-def test_without_either_setting_a_task_gets_four_rounds_and_early_stop_is_on(tmp_path):
+def test_without_either_setting_a_task_gets_the_default_rounds_and_early_stop_is_on(tmp_path):
     policy = load_fleet(fleet_with(tmp_path, trials_per_class=None, trials_per_iter=8)).tuning
-    assert policy.task_budget_rule("avx512") == ("per_task", 32)
+    assert policy.task_budget_rule("avx512") == ("per_task", DEFAULT_ROUNDS_PER_TASK * 8)
     assert policy.early_stop == EarlyStop(window=32, min_gain=0.02)
 
 

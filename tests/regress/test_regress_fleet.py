@@ -128,7 +128,7 @@ def test_tuning_build_and_install_record_each_boards_firmware(deployed):
     import json
 
     from edgetune.artifact.store import ArtifactStore
-    from edgetune.fleet.board import read_firmware
+    from edgetune.fleet.on_board import read_firmware
 
     with BoardSession(deployed.board("fast-1")) as session:
         now = read_firmware(session, deployed)

@@ -11,9 +11,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from loopback_boards import Loopback  # noqa: E402  (importable once this folder is on the path)
+from fleet_marker import starts_fleet  # noqa: E402
 
 
 @pytest.fixture
+@starts_fleet
 def loopback(tmp_path):
     boards = Loopback(tmp_path)
     try:

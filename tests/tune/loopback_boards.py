@@ -18,7 +18,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_port(port: int, timeout_s: float = 30.0) -> None:
+def _wait_port(port: int, timeout_s: float = 120.0) -> None:  # a loaded host starts TVM slowly
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as sock:

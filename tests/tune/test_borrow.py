@@ -21,6 +21,7 @@ from edgetune.tune.tuner import TuneOptions, tune_fleet
 
 from loopback_boards import Loopback
 from fleets import V2, V3, make_fleet, mlp
+from fleet_marker import starts_fleet
 
 BUDGET = 24  # mlp: 2 tasks of 12 trials; the borrower seeds each with 4 of the donor's best
 PER_ITER = 8
@@ -28,6 +29,7 @@ CLASSES = ("classa", "classb", "classc")
 
 
 @pytest.fixture(scope="module")
+@starts_fleet
 def borrowing(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("borrow")
     loopback = Loopback(workdir)

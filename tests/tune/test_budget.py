@@ -7,35 +7,49 @@ One class (`classa`, one board), three runs on one database:
    stop so strict (`min_gain` 0.99 over the last 4 trials) that a task with more than 4 trials
    has always reached it: the mlp tasks are at their knee before the run, their share goes to
    the conv net's tasks, which stop in turn once they pass 4 trials;
-3. a large budget cut by `time_limit_s`; the plan of the next run counts what it measured.
+3. a time limit as the only budget: a round per task before any second, the run ends within a
+   round of the limit with its report written; the plan of the next run counts what it measured.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import tvm
+from fleet_marker import starts_fleet
+from fleets import V3, make_fleet, mlp
+from loopback_boards import Loopback
+from onnx_samples import conv_model
 from tvm import te
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from edgetune.inventory.schema import EarlyStop
-from edgetune.tune.budget import AT_KNEE_BEFORE, SEARCH_SPACE_END, TaskLedger, choose_task, reached_knee, stop_at_knee
+from edgetune.tune.budget import (
+    AT_KNEE_BEFORE,
+    SEARCH_SPACE_END,
+    TaskLedger,
+    choose_task,
+    reached_knee,
+    stop_at_knee,
+)
 from edgetune.tune.candidate_builder import make_builder
-from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, throughput
+from edgetune.tune.database import (
+    ClassDatabasePaths,
+    open_database,
+    read_trials,
+    throughput,
+)
 from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
 from edgetune.tune.scheduler import BudgetScheduler
 from edgetune.tune.target import build_target
 from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
-
-from loopback_boards import Loopback
-from onnx_samples import conv_model
-from fleets import V3, make_fleet, mlp
 
 PER_ITER = 4
 STRICT = EarlyStop(window=4, min_gain=0.99)
@@ -48,6 +62,7 @@ def _policy(fleet, **changes):
 
 
 @pytest.fixture(scope="module")
+@starts_fleet
 def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("budget")
     loopback = Loopback(workdir)
@@ -68,9 +83,9 @@ def runs(tmp_path_factory):
         second = tune_fleet(second_fleet, QUICK)
         after_second = len(read_trials(paths))
         second_rows = {row["workload_hash"]: row for path in second.classes[0].summaries  # the third run rewrites them
-                       for row in json.loads(open(path).read())["tasks"]}
-        limited = _policy(both, trials_per_class=None, trials_per_task=64 * PER_ITER, early_stop=None,
-                          time_limit_s=TIME_LIMIT_S)
+                       for row in json.loads(Path(path).read_text())["tasks"]}
+        limited = _policy(both, trials_per_class=None, trials_per_task=None, max_trials_per_task=None,
+                          early_stop=None, time_limit_s=TIME_LIMIT_S)
         third = tune_fleet(limited, QUICK)
         yield {
             "paths": paths, "first": first, "after_first": after_first, "conv_tasks": conv_tasks,
@@ -123,20 +138,35 @@ def test_a_task_at_its_knee_gets_nothing_and_its_share_goes_to_tasks_still_gaini
     assert second.stopped == "every task reached its knee, its cap or the end of its search space"
 
 
-def test_the_time_limit_ends_the_run_with_its_report_and_a_database_that_resumes(runs):
+def test_a_time_budget_ends_the_run_within_a_round_of_its_limit_with_its_report(runs):
     third = runs["third"].classes[0]
     assert third.ok, third.error
-    assert third.stopped == f"time limit of {TIME_LIMIT_S:g} s reached"
-    assert 0 < third.trials_run < third.budget - runs["after_second"]
-    summary = json.loads(open(third.summaries[0]).read())
+    assert third.stopped == f"time limit of {TIME_LIMIT_S:g} s reached: a further round would end past it"
+    summary = json.loads(Path(third.summaries[0]).read_text())
     assert summary["stopped"] == third.stopped and summary["trials"] > 0
+    run = read_trials(runs["paths"])[runs["after_second"]:]
+    assert len(run) == third.trials_run > 0  # every trial measured was recorded
+    mean_round = third.search_time_s / len(_batches(run))
+    assert TIME_LIMIT_S - 2 * mean_round <= third.search_time_s <= TIME_LIMIT_S + mean_round, \
+        (third.search_time_s, mean_round)
+
+
+def test_a_time_budget_measures_every_task_before_any_second_round(runs):
+    order = [h for h, _ in _batches(read_trials(runs["paths"])[runs["after_second"]:])]
+    first = order[: len(runs["tasks"])]
+    assert len(set(first)) == len(first), order  # no task twice among the first rounds
+    if len(order) > len(runs["tasks"]):  # a second round went only after every task had one
+        assert set(first) == {t.workload_hash for t in runs["tasks"]}, order
+
+
+def test_the_next_plan_resumes_from_what_the_timed_run_measured(runs):
     records = read_trials(runs["paths"])
-    assert len(records) == runs["after_second"] + third.trials_run  # every trial measured was recorded
-    assert len(open_database(runs["paths"])) == len(records)  # and TVM loads them
+    assert len(open_database(runs["paths"])) == len(records)  # TVM loads every record
     measured = throughput(runs["paths"])
     assert measured.trials == len(records) and measured.runs == 3
     resumed = plan_class(runs["fleet"], "classa", runs["fleet"].models, runs["tasks"], records, measured)
-    assert resumed.done == len(records) and resumed.remaining == resumed.budget - len(records)
+    assert resumed.time_is_the_budget and resumed.done == len(records)
+    assert resumed.remaining == resumed.budget - len(records) == int(TIME_LIMIT_S / measured.seconds_per_trial)
     assert f"s per trial measured over {len(records)} trials in 3 runs" in resumed.format()
 
 
@@ -185,6 +215,7 @@ class _Rounds(PyMeasureCallback):
         self.sizes.append(len(runner_results))
 
 
+@pytest.mark.fleet  # a real tuning run (LocalRunner)
 def test_a_task_whose_search_space_ran_out_stops_at_its_first_empty_round(tmp_path):
     data = te.placeholder((4,), "float32", name="data")
     relu = te.compute((4,), lambda i: te.max(data[i], tvm.tirx.const(0.0, "float32")), name="relu")

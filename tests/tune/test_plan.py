@@ -4,12 +4,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from fleets import V3, make_fleet, mlp
+
 from edgetune.tune.budget import Throughput
 from edgetune.tune.database import TrialRecord
 from edgetune.tune.plan import model_budgets, order_tasks, plan_class, spread_rounds
 from edgetune.tune.tasks import KernelTask
-
-from fleets import V3, make_fleet, mlp
 
 
 def task(name: str, flops: float, weight: float = 1.0, model: str = "mlp") -> KernelTask:
@@ -20,8 +20,8 @@ def recorded(done: dict[str, int]) -> list[TrialRecord]:
     return [TrialRecord(h, 1e-3) for h, n in done.items() for _ in range(n)]
 
 
-def fleet(tmp_path: Path, trials: int, per_iter: int = 8, per_task: int | None = 32, models=(mlp(),)):
-    return make_fleet(tmp_path, 9999, {"a": V3}, {"a": 2}, models, trials, per_iter, per_task)
+def fleet(tmp_path: Path, trials: int, per_iter: int = 8, per_task: int | None = 32, models=None):
+    return make_fleet(tmp_path, 9999, {"a": V3}, {"a": 2}, models or (mlp(),), trials, per_iter, per_task)
 
 
 def test_budget_is_split_by_model_weight(tmp_path):
@@ -67,10 +67,13 @@ def test_trials_per_task_gives_every_task_its_share_resumed_trials_counted(tmp_p
     assert "32 trials per task x 60 tasks" in plan.format()
 
 
-def test_without_either_setting_a_task_gets_four_rounds(tmp_path):
+def test_without_any_budget_a_task_gets_one_round(tmp_path):
     policy = replace(fleet(tmp_path, 0).tuning, trials_per_class=None, max_trials_per_task=None)
     plan = plan_class(fleet(tmp_path, 0).replace(tuning=policy), "a", (mlp(),), tasks_named(3), [])
-    assert [t.planned for t in plan.tasks] == [4 * 8] * 3
+    assert [t.planned for t in plan.tasks] == [8] * 3
+    sixty = plan_class(fleet(tmp_path, 0, per_iter=16).replace(tuning=replace(policy, trials_per_iter=16)), "a",
+                       (mlp(),), tasks_named(60), [], Throughput(200, 400.0, 2, 2))
+    assert sixty.remaining == 960 and "time: about 32 min" in sixty.format()  # a 60-task model at 2 s per trial
 
 
 def test_no_trials_for_a_class_leaves_its_tasks_untuned_and_says_so(tmp_path):

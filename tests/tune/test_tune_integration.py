@@ -18,6 +18,7 @@ from tvm import relax
 
 from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
+from edgetune.tune.native_log import NATIVE_LOG
 from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
 from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
 from edgetune.tune.target import build_target
@@ -26,11 +27,13 @@ from edgetune.tune.tuner import TuneOptions, tune_fleet
 from loopback_boards import Loopback
 from onnx_samples import conv_model
 from fleets import V2, V3, make_fleet
+from fleet_marker import starts_fleet
 
 TRIALS_PER_CLASS = 48
 
 
 @pytest.fixture(scope="module")
+@starts_fleet
 def tuned(request, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tune")
     models = (Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"),
@@ -123,3 +126,11 @@ def test_tuned_nhwc_onnx_model_answers_what_onnxruntime_answers(tuned):
         inputs = reference_inputs(model)
         got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["image"])).numpy()
         np.testing.assert_allclose(got, reference_outputs(model, inputs)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_each_class_run_kept_tvm_and_onnxruntime_warnings_in_its_log(tuned):
+    """The class processes write TVM's and onnxruntime's warnings to logs/native.log, not the
+    console (edgetune.tune.native_log; tests/tune/test_native_log.py makes them for real)."""
+    fleet, first, _, _ = tuned
+    for result in first.classes:
+        assert (ClassDatabasePaths.of(fleet.workdir, result.device_class).logs / NATIVE_LOG).is_file()

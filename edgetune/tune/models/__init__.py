@@ -1,6 +1,7 @@
 """The models of the inventory as Relax modules with bound weights, and their reference I/O.
 
-`load_model` is the one entry point for tuning and building; `reference_inputs` makes the
+`load_model` is the one entry point for tuning and building (`import_model` also says which
+layout `layout: auto` chose and why, `model_layouts` only that); `reference_inputs` makes the
 input every later step (artifact check, regression) feeds (`reference_values`), and `reference_outputs`
 computes what the model must answer to it: onnxruntime for ONNX models, and for built-in
 models an untuned host build of the unoptimized module (plain loops, no tuning involved);
@@ -9,26 +10,55 @@ models an untuned host build of the unoptimized module (plain loops, no tuning i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import tvm
 from tvm import relax
 
 from edgetune.inventory.schema import Model
 from edgetune.tune.integer import integer_convolutions
-from edgetune.tune.layout import convert_layout
+from edgetune.tune.layout import LayoutChoice, choose_layout, convert_layout
 from edgetune.tune.models.builtin import load_builtin
 from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs, onnx_rounding_spread
 from edgetune.tune.models.reference_values import reference_inputs
 
-__all__ = ["entry_function", "load_model", "reference_inputs", "reference_outputs", "rounding_spread"]
+__all__ = ["ImportedModel", "entry_function", "import_model", "load_model", "model_layouts", "reference_inputs",
+           "reference_outputs", "rounding_spread"]
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    mod: tvm.IRModule
+    layout: LayoutChoice  # the layout `mod`'s convolutions are in, and why
 
 
 def load_model(model: Model) -> tvm.IRModule:
     """The model as a Relax IRModule (function `main` for ONNX, `forward` for built-ins),
-    weights bound as constants, convolutions in the model's `layout`. Raises TuneError naming
-    the model when it cannot be imported."""
-    mod = convert_layout(load_onnx(model) if model.onnx is not None else load_builtin(model), model.layout)
-    return integer_convolutions(mod) if model.quantized_weights == "integer" else mod
+    weights bound as constants, convolutions in the model's layout (`import_model`). Raises
+    TuneError naming the model when it cannot be imported."""
+    return import_model(model).mod
+
+
+def import_model(model: Model) -> ImportedModel:
+    """The model as `load_model` returns it, with its layout: fleet.yaml's, or for `auto` the
+    one `choose_layout` reads from the imported graph (the same for every import of the same
+    model, so tuning and building compile the same kernels)."""
+    source = _import_source(model)
+    layout = choose_layout(model, lambda: source)
+    mod = convert_layout(source, layout.layout)
+    return ImportedModel(integer_convolutions(mod) if model.quantized_weights == "integer" else mod, layout)
+
+
+def model_layouts(models: Sequence[Model]) -> dict[str, LayoutChoice]:
+    """Each model's layout and why (what `edgetune plan` and `tune --dry-run` print), by name;
+    a model is imported only when its layout is read from its graph."""
+    return {model.name: choose_layout(model, lambda model=model: _import_source(model)) for model in models}
+
+
+def _import_source(model: Model) -> tvm.IRModule:
+    return load_onnx(model) if model.onnx is not None else load_builtin(model)
 
 
 def entry_function(mod: tvm.IRModule) -> str:

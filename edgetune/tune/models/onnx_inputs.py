@@ -20,8 +20,8 @@ from edgetune.errors import InventoryError
 from edgetune.inventory.reader import display_path
 from edgetune.inventory.schema import DTYPES, Fleet, Model
 
-LAYOUT_HINT = ("channels-last convolutions; 1-3.3x faster on depthwise-separable CNNs here, slower on "
-               "some others: compare with `make bench BENCH_ARGS=\"--models ... --ablate-layout\"`")
+LAYOUT_HINT = ("the default: NHWC or NCHW chosen from the graph, `edgetune plan` says which and why; "
+               "NCHW or NHWC to choose yourself, compared with `make bench BENCH_ARGS=\"--models ... --ablate-layout\"`")
 INTEGER_HINT = "integer input: declare the values it takes, e.g. values: {range: [0, 1]}, or a reference_input file"
 
 
@@ -128,7 +128,7 @@ def model_entry(path: Path, name: str) -> str:
     proto = _read_checked(path, str(path))
     lines = ["models:", f"  - name: {json.dumps(name)}", f"    onnx: {json.dumps(str(path))}"]
     if any(node.op_type == "Conv" for node in proto.graph.node):
-        lines.append(f"    # layout: NHWC  # {LAYOUT_HINT}")
+        lines.append(f"    # layout: auto  # {LAYOUT_HINT}")
     lines.append("    inputs:")
     for inp in graph_inputs(proto):
         lines += _input_entry(inp)

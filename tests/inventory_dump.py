@@ -1,4 +1,4 @@
-"""Write schema records back as the plain data of fleet.yaml and profile files (version 1).
+"""For the tests: schema records written back as the plain data of fleet.yaml and profile files (version 1).
 
 `load_fleet(dump) == fleet`: the round trip is what keeps the schema and loader honest. Paths
 are written absolute, so a dumped inventory loads from anywhere.
@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from edgetune.inventory.schema import (
-    NO_SSH_CONFIG, SCHEMA_VERSION, Board, DeviceProfile, EarlyStop, FixedValue, Fleet, ModelInput, SshSettings, ValueRange,
+    NO_SSH_CONFIG,
+    SCHEMA_VERSION,
+    Board,
+    DeviceProfile,
+    EarlyStop,
+    FixedValue,
+    Fleet,
+    ModelInput,
+    SshSettings,
+    ValueRange,
 )
 
 

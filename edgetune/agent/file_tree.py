@@ -39,7 +39,7 @@ def check_model_name(model: str) -> str:
     return model
 
 
-class Layout:
+class FileTree:
     """Paths under the agent's root."""
 
     def __init__(self, root: Path):

@@ -1,13 +1,19 @@
 """FLOP counting of an ONNX graph (the roofline column of bench/side_by_side.py), checked
 against counts done by hand."""
 
+import sys
+from pathlib import Path
+
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-import numpy as np
 
 from edgetune.errors import TuneError
-from edgetune.tune.models.flops import node_flops, total_flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from flops import node_flops, total_flops
 
 
 def graph_model(nodes, inputs, outputs, inits) -> onnx.ModelProto:

@@ -11,24 +11,24 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.client import ArtifactServer
 from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, load_server_tls, read_token
-from edgetune.agent.layout import Layout
+from edgetune.agent.file_tree import FileTree
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
 
 FIRMWARE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
-class Board:
-    layout: Layout
+class Installation:
+    tree: FileTree
     config: AgentConfig
 
     @classmethod
-    def open(cls, root: Path) -> "Board":
-        return cls(Layout(root), load_config(root))
+    def open(cls, root: Path) -> "Installation":
+        return cls(FileTree(root), load_config(root))
 
     @property
     def root(self) -> Path:
-        return self.layout.root
+        return self.tree.root
 
     def public_key(self) -> Ed25519PublicKey:
         return load_pinned_key(self.root, self.config)
@@ -42,15 +42,15 @@ class Board:
 
     def current_state(self) -> dict[str, ModelState]:
         """The state as it is on disk, completed from the links (nothing written)."""
-        return reconcile(self.layout, load_state(self.layout), lambda: self.firmware)
+        return reconcile(self.tree, load_state(self.tree), lambda: self.firmware)
 
     def recover(self) -> dict[str, ModelState]:
         """With the lock held: remove what killed runs left, and save the completed state."""
-        self.layout.remove_leftovers()
-        stored = load_state(self.layout)
-        state = reconcile(self.layout, stored, lambda: self.firmware)
+        self.tree.remove_leftovers()
+        stored = load_state(self.tree)
+        state = reconcile(self.tree, stored, lambda: self.firmware)
         if state != stored:
-            save_state(self.layout, state)
+            save_state(self.tree, state)
         return state
 
 

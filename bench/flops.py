@@ -1,5 +1,6 @@
 """Floating-point operations of an ONNX graph with known shapes, to say how close a build runs
-to the machine's peak (GFLOP/s, % of a measured GEMM peak).
+to the machine's peak (GFLOP/s, % of a measured GEMM peak): the roofline column of
+side_by_side.py.
 
 Only the multiply-accumulate operators are counted (Conv, ConvTranspose, MatMul, Gemm), one
 multiply-add as 2 FLOPs; element-wise operators, pooling and normalisation are not (they are

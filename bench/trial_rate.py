@@ -1,0 +1,138 @@
+"""Trials per minute of a class run: MetaSchedule's evolutionary search at a fixed population
+(A, the setting before it was sized to the round: 128) against the population sized to the
+round (B, `SearchSettings.population_for`), on one simulated fleet, same model, same budget.
+
+What it does, through edgetune's own library:
+1. writes the bench's small ONNX CNN and brings up its own 1-class simulated fleet (2 boards,
+   cpu quota 1.0 each, device_profiles/x86-64-v3.yaml);
+2. tunes the class `--turns` times from an empty database each time, A and B taking turns
+   (A B B A A B ...), each turn `tune_class` in this process (so MetaSchedule's profiler sees
+   it) with `--trials-per-task` trials per task in rounds of `--trials-per-iter`;
+3. prints, per setting, the median trials per minute of the class runs (class start to reports
+   written) with min-max, where one run of each spent its time (MetaSchedule's profiler: search,
+   cost model, builds, measurement), and the start-up a class process pays before it tunes
+   (a spawned process importing the tuner), measured once.
+
+Run: .venv/bin/python bench/trial_rate.py [--turns 4] [--trials-per-task 16] [--population-a 128]
+Needs root (network namespaces, cgroups); holds /tmp/edgetune-bench.lock while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from _benchlib import (
+    ONNX_CNN_INPUT,
+    REPO,
+    BoardSpec,
+    bench_main,
+    load_now,
+    machine_facts,
+    make_cnn_onnx,
+    running_fleet,
+    say,
+    write_fleet_yaml,
+)
+
+CLASS = "bench-rate"
+PROFILE = REPO / "device_profiles" / "x86-64-v3.yaml"  # AVX2 + FMA: every x86 host here runs it
+PROFILE_ROWS = 8  # the profiler's largest entries shown per setting
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=4, help="class runs per setting (interleaved)")
+    parser.add_argument("--trials-per-task", type=int, default=16)
+    parser.add_argument("--trials-per-iter", type=int, default=16)
+    parser.add_argument("--population-a", type=int, default=128, help="setting A's fixed population")
+    parser.add_argument("--keep-workdir", action="store_true")
+    args = parser.parse_args()
+    bench_main("trial-rate", args, run)
+
+
+def run(args: argparse.Namespace, workdir: Path) -> None:
+    from edgetune.inventory import load_fleet
+    from edgetune.tune.tuner import SearchSettings
+
+    facts = machine_facts()
+    make_cnn_onnx(workdir / "cnn.onnx")
+    name, shape = ONNX_CNN_INPUT
+    models = [{"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}]
+    tuning = {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter, "early_stop": None}
+    boards = [BoardSpec("rate-1", CLASS, 1.0, 11), BoardSpec("rate-2", CLASS, 1.0, 12)]
+    fleet = load_fleet(write_fleet_yaml(workdir, "bench-rate", {CLASS: PROFILE}, boards, models, tuning))
+    settings = {"A": SearchSettings(population_size=args.population_a), "B": SearchSettings()}
+    order = [("A", "B") if turn % 2 == 0 else ("B", "A") for turn in range(args.turns)]
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    profiles: dict[str, dict[str, float]] = {}
+    start_up_s = _process_start_up_s()
+    with running_fleet(fleet):
+        for pair in order:
+            for label in pair:
+                trials, seconds, profile = _one_run(fleet, settings[label])
+                rates[label].append(trials / seconds * 60)
+                profiles.setdefault(label, profile)
+                say(f"{label}: {trials} trials in {seconds:.0f} s: {rates[label][-1]:.1f} trials/min")
+    _report(args, facts, fleet, settings, rates, profiles, start_up_s)
+
+
+def _one_run(fleet, search) -> tuple[int, float, dict[str, float]]:
+    """One class run from an empty database: (trials, seconds, profiler seconds by scope)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from edgetune.tune.database import ClassDatabasePaths
+    from edgetune.tune.stop import stop_requested, tuning
+    from edgetune.tune.tuner import TuneOptions, tune_class
+
+    shutil.rmtree(ClassDatabasePaths.of(fleet.workdir, CLASS).directory, ignore_errors=True)
+    with tuning(), ms.Profiler() as profiler:  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
+        result = tune_class(fleet, CLASS, TuneOptions(search=search))
+    if stop_requested():
+        raise SystemExit("stopped during tuning")
+    if not result.ok:
+        raise SystemExit(f"tuning failed: {result.error}")
+    return result.trials_run, result.tuning_time_s, {k: float(v) for k, v in profiler.get().items()}
+
+
+def _import_tuner() -> None:
+    import edgetune.tune.tuner  # noqa: F401 -- what a class process imports before it tunes
+
+
+def _process_start_up_s() -> float:
+    """Seconds a spawned class process takes to start and import the tuner (TVM included)."""
+    started = time.monotonic()
+    process = multiprocessing.get_context("spawn").Process(target=_import_tuner)
+    process.start()
+    process.join()
+    return time.monotonic() - started
+
+
+def _report(args, facts, fleet, settings, rates, profiles, start_up_s) -> None:
+    per_iter = args.trials_per_iter
+    print()
+    print(f"machine: {facts}; {load_now()}")
+    print(f"fleet: class {CLASS}, {len(fleet.boards)} simulated boards (quota 1.0), model cnn "
+          f"({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
+    print(f"class process start-up (spawn + import of the tuner), once: {start_up_s:.1f} s")
+    print(f"{'setting':<34} {'trials/min median':>18} {'min-max':>14} {'runs':>5}")
+    for label, search in settings.items():
+        values = rates[label]
+        described = f"{label}: population {search.population_for(per_iter)}, {search.genetic_num_iters} iters"
+        print(f"{described:<34} {statistics.median(values):>18.1f} "
+              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5}")
+    ratio = statistics.median(rates["B"]) / statistics.median(rates["A"])
+    print(f"B / A: {ratio:.2f}x trials per minute (medians)")
+    for label, profile in profiles.items():
+        total = profile.get("Total", sum(profile.values()))
+        print(f"where the first {label} run spent its time (MetaSchedule profiler, {total:.0f} s in its loop):")
+        for scope, seconds in sorted(profile.items(), key=lambda kv: -kv[1])[:PROFILE_ROWS]:
+            print(f"  {scope:<50} {seconds:8.1f} s")
+
+
+if __name__ == "__main__":
+    main()

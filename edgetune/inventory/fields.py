@@ -1,0 +1,56 @@
+"""Checks of single inventory values, used as `rule(check=...)` in the schema: each returns
+what is wrong with a value (the message after `<file>: <path>: `), or None if it is fine."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INTERFACE = re.compile(r"[A-Za-z0-9_-]{1,15}")
+
+
+def name_problem(value: str) -> str | None:
+    if not _NAME.match(value) or len(value) > 128:
+        return f"'{value[:130]}' is not a valid name (up to 128 letters, digits, '.', '_' and '-', starting with a letter or digit)"
+    return None
+
+
+def port_problem(value: int) -> str | None:
+    return None if 1 <= value <= 65535 else f"must be a TCP port between 1 and 65535, got {value}"
+
+
+def address_problem(value: str) -> str | None:
+    """An IP address, or a host name. Names whose last label is a number are refused: they
+    are mistyped IPv4 addresses (`999.1.1.1`), which resolvers would not look up as names."""
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9.]+", value):
+        return f"'{value}' is not an IPv4 address (four numbers from 0 to 255, e.g. 10.0.0.7)"
+    if not _HOSTNAME.match(value) or value.rsplit(".", 1)[-1].isdigit():
+        return f"'{value}' is not an IP address or host name"
+    return None
+
+
+def env_name_problem(value: str) -> str | None:
+    return None if _ENV_NAME.fullmatch(value) else f"'{value}' is not an environment variable name"
+
+
+def interface_problem(value: str) -> str | None:
+    return None if _INTERFACE.fullmatch(value) else f"'{value}' is not a valid interface name (1-15 letters, digits, '-' or '_')"
+
+
+def host_interface_problem(value: str) -> str | None:
+    """An IPv4 address with a prefix that leaves room for boards."""
+    try:
+        interface = ipaddress.IPv4Interface(value)
+    except ValueError:
+        return f"'{value}' is not an IPv4 address with prefix, e.g. 10.231.7.1/24"
+    if interface.network.prefixlen == 32:
+        return "needs a prefix length that leaves room for boards, e.g. /24"
+    return None

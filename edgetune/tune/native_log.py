@@ -1,0 +1,74 @@
+"""The warnings TVM's and onnxruntime's C++ code prints during a tuning run go to the class's
+log file (`<database>/logs/native.log`), not the console.
+
+Both write straight to file descriptor 2, past Python's logging, and what they warn about
+means nothing to a user: MetaSchedule's `Unknown schedule rule "meta_schedule.pool_max"` for
+every pooling kernel (it falls back to its default rules, as meant), onnxruntime's `Removing
+initializer ...` for every initializer its constant folding leaves unused. While
+`native_warnings_to(path)` is open, descriptor 2 is a pipe: a thread passes every line on to
+the console, except those warnings (and the indented lines that continue one), which it
+appends to `path`. Their errors, Python's output and everything else reach the console as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+NATIVE_LOG = "native.log"
+# `[02:26:14] /project/src/.../apply_custom_rule.cc:64: Warning: ...` (TVM's LOG(WARNING))
+_TVM_WARNING = re.compile(rb"^\[\d\d:\d\d:\d\d\] \S+:\d+: Warning: ")
+# `\x1b[0;93m2026-12-02 02:21:30.04 [W:onnxruntime:, graph.cc:5809 ...] ...` (verbose, info, warning)
+_ORT_WARNING = re.compile(rb"\[[VIW]:onnxruntime:")
+_ROUTER_EXIT_S = 2.0
+
+
+def _is_native_warning(line: bytes) -> bool:
+    return bool(_TVM_WARNING.match(line) or _ORT_WARNING.search(line))
+
+
+@contextmanager
+def native_warnings_to(path: Path) -> Iterator[None]:
+    """Inside: TVM's and onnxruntime's warnings on descriptor 2 are appended to `path`, every
+    other line goes on to the console. Child processes started inside inherit the pipe."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(path, "ab")  # noqa: SIM115 -- the router closes it
+    sys.stderr.flush()
+    console = os.dup(2)
+    read_end, write_end = os.pipe()
+    router = threading.Thread(target=_route, args=(read_end, os.dup(console), log), name="native-warnings", daemon=True)
+    router.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(console, 2)  # the pipe's last write end here: the router reads to its end
+        os.close(console)
+        # A child that outlives the block (a build worker) keeps the pipe open; the router
+        # then goes on passing its lines along until it exits.
+        router.join(_ROUTER_EXIT_S)
+
+
+def _route(read_end: int, console: int, log: BinaryIO) -> None:
+    with open(read_end, "rb") as pipe, open(console, "wb") as out, log:
+        continuing = False
+        for line in pipe:
+            continuing = _is_native_warning(line) or (continuing and line[:1] in (b" ", b"\t"))
+            _write(log if continuing else out, line)
+
+
+def _write(stream: BinaryIO, line: bytes) -> None:
+    """A line lost is better than a router stopped: the pipe would fill and block every writer."""
+    try:
+        stream.write(line)
+        stream.flush()
+    except OSError:
+        pass

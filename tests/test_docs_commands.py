@@ -1,0 +1,168 @@
+"""Every command the user docs show runs as written: each `edgetune ...` (or `python -m edgetune
+...`) line of a fenced ```sh block in README.md, docs/*.md and bench/README.md names a verb that
+exists, with flags and arguments its argparse parser accepts, and each `make TARGET` names a
+target of the Makefile. The parser is edgetune.cli's own, built once as `main` builds it, and asked in-process."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from edgetune.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = (ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+SH_FENCE = re.compile(r"^```(?:sh|bash)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")"}
+ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+MAKE_TARGET = re.compile(r"^([A-Za-z0-9_.-]+(?:[ \t]+[A-Za-z0-9_.-]+)*)[ \t]*:(?!=)", re.MULTILINE)
+
+
+def sh_blocks(markdown: str) -> list[str]:
+    return [match.group(1) for match in SH_FENCE.finditer(markdown)]
+
+
+def command_lines(block: str) -> list[list[str]]:
+    """The simple commands of a shell block: continuation lines joined, comments dropped, split
+    at `&&`, `;`, `|`, `&` and parentheses."""
+    commands: list[list[str]] = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = line.strip().removeprefix("$ ")
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        current: list[str] = []
+        for token in lexer:
+            if token in SEPARATORS:
+                commands.append(current)
+                current = []
+            else:
+                current.append(token)
+        commands.append(current)
+    return [command for command in commands if command]
+
+
+def edgetune_arguments(command: list[str]) -> list[str] | None:
+    """The arguments after `edgetune` or `python -m edgetune`; None for any other program."""
+    while command and ENV_ASSIGNMENT.match(command[0]):
+        command = command[1:]
+    if not command:
+        return None
+    program = Path(command[0]).name
+    if program == "edgetune":
+        return command[1:]
+    if re.fullmatch(r"python[0-9.]*", program) and command[1:3] == ["-m", "edgetune"]:
+        return command[3:]
+    return None
+
+
+@cache
+def cli_parser():
+    return build_parser()
+
+
+@cache
+def makefile_targets() -> frozenset[str]:
+    text = (ROOT / "Makefile").read_text()
+    return frozenset(name for match in MAKE_TARGET.finditer(text) for name in match.group(1).split())
+
+
+def edgetune_problem(arguments: list[str]) -> str | None:
+    """What the CLI's own parser says about these arguments, or None if it takes them."""
+    if any(argument in ("-h", "--help") for argument in arguments):
+        arguments = [argument for argument in arguments if argument not in ("-h", "--help")]
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            cli_parser().parse_args(arguments)
+    except SystemExit:
+        return stderr.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def make_problem(arguments: list[str]) -> str | None:
+    targets = [a for a in arguments if not a.startswith("-") and not ENV_ASSIGNMENT.match(a)]
+    unknown = [target for target in targets if target not in makefile_targets()]
+    return f"no Makefile target {', '.join(unknown)}" if unknown else None
+
+
+def problems(markdown: str) -> list[str]:
+    """Every command of the markdown's sh blocks that would not run as written, with why."""
+    found = []
+    for block in sh_blocks(markdown):
+        for command in command_lines(block):
+            arguments = edgetune_arguments(command)
+            if arguments is not None:
+                problem = edgetune_problem(arguments)
+            elif Path(command[0]).name == "make":
+                problem = make_problem(command[1:])
+            else:
+                continue
+            if problem:
+                found.append(f"{shlex.join(command)}: {problem}")
+    return found
+
+
+def checked_commands(markdown: str) -> list[list[str]]:
+    return [
+        command
+        for block in sh_blocks(markdown)
+        for command in command_lines(block)
+        if edgetune_arguments(command) is not None or Path(command[0]).name == "make"
+    ]
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_documented_command_runs_as_written(path):
+    assert problems(path.read_text()) == []
+
+
+def test_the_readme_shows_its_commands_in_sh_blocks():
+    commands = {shlex.join(c) for c in checked_commands((ROOT / "README.md").read_text())}
+    assert {"make tune-fleet", "make test"} <= commands
+    assert sum(1 for c in commands if c.startswith("edgetune ")) >= 10
+
+
+BAD_SAMPLE = """\
+Some prose with `edgetune frobnicate` outside a block, which is not checked.
+
+```sh
+edgetune frobnicate -f fleet.yaml          # no such verb
+edgetune tune --class gw --turbo           # no such flag
+.venv/bin/python -m edgetune rollout --canary 1   # --model is required
+make tune-fleet && make deploy-everything  # no such target
+edgetune fleet up; edgetune fleet launch   # the second action does not exist
+edgetune regress --board gw-a1 \\
+    --changed-only --jsonn
+```
+
+```sh
+edgetune plan --json                       # fine
+FLEET=other.yaml make check                # fine
+python3 -m pip install numpy               # another program: not checked
+```
+"""
+
+
+def test_the_checker_names_each_made_up_verb_flag_and_target():
+    found = problems(BAD_SAMPLE)
+    assert len(found) == 6, found
+    frobnicate, turbo, rollout, deploy, launch, jsonn = found
+    assert frobnicate.startswith("edgetune frobnicate -f fleet.yaml: ") and "invalid choice: 'frobnicate'" in frobnicate
+    assert "unrecognized arguments: --turbo" in turbo
+    assert rollout.startswith(".venv/bin/python -m edgetune rollout") and "--model" in rollout
+    assert deploy == "make deploy-everything: no Makefile target deploy-everything"
+    assert "invalid choice: 'launch'" in launch
+    assert "unrecognized arguments: --jsonn" in jsonn
+
+
+def test_the_checker_reads_blocks_as_a_shell_would():
+    commands = command_lines("A=1 edgetune check -f 'my fleet.yaml' && make plan  # plan\nedgetune sim up &\n")
+    assert commands == [["A=1", "edgetune", "check", "-f", "my fleet.yaml"], ["make", "plan"], ["edgetune", "sim", "up"]]
+    assert edgetune_arguments(commands[0]) == ["check", "-f", "my fleet.yaml"]
+    assert problems("```sh\nedgetune plan --json\nmake test\n```\n") == []
