@@ -53,7 +53,9 @@ def output_tolerance(expected: Sequence[np.ndarray], rounding_spread: float = 0.
     (`edgetune.artifact_format.reference.output_tolerance`, wider for quantized models), its rtol
     taken of the reference's largest magnitude (a detector's box coordinates go up to its
     image size)."""
-    from edgetune.artifact_format.reference import output_tolerance as artifact_tolerance
+    from edgetune.artifact_format.reference import (
+        output_tolerance as artifact_tolerance,
+    )
 
     tolerance = artifact_tolerance(rounding_spread)
     return tolerance.atol + tolerance.rtol * max(float(np.max(np.abs(e))) for e in expected)
@@ -394,7 +396,7 @@ def make_mobilenet_mini_onnx(path: Path, model) -> Path:
     reference for the built-in before trusting any timing."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgetune.tune.models import builtin
+    from edgetune.compiler.models import builtin
 
     inp = model.inputs[0]
     weights = builtin.builtin_weights(model)

@@ -12,7 +12,7 @@ Tasks without a record are listed, not checked. Exits non-zero if a kernel diffe
     .venv/bin/python bench/check_kernels.py --model ppocr-det --layout NHWC --database DIR [--task NAME ...]
 
 This is how ppocr-det's wrong transposed convolution was found (TVM 0.27's RewriteLayout; see
-edgetune/tune/prepack.py). No fleet: host only.
+edgetune/compiler/prepack.py). No fleet: host only.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
 from _benchlib import PROFILE_AVX512, max_diff, output_tolerance, say  # noqa: E402
 
+from edgetune.compiler.models import load_model  # noqa: E402
+from edgetune.compiler.prepare import extract_tasks, prepare  # noqa: E402
+from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.database import ClassDatabasePaths, open_database  # noqa: E402
-from edgetune.tune.models import load_model  # noqa: E402
-from edgetune.tune.prepare import extract_tasks, prepare  # noqa: E402
-from edgetune.tune.target import build_target  # noqa: E402
 
 
 def main() -> int:

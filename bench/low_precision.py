@@ -30,7 +30,7 @@ Two parts, one run, on the host (no fleet), 1 thread:
 TVM 0.27's own VNNI intrinsic (`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) does not
 compile with the LLVM 22 it ships: LLVM's `llvm.x86.avx512.vpdpbusd.512` now takes <64 x i8>
 operands and the intrinsic passes <16 x i32> ("Call parameter type does not match function
-signature"). The script uses edgetune's corrected one (edgetune.tune.intrinsics.VNNI_DOT),
+signature"). The script uses edgetune's corrected one (edgetune.compiler.intrinsics.VNNI_DOT),
 which passes the bytes. The bf16 counterpart (`vdpbf16ps`) could not be reached: TVM
 legalizes bfloat16 on CPUs to uint16 storage and float32 arithmetic before code generation,
 so the intrinsic gets <32 x i16> or <32 x float> operands; with both legalize passes disabled
@@ -63,7 +63,7 @@ import real_models  # noqa: E402
 from _benchlib import machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 from rule_kernels import sgemm_peak_gflops  # noqa: E402
 
-from edgetune.tune.intrinsics import VNNI_DOT as VNNI_INTRIN  # noqa: E402
+from edgetune.compiler.intrinsics import VNNI_DOT as VNNI_INTRIN  # noqa: E402
 
 DEFAULT_MODELS = "pplcnet-orientation,ppocr-cls,yolov8n-320,ppocr-det,ppocr-rec"
 # Pointwise GEMMs (pixels x input channels x output channels) of YOLOv8n-320 and PP-LCNet.

@@ -33,8 +33,8 @@ from pathlib import Path
 from _benchlib import (
     PROFILE_AVX512,
     REPO,
-    bench_main,
     BoardSpec,
+    bench_main,
     load_now,
     machine_facts,
     running_fleet,
@@ -100,11 +100,15 @@ def tune(fleet) -> None:
 
 def build(fleet, device_class: str, model, workdir: Path):
     """(entry, args, {"untuned": .so, "tuned": .so}) built like the artifact release does."""
+    from edgetune.compiler.models import entry_function, load_model, reference_inputs
+    from edgetune.compiler.prepare import (
+        apply_database_and_build,
+        build_untuned,
+        prepare,
+    )
+    from edgetune.compiler.target import build_target
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import entry_function, load_model, reference_inputs
-    from edgetune.tune.prepare import apply_database_and_build, build_untuned, prepare
-    from edgetune.tune.target import build_target
 
     profile = fleet.device_class(device_class).profile
     target = build_target(profile)

@@ -54,16 +54,24 @@ def main() -> None:
     import numpy as np
     import onnxruntime as ort
     import tvm
-    from tvm import relax
     import tvm.s_tir.meta_schedule as ms
+    from tvm import relax
 
-    from edgetune.artifact.profile import profile_onnxruntime, profile_vm, tvm_kernel_kinds
+    from edgetune.artifact.profile import (
+        profile_onnxruntime,
+        profile_vm,
+        tvm_kernel_kinds,
+    )
+    from edgetune.compiler.models import entry_function, load_model, reference_inputs
+    from edgetune.compiler.prepare import (
+        apply_database_and_build,
+        count_tuned_tasks,
+        prepare,
+    )
+    from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
     from edgetune.inventory.schema import Model, ModelInput
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import entry_function, load_model, reference_inputs
-    from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, prepare
-    from edgetune.tune.target import build_target
 
     int8 = args.model.endswith(real_models.INT8_SUFFIX)
     (real,) = real_models.by_name([args.model.removesuffix(real_models.INT8_SUFFIX)])

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _benchlib import (
     PROFILE_AVX512,
     BoardSpec,
@@ -116,10 +115,14 @@ def tune(fleet) -> float:
 
 
 def build(fleet, model, workdir: Path) -> Path:
+    from edgetune.compiler.models import load_model
+    from edgetune.compiler.prepare import (
+        apply_database_and_build,
+        count_tuned_tasks,
+        prepare,
+    )
+    from edgetune.compiler.target import build_target
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import load_model
-    from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, prepare
-    from edgetune.tune.target import build_target
 
     target = build_target(fleet.device_class(CLASS).profile)
     prepared = prepare(load_model(model), target)
@@ -133,9 +136,9 @@ def build(fleet, model, workdir: Path) -> Path:
 
 def measure(fleet, libraries: dict[str, Path], args):
     from edgetune.artifact.measure import run_on_boards
+    from edgetune.compiler.models import reference_inputs
     from edgetune.fleet.status import rpc_endpoint
     from edgetune.inventory.schema import CompareSettings, Measurement
-    from edgetune.tune.models import reference_inputs
 
     model = fleet.models[0]
     inputs = reference_inputs(model)
@@ -151,7 +154,7 @@ def measure(fleet, libraries: dict[str, Path], args):
 def report(args, fleet, onnx_path: Path, libraries: dict[str, Path], measured, tune_s: float) -> None:
     from tabulate import tabulate
 
-    from edgetune.tune.models import reference_outputs
+    from edgetune.compiler.models import reference_outputs
 
     runs, inputs = measured
     expected = reference_outputs(fleet.models[0], inputs)[0]

@@ -22,7 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_static,
+)
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 
@@ -176,11 +181,11 @@ def by_name(names: list[str]) -> list[RealModel]:
 
 def import_check(model: RealModel, path: Path) -> str:
     """Does edgetune import it, and into how many tuning tasks (for --check)."""
-    from edgetune.inventory.schema import Model, ModelInput
-    from edgetune.tune.models import load_model
-    from edgetune.tune.prepare import extract_tasks, prepare
-    from edgetune.tune.target import build_target
+    from edgetune.compiler.models import load_model
+    from edgetune.compiler.prepare import extract_tasks, prepare
+    from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
+    from edgetune.inventory.schema import Model, ModelInput
 
     profile = load_profile(Path(__file__).resolve().parent.parent / "device_profiles" / "x86-avx512.yaml")
     target = build_target(profile)

@@ -1,6 +1,6 @@
 """Question: on NHWC convolutions, does a micro-kernel rule reach more of the CPU's peak than
 stock MetaSchedule with the same few trials? `--kind convolution`: the rule of convolutions with
-groups 1, pointwise 1x1 and regular KxK (edgetune.tune.schedule_rules.convolution); `--kind
+groups 1, pointwise 1x1 and regular KxK (edgetune.compiler.schedule_rules.convolution); `--kind
 depthwise`: the depthwise rule (.depthwise).
 
 How: real models (convolution: PP-LCNet document orientation, PP-OCR's text-direction classifier,
@@ -51,15 +51,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
 from _benchlib import PROFILE_AVX512, say  # noqa: E402
 
+from edgetune.compiler.models import (  # noqa: E402
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+)
+from edgetune.compiler.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
+from edgetune.compiler.schedule_rules import convolution, depthwise  # noqa: E402
+from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.candidate_builder import FastBuild, make_builder  # noqa: E402
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs  # noqa: E402
-from edgetune.tune.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
-from edgetune.tune.schedule_rules import convolution, depthwise  # noqa: E402
-from edgetune.tune.target import build_target  # noqa: E402
 from edgetune.tune.tuner import SearchSettings  # noqa: E402
-
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
-
 import real_models
+import yaml
 from _benchlib import (
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
@@ -194,11 +193,15 @@ def threaded_profile(source: Path, threads: int, workdir: Path) -> Path:
 
 def tuned_library(fleet, model, workdir: Path) -> Path:
     """`model`'s tuned build, exported as the artifact release exports it."""
+    from edgetune.compiler.models import load_model
+    from edgetune.compiler.prepare import (
+        apply_database_and_build,
+        count_tuned_tasks,
+        prepare,
+    )
+    from edgetune.compiler.target import build_target
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import load_model
-    from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks, prepare
-    from edgetune.tune.target import build_target
 
     profile = fleet.device_class(CLASS).profile
     target = build_target(profile)
@@ -311,7 +314,7 @@ def model_flops(built: Built) -> int | None:
     import onnx
     from flops import total_flops
 
-    from edgetune.tune.models.onnx_import import preprocess
+    from edgetune.compiler.models.onnx_import import preprocess
 
     if built.ort_model is None:
         return None

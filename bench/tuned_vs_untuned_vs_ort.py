@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from _benchlib import (
     MOBILENET_MINI_INPUT,
     ONNX_CNN_INPUT,
     PROFILE_AVX512,
-    bench_main,
     BoardSpec,
+    bench_main,
     load_now,
     machine_facts,
     make_cnn_onnx,
@@ -152,11 +151,22 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
     """Tuned (unless `tuned` is False) and untuned libraries, built and exported the way the
     artifact release does; with `bytecode`, also the tuned module under the bytecode VM
     ("tuned-bytecode", an ablation of `exec_mode="compiled"`)."""
+    from edgetune.compiler.models import (
+        entry_function,
+        load_model,
+        reference_inputs,
+        reference_outputs,
+        rounding_spread,
+    )
+    from edgetune.compiler.prepare import (
+        apply_database_and_build,
+        build_untuned,
+        count_tuned_tasks,
+        prepare,
+    )
+    from edgetune.compiler.target import build_target
     from edgetune.tune.candidate_builder import SharedLibraryExport
     from edgetune.tune.database import ClassDatabasePaths, open_database
-    from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
-    from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
-    from edgetune.tune.target import build_target
 
     say(f"building {model.name}: tuned and untuned")
     profile = fleet.device_class(CLASS).profile

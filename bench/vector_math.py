@@ -1,5 +1,5 @@
 """Question: how much faster are element-wise kernels whose math function edgetune legalizes
-with its vector approximations (edgetune.tune.fast_math: exp, erf, tanh, log) than with TVM's
+with its vector approximations (edgetune.compiler.fast_math: exp, erf, tanh, log) than with TVM's
 own legalization, which calls libm per lane (`erff`, `logf`, `expf`; TVM's tanh is built on
 `expf`)? And how far from float64 NumPy are the approximations? Issue 29: a real model's GELU
 epilogue computed `erff` per lane at 15-70 GFLOP/s.
@@ -41,7 +41,7 @@ from tvm.s_tir import meta_schedule as ms
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 
-from edgetune.tune import fast_math  # noqa: E402
+from edgetune.compiler import fast_math  # noqa: E402
 from edgetune.tune.candidate_builder import make_builder  # noqa: E402
 
 SHAPE = (1, 64, 56, 56)

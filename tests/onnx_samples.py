@@ -83,7 +83,7 @@ def write_separable_block(path: Path) -> Path:
     bias of shape (1,), the scale first, as PP-LCNetV3 exports them), pointwise 1x1 (16->32) +
     Clip with only a lower bound, global average pool. Clip and HardSwish are the activations
     the ONNX frontend lowers without a layout rule, and the affine block's constants are what
-    TVM's layout rule of binary operators stops at (edgetune.tune.layout)."""
+    TVM's layout rule of binary operators stops at (edgetune.compiler.layout)."""
     rng = np.random.default_rng(1)
     weights = [
         numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype("float32") * 0.3, "w_stem"),
@@ -115,7 +115,12 @@ def write_quantized_separable(path: Path, softmax: bool = False) -> Path:
     pointwise 32 -> 48; with `softmax`, a softmax over its channels) on a 1 x 16 x 8 x 8 image,
     quantized by onnxruntime's static quantizer as a user would (QDQ, uint8 activations, int8
     weights per channel, calibrated on 8 seeded inputs)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)

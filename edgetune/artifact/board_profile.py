@@ -57,6 +57,9 @@ from edgetune.artifact_format.manifest import (
     REFERENCE_INPUT_NAME,
 )
 from edgetune.artifact_format.reference import read_npz
+from edgetune.compiler.models import entry_function, import_model, reference_inputs
+from edgetune.compiler.prepare import apply_database, prepare
+from edgetune.compiler.target import build_target
 from edgetune.errors import ArtifactError
 from edgetune.fleet.errors import FleetError
 from edgetune.fleet.process import port_answers
@@ -69,9 +72,6 @@ from edgetune.fleet.tracker import (
 )
 from edgetune.inventory.schema import Board, DeviceClass, Fleet, Model
 from edgetune.tune.candidate_builder import FastBuild, SharedLibraryExport
-from edgetune.tune.models import entry_function, import_model, reference_inputs
-from edgetune.tune.prepare import apply_database, prepare
-from edgetune.tune.target import build_target
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]

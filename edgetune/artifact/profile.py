@@ -100,7 +100,7 @@ def tvm_kernel_kinds(prepared: tvm.IRModule, layout: str = "NCHW") -> dict[str, 
             flops = 2 * math.prod(shapes[0]) * math.prod(weight[1:]) if transposed else 2 * math.prod(output) * math.prod(weight[1:])
             out[name] = (conv_kind(weight, transposed), flops)
         elif "integer_conv" in name and len(shapes) >= 3 and len(shapes[1]) == 6:
-            _, kh, kw, lanes, _, _ = shapes[1]  # packed (O/16, KH, KW, K/4, 16, 4), edgetune.tune.integer
+            _, kh, kw, lanes, _, _ = shapes[1]  # packed (O/16, KH, KW, K/4, 16, 4), edgetune.compiler.integer
             out[name] = (INT8_CONV, 2 * math.prod(shapes[-1]) * 4 * lanes * kh * kw)
         elif "matmul" in name or "dense" in name:
             out[name] = ("matmul / dense", 2 * math.prod(shapes[-1]) * shapes[0][-1])

@@ -58,16 +58,35 @@ from edgetune.artifact_format.manifest import (
     Reference,
     Tolerance,
 )
-from edgetune.artifact_format.reference import check_outputs, npz_bytes, output_tolerance
+from edgetune.artifact_format.reference import (
+    check_outputs,
+    npz_bytes,
+    output_tolerance,
+)
 from edgetune.artifact_format.signing import load_private_key
-from edgetune.artifact_format.timing_stats import RatioEstimate, ratio_of_medians, ratio_text
+from edgetune.artifact_format.timing_stats import (
+    RatioEstimate,
+    ratio_of_medians,
+    ratio_text,
+)
+from edgetune.compiler.models import (
+    entry_function,
+    import_model,
+    reference_inputs,
+    reference_outputs,
+    rounding_spread,
+)
+from edgetune.compiler.prepare import (
+    apply_database_and_build,
+    build_untuned,
+    count_tuned_tasks,
+    prepare,
+)
+from edgetune.compiler.target import build_target, missing_cross_compiler
 from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
-from edgetune.tune.models import entry_function, import_model, reference_inputs, reference_outputs, rounding_spread
-from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
-from edgetune.tune.target import build_target, missing_cross_compiler
 
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
 # board. Not 1: two loads of the very same library differed by up to 4 % on the simulated

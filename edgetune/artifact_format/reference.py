@@ -20,7 +20,7 @@ from edgetune.artifact_format.manifest import Tolerance
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 FLOAT_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
 # A quantized model's output may lie this many times the spread of two correct executions away
-# from the reference (`edgetune.tune.models.rounding_spread`): the spread is measured on one
+# from the reference (`edgetune.compiler.models.rounding_spread`): the spread is measured on one
 # input, and a build's own rounding flips land elsewhere (YOLOv8n int8: TVM 10.0 from the
 # definition where onnxruntime's int8 kernels are 13.8, on the same input).
 SPREAD_FACTOR = 2.0

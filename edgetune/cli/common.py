@@ -16,8 +16,8 @@ def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:
     """Load and fully validate the inventory (including TVM targets and the declared inputs
     of ONNX models against their graphs) before anything starts."""
-    from edgetune.tune import check_targets
-    from edgetune.tune.models.onnx_inputs import check_declared_inputs
+    from edgetune.compiler import check_targets
+    from edgetune.compiler.models.onnx_inputs import check_declared_inputs
 
     fleet = load_fleet(args.fleet)
     check_targets(fleet)

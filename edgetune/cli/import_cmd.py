@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_import(args: argparse.Namespace) -> int:
-    from edgetune.tune.models.onnx_inputs import model_entry
+    from edgetune.compiler.models.onnx_inputs import model_entry
 
     if not args.onnx.is_file():
         raise InventoryError(f"{args.onnx}: no such ONNX file")
@@ -75,10 +75,10 @@ def _task_count(onnx_path: Path, name: str, fleet) -> int:
     first class's target, else for a one-core generic x86-64 target."""
     import tvm
 
+    from edgetune.compiler.models.onnx_inputs import graph_inputs, read_graph
+    from edgetune.compiler.target import build_target
+    from edgetune.compiler.tasks import class_tasks
     from edgetune.inventory.schema import DTYPES, Model, ModelInput
-    from edgetune.tune.models.onnx_inputs import graph_inputs, read_graph
-    from edgetune.tune.target import build_target
-    from edgetune.tune.tasks import class_tasks
 
     inputs = graph_inputs(read_graph(onnx_path))
     unfed = [i.describe() for i in inputs if i.dims is None or i.dtype not in DTYPES]

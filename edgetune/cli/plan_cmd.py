@@ -11,11 +11,11 @@ import json
 from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.compiler.layout import LayoutChoice
 from edgetune.inventory.fleet_plan import FleetClassPlan, FleetPlan, plan_fleet
 from edgetune.inventory.schema import Fleet
 from edgetune.tune.budget import estimate, time_is_the_budget
 from edgetune.tune.database import ClassDatabasePaths, throughput
-from edgetune.tune.layout import LayoutChoice
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_plan(args: argparse.Namespace) -> int:
-    from edgetune.tune.models import model_layouts
+    from edgetune.compiler.models import model_layouts
 
     fleet = load_checked_fleet(args)
     plan = plan_fleet(fleet)

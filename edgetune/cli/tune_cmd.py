@@ -68,7 +68,7 @@ def drive_tune(args: argparse.Namespace) -> int:
 def _print_plan(fleet, plan, models: tuple[str, ...] | None, as_json: bool) -> int:
     """The plan, and the layout of each model planned and why."""
     from edgetune.cli.plan_cmd import layout_lines, layouts_json
-    from edgetune.tune.models import model_layouts
+    from edgetune.compiler.models import model_layouts
     from edgetune.tune.plan import select_models
 
     layouts = model_layouts(select_models(fleet, models))

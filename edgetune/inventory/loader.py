@@ -282,7 +282,7 @@ def _models(node: Node, entries: tuple[ModelEntry, ...]) -> tuple[Model, ...]:
         item = node.child(index)
         if (entry.builtin is None) == (entry.onnx is None):
             raise item.error("give exactly one of 'builtin' (a reference model name) or 'onnx' (a file path)")
-        if entry.onnx is not None:  # its graph is read and checked by `edgetune check` (tune.models.onnx_inputs)
+        if entry.onnx is not None:  # its graph is read and checked by `edgetune check` (compiler.models.onnx_inputs)
             check_existing_file(item.child("onnx"), entry.onnx, "ONNX file")
         inputs = _inputs(item.child("inputs"), entry.inputs, entry.builtin is None)
         if entry.builtin is not None and entry.quantized_weights is not None:

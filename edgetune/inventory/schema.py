@@ -187,7 +187,7 @@ class ModelInput:
 QUANTIZED_WEIGHTS = ("keep", "float", "integer")  # int8 weights of quantized models: kept, widened to float32,
 # or kept with the convolutions (groups 1) computed in integers (needs layout NHWC)
 LAYOUTS = ("NCHW", "NHWC", "auto")  # the layout convolutions are compiled in (NCHW: as the graph has them;
-# auto: chosen per model by edgetune.tune.layout)
+# auto: chosen per model by edgetune.compiler.layout)
 DEFAULT_LAYOUT = "auto"
 
 

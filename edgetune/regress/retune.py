@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from edgetune.artifact.release import build_artifacts
+from edgetune.compiler import class_task_list
 from edgetune.inventory.schema import Fleet
 from edgetune.regress.check import SLOWER, RegressReport
-from edgetune.tune import TuneOptions, class_task_list, recorded_trials, select_models, tune_class
+from edgetune.tune import TuneOptions, recorded_trials, select_models, tune_class
 
 
 @dataclass(frozen=True)

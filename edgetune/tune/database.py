@@ -36,12 +36,12 @@ from typing import Iterator
 
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler import intrinsics  # noqa: F401  (registers VNNI_DOT, which records may name)
 from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
-from edgetune.tune import intrinsics  # noqa: F401  (registers VNNI_DOT, which records may name)
 
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 

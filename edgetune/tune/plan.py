@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 
 from tabulate import tabulate
 
+from edgetune.compiler.tasks import KernelTask, class_task_list
 from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
 from edgetune.tune.budget import (
@@ -45,7 +46,6 @@ from edgetune.tune.database import (
     read_trials,
     throughput,
 )
-from edgetune.tune.tasks import KernelTask, class_task_list
 
 
 @dataclass(frozen=True)

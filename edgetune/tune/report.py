@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
 from tabulate import tabulate  # noqa: E402
 
+from edgetune.compiler.tasks import KernelTask  # noqa: E402
 from edgetune.durable import write_atomic  # noqa: E402
 from edgetune.tune.database import TrialRecord  # noqa: E402
-from edgetune.tune.tasks import KernelTask  # noqa: E402
 
 SUMMARY_SCHEMA = "edgetune.tuning-summary"
 SUMMARY_VERSION = 1

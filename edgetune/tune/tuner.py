@@ -27,6 +27,9 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
+from edgetune.compiler.target import build_target, missing_cross_compiler
+from edgetune.compiler.tasks import ClassTasks, class_tasks
 from edgetune.errors import EdgetuneError, TuneError
 from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import for_each_board
@@ -45,7 +48,6 @@ from edgetune.tune.database import (
     throughput,
 )
 from edgetune.tune.index_inputs import IndexBounds, class_index_bounds, index_notes
-from edgetune.tune.intrinsics import load_cpu_intrinsics
 from edgetune.tune.monitor import (
     NO_BOARDS,
     BoardGuardRunner,
@@ -67,8 +69,6 @@ from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
 from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
-from edgetune.tune.target import build_target, missing_cross_compiler
-from edgetune.tune.tasks import ClassTasks, class_tasks
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
 def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
                    paths: ClassDatabasePaths, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
-    gets the rule registered by edgetune.tune.schedule_rules (imported with prepare)."""
+    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare)."""
     load_cpu_intrinsics(target)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],

@@ -34,14 +34,20 @@ from edgetune.agent import AgentConfig, write_config
 from edgetune.agent.install import install_tarball
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.codec import sha256_hex
-from edgetune.artifact_format.manifest import Entry, Manifest, RecordHits, Reference, TuningStats
+from edgetune.artifact_format.manifest import (
+    Entry,
+    Manifest,
+    RecordHits,
+    Reference,
+    TuningStats,
+)
 from edgetune.artifact_format.reference import npz_bytes
 from edgetune.artifact_format.signing import init_keys, load_private_key
+from edgetune.compiler.models import load_model, reference_inputs, reference_outputs
 from edgetune.deploy.tls import ensure_tls, host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import load_model, reference_inputs, reference_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_INPUT_SHAPE = (1, 64)

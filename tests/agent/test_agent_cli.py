@@ -118,7 +118,7 @@ def test_state_is_completed_from_the_link_after_a_kill_between_the_two_steps(boa
 
 
 FORBIDDEN = ("paramiko", "yaml", "tabulate", "onnx", "onnxruntime", "xgboost", "matplotlib", "starlette", "uvicorn",
-             "psutil", "tornado", "cloudpickle", "edgetune.tune", "edgetune.fleet", "edgetune.inventory",
+             "psutil", "tornado", "cloudpickle", "edgetune.tune", "edgetune.compiler", "edgetune.fleet", "edgetune.inventory",
              "edgetune.deploy", "edgetune.cli", "edgetune.pipeline", "tvm.relax")
 
 BLOCKER = '''

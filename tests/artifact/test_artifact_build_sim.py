@@ -14,22 +14,27 @@ import numpy as np
 import onnxruntime
 import pytest
 import yaml
+from inventory_dump import fleet_to_dict
 from onnx_samples import conv_model
 
 from edgetune.artifact import release
 from edgetune.artifact.measure import compare_on_board
 from edgetune.artifact.release import board_speedups, build_artifacts
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
+from edgetune.artifact_format.manifest import (
+    EXPECTED_OUTPUT_NAME,
+    LIBRARY_NAME,
+    REFERENCE_INPUT_NAME,
+    Tolerance,
+)
 from edgetune.artifact_format.reference import read_npz
 from edgetune.artifact_format.signing import init_keys, load_public_key
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.cli import main
+from edgetune.compiler.models import entry_function, load_model
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
-from inventory_dump import fleet_to_dict
 from edgetune.inventory.schema import ArtifactSettings
 from edgetune.inventory.workdir import Workdir
-from edgetune.tune.models import entry_function, load_model
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
 CLASS = "gw-fast"

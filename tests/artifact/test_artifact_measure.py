@@ -14,16 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from fleet_marker import starts_fleet
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
 from edgetune.artifact.measure import interleave, run_on_boards
+from edgetune.compiler.models import entry_function
 from edgetune.fleet.tracker import RpcEndpoint
 from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
-from edgetune.tune.models import entry_function
-
-from fleet_marker import starts_fleet
 
 KEY = "loopback-class"
 ADDRESSES = ("127.0.0.2", "127.0.0.3")

@@ -18,9 +18,9 @@ from edgetune.artifact.profile import (
     profile_vm,
     tvm_kernel_kinds,
 )
+from edgetune.compiler.models import entry_function, load_model, reference_inputs
+from edgetune.compiler.prepare import build_untuned, prepare
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import entry_function, load_model, reference_inputs
-from edgetune.tune.prepare import build_untuned, prepare
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 # The kernel rows and the VM builtins, timed by the instrument, against uninstrumented calls

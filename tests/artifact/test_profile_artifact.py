@@ -26,10 +26,10 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.artifact.board_profile import library_kernels
 from edgetune.artifact.release import build_artifacts
 from edgetune.cli import main
+from edgetune.compiler.models import load_model
+from edgetune.compiler.prepare import apply_database, prepare
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.inventory.workdir import Workdir
-from edgetune.tune.models import load_model
-from edgetune.tune.prepare import apply_database, prepare
 
 CLASS = "gw-fast"
 MODEL = "mlp-onnx"

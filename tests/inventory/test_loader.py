@@ -8,15 +8,14 @@ from pathlib import Path
 
 import onnx
 import pytest
-
-from tests_samples import FAKE_PRIVATE_KEY
 import yaml
+from inventory_dump import fleet_to_dict, profile_to_dict
 from onnx import TensorProto, helper
+from tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.cli import main
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet, load_profile
-from inventory_dump import fleet_to_dict, profile_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "device_profiles").glob("*.yaml"))
@@ -125,7 +124,7 @@ def test_shipped_fleet_loads_and_round_trips(tmp_path):
 
 @pytest.mark.parametrize("profile_path", PROFILES, ids=lambda p: p.stem)
 def test_shipped_profiles_round_trip_and_build_tvm_targets(profile_path, tmp_path):
-    from edgetune.tune.target import build_target
+    from edgetune.compiler.target import build_target
 
     profile = load_profile(profile_path)
     again = load_profile(write(tmp_path, profile_to_dict(profile), profile_path.name))
@@ -349,7 +348,7 @@ def test_bad_profile_is_refused_with_its_path(fleet_dir, case):
     ],
 )
 def test_target_tvm_rejects_is_refused_with_tvms_message(fleet_dir, target, expected):
-    from edgetune.tune.target import check_targets
+    from edgetune.compiler.target import check_targets
 
     profile = _profile_data()
     profile["target"] = target

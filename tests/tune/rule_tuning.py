@@ -8,10 +8,10 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.models import entry_function, reference_inputs, reference_outputs
+from edgetune.compiler.prepare import apply_database_and_build, count_tuned_tasks
 from edgetune.inventory.schema import Model
 from edgetune.tune.candidate_builder import make_builder
-from edgetune.tune.models import entry_function, reference_inputs, reference_outputs
-from edgetune.tune.prepare import apply_database_and_build, count_tuned_tasks
 from edgetune.tune.tuner import quiet_meta_schedule_logger
 
 TRIALS = 4

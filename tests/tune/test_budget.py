@@ -28,6 +28,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from edgetune.compiler.target import build_target
+from edgetune.compiler.tasks import class_tasks
 from edgetune.inventory.schema import EarlyStop
 from edgetune.tune.budget import (
     AT_KNEE_BEFORE,
@@ -47,8 +49,6 @@ from edgetune.tune.database import (
 from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
 from edgetune.tune.scheduler import BudgetScheduler
-from edgetune.tune.target import build_target
-from edgetune.tune.tasks import class_tasks
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
 PER_ITER = 4

@@ -1,5 +1,5 @@
 """The micro-kernel rule of NHWC convolutions with groups 1, pointwise and KxK
-(edgetune.tune.schedule_rules.convolution): which kernels `prepare` marks, what the rule's
+(edgetune.compiler.schedule_rules.convolution): which kernels `prepare` marks, what the rule's
 schedules look like, and that a model tuned with it answers what onnxruntime answers."""
 
 from __future__ import annotations
@@ -9,16 +9,15 @@ import re
 import numpy as np
 import pytest
 import tvm
-from tvm.s_tir import meta_schedule as ms
-
-from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import load_model
-from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.schedule_rules.convolution import RULE
-
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.compiler.models import load_model
+from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.schedule_rules.convolution import RULE
+from edgetune.inventory.schema import Model, ModelInput
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # 16 lanes
@@ -188,6 +187,6 @@ def test_dense_layers_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_pa
 
 def test_dense_layers_of_one_row_stay_matmuls_that_stock_meta_schedule_tunes(tmp_path):
     """A classifier head (one row) fits no register tile; padded and sliced, its stock schedules
-    had RewriteLayout pre-pack the weight wrongly (edgetune.tune.layout), so it is left alone."""
+    had RewriteLayout pre-pack the weight wrongly (edgetune.compiler.layout), so it is left alone."""
     names = [task.task_name for task in extract_tasks(prepare(load_model(dense_layers(tmp_path, tokens=1)), AVX512), AVX512)]
     assert sum("matmul" in name for name in names) == 2 and not any("conv2d" in name for name in names), names

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from edgetune.compiler.target import missing_cross_compiler
 from edgetune.inventory import load_profile
-from edgetune.tune.target import missing_cross_compiler
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The micro-kernel rule of NHWC depthwise convolutions (edgetune.tune.schedule_rules.depthwise):
+"""The micro-kernel rule of NHWC depthwise convolutions (edgetune.compiler.schedule_rules.depthwise):
 which kernels `prepare` marks, what the rule's schedules look like, and that models tuned with
 it answer what onnxruntime answers (padding, strides 1 and 2, 3x3 and 5x5 kernels)."""
 
@@ -7,16 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm.s_tir import meta_schedule as ms
-
-from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import load_model
-from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.schedule_rules import convolution, depthwise
-
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.compiler.models import load_model
+from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.schedule_rules import convolution, depthwise
+from edgetune.inventory.schema import Model, ModelInput
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
 AVX2 = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})  # 8 lanes

@@ -1,4 +1,4 @@
-"""The fast legalizations of edgetune.tune.fast_math: no scalar libm call is left in the kernels,
+"""The fast legalizations of edgetune.compiler.fast_math: no scalar libm call is left in the kernels,
 and the values stay within float32 rounding of the exact functions (exp, erf, tanh, log: a few
 ulp of float64 NumPy over every float32, edge cases included; sigmoid, softmax: relative)."""
 
@@ -15,14 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save
 from tvm import relax, te
 
+from edgetune.compiler import fast_math
+from edgetune.compiler.models import entry_function, load_model, reference_inputs
+from edgetune.compiler.prepare import build_untuned, prepare
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune import fast_math
-from edgetune.tune.models import entry_function, load_model, reference_inputs
-from edgetune.tune.prepare import build_untuned, prepare
-
-from onnx_samples import save
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 SHAPE = (1, 8, 16, 16)

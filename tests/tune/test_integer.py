@@ -12,18 +12,27 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tvm
+from onnx_samples import write_quantized_separable
+from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.artifact_format.reference import FLOAT_TOLERANCE, check_outputs, output_tolerance
+from edgetune.artifact_format.reference import (
+    FLOAT_TOLERANCE,
+    check_outputs,
+    output_tolerance,
+)
+from edgetune.compiler.models import (
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+    rounding_spread,
+)
+from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
+from edgetune.compiler.schedule_rules import depthwise, integer
 from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.database import ClassDatabasePaths, open_database
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs, rounding_spread
-from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
-from edgetune.tune.schedule_rules import depthwise, integer
-
-from onnx_samples import write_quantized_separable
-from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1})  # has VNNI
 HOST_HAS_VNNI = "avx512_vnni" in Path("/proc/cpuinfo").read_text()

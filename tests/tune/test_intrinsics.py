@@ -13,7 +13,7 @@ import pytest
 PROBE = """
 import json, sys, tvm
 from tvm.s_tir import TensorIntrin
-from edgetune.tune.intrinsics import load_cpu_intrinsics
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 load_cpu_intrinsics(tvm.target.Target(json.loads(sys.argv[1])))
 loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin."))
 def registered(name):

@@ -12,13 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import conv_model, save, write_separable_block
 from tvm import relax
 
+from edgetune.compiler.models import (
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+)
+from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
-from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
-
-from onnx_samples import conv_model, save, write_separable_block
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 

@@ -11,19 +11,18 @@ import numpy as np
 import tvm
 import yaml
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save, write_quantized_separable, write_separable_block
+from tests_samples import FAKE_PRIVATE_KEY
 from tvm import relax
 
 from edgetune.artifact.release import BuildOutcome, BuildReport
 from edgetune.cli import main
+from edgetune.compiler.layout import LayoutChoice
+from edgetune.compiler.models import entry_function, import_model
+from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.tasks import workload_hash
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import DEFAULT_LAYOUT, Model, ModelInput
-from edgetune.tune.layout import LayoutChoice
-from edgetune.tune.models import entry_function, import_model
-from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.tasks import workload_hash
-
-from onnx_samples import save, write_quantized_separable, write_separable_block
-from tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})

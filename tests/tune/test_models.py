@@ -3,20 +3,24 @@
 from typing import Callable
 
 import numpy as np
+import numpy_models
 import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper
+from onnx_samples import conv_model
 from tvm import relax
 
+from edgetune.compiler.models import (
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+)
+from edgetune.compiler.models.builtin import builtin_weights
+from edgetune.compiler.prepare import build_untuned, prepare
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
-from edgetune.tune.models.builtin import builtin_weights
-from edgetune.tune.prepare import build_untuned, prepare
-
-import numpy_models
-from onnx_samples import conv_model
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 

@@ -16,7 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from edgetune.tune.intrinsics import load_cpu_intrinsics
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.tune.native_log import native_warnings_to
 
 POOL_WARNING = 'Unknown schedule rule "meta_schedule.pool_max"'

@@ -10,14 +10,18 @@ import numpy as np
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import qdq_model, save
 from tvm import relax
 
+from edgetune.compiler.models import (
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+)
+from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import FixedValue, Model, ModelInput, ValueRange
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
-from edgetune.tune.prepare import build_untuned, extract_tasks, prepare
-
-from onnx_samples import qdq_model, save
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 

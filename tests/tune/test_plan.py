@@ -6,10 +6,10 @@ from pathlib import Path
 
 from fleets import V3, make_fleet, mlp
 
+from edgetune.compiler.tasks import KernelTask
 from edgetune.tune.budget import Throughput
 from edgetune.tune.database import TrialRecord
 from edgetune.tune.plan import model_budgets, order_tasks, plan_class, spread_rounds
-from edgetune.tune.tasks import KernelTask
 
 
 def task(name: str, flops: float, weight: float = 1.0, model: str = "mlp") -> KernelTask:

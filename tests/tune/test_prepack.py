@@ -1,4 +1,4 @@
-"""Which weights `prepare` leaves for MetaSchedule to pre-pack (edgetune.tune.prepack): not the
+"""Which weights `prepare` leaves for MetaSchedule to pre-pack (edgetune.compiler.prepack): not the
 weights a transposed convolution reorders before its reduction, whose pre-packing TVM 0.27's
 RewriteLayout gets wrong, and every other weight as before."""
 
@@ -7,15 +7,14 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.models import load_model
+from edgetune.compiler.prepack import LAYOUT_FREE
+from edgetune.compiler.prepare import extract_tasks, prepare
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.models import load_model
-from edgetune.tune.prepack import LAYOUT_FREE
-from edgetune.tune.prepare import extract_tasks, prepare
-
-from onnx_samples import save
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})
 
@@ -82,7 +81,7 @@ def test_the_transposed_convolution_tuned_with_a_rewritten_layout_computes_what_
     np.testing.assert_allclose(outputs(with_split_reduction_and_rewritten_layout(kernel), inputs), expected, rtol=1e-5, atol=1e-6)
 
     # the reason: with the weight left layout-free, TVM 0.27 pre-packs it wrong (when this
-    # fails, TVM has fixed RewriteLayout and edgetune.tune.prepack can go)
+    # fails, TVM has fixed RewriteLayout and edgetune.compiler.prepack can go)
     as_tvm_marks_it = kernel.clone()
     as_tvm_marks_it["main"] = kernel["main"].with_attr(LAYOUT_FREE, [1, 2])
     wrong = outputs(with_split_reduction_and_rewritten_layout(as_tvm_marks_it), inputs)

@@ -16,6 +16,8 @@ from test_plan import tasks_named
 from tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.cli import main
+from edgetune.compiler.target import build_target
+from edgetune.compiler.tasks import class_tasks
 from edgetune.tune.budget import (
     DEFAULT_SECONDS_PER_TRIAL,
     TaskLedger,
@@ -27,8 +29,6 @@ from edgetune.tune.budget import (
 )
 from edgetune.tune.database import ClassDatabasePaths, append_run
 from edgetune.tune.plan import plan_class
-from edgetune.tune.target import build_target
-from edgetune.tune.tasks import class_tasks
 
 PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
 

@@ -14,20 +14,29 @@ import time
 import numpy as np
 import pytest
 import tvm
+from fleet_marker import starts_fleet
+from fleets import V2, V3, make_fleet
+from loopback_boards import Loopback
+from onnx_samples import conv_model
 from tvm import relax
 
+from edgetune.compiler.models import (
+    entry_function,
+    load_model,
+    reference_inputs,
+    reference_outputs,
+)
+from edgetune.compiler.prepare import (
+    apply_database_and_build,
+    build_untuned,
+    count_tuned_tasks,
+    prepare,
+)
+from edgetune.compiler.target import build_target
 from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
 from edgetune.tune.native_log import NATIVE_LOG
-from edgetune.tune.models import entry_function, load_model, reference_inputs, reference_outputs
-from edgetune.tune.prepare import apply_database_and_build, build_untuned, count_tuned_tasks, prepare
-from edgetune.tune.target import build_target
 from edgetune.tune.tuner import TuneOptions, tune_fleet
-
-from loopback_boards import Loopback
-from onnx_samples import conv_model
-from fleets import V2, V3, make_fleet
-from fleet_marker import starts_fleet
 
 TRIALS_PER_CLASS = 48
 

@@ -1,14 +1,14 @@
-"""The micro-kernel schedule of integer convolutions (edgetune.tune.integer), with AVX-512 VNNI.
+"""The micro-kernel schedule of integer convolutions (edgetune.compiler.integer), with AVX-512 VNNI.
 
 The kernel is a convolution of uint8 activations (NHWC, padded with their zero point) by int8
 weights packed (O/16, KH, KW, K/4, 16, 4) into int32, then its element-wise epilogue
 (zero-point correction, scale, bias, the next layer's quantize). The schedule is the float
-rule's (edgetune.tune.schedule_rules.convolution): a register tile of `rows` pixels x
+rule's (edgetune.compiler.schedule_rules.convolution): a register tile of `rows` pixels x
 `vectors` vectors of 16 int32 accumulators over the whole reduction (kh, kw, input channels),
 the tiles above it sampled by MetaSchedule, the padding placed by its stock rule, the epilogue
 computed from the accumulators right after the tile. The reduction steps 4 input channels at a
 time, and the innermost 16 outputs x 4 inputs are one `vpdpbusd` (the tensor intrinsic
-edgetune.tune.intrinsics.VNNI_DOT). The packed weight is read as it is: it is taken out of the
+edgetune.compiler.intrinsics.VNNI_DOT). The packed weight is read as it is: it is taken out of the
 kernel's layout-free buffers, so MetaSchedule's RewriteLayout leaves the order the instruction
 needs.
 """
@@ -19,9 +19,9 @@ import tvm
 from tvm import s_tir
 from tvm.target import codegen
 
-from edgetune.tune.integer import DOT_INPUTS, INTEGER_LANES
-from edgetune.tune.intrinsics import VNNI_DOT
-from edgetune.tune.schedule_rules.common import (
+from edgetune.compiler.integer import DOT_INPUTS, INTEGER_LANES
+from edgetune.compiler.intrinsics import VNNI_DOT
+from edgetune.compiler.schedule_rules.common import (
     VectorUnit,
     fold_into_tile,
     lone_convolution,
@@ -31,7 +31,10 @@ from edgetune.tune.schedule_rules.common import (
     shape,
     write_from_tile,
 )
-from edgetune.tune.schedule_rules.convolution import is_input_padding, register_tiles
+from edgetune.compiler.schedule_rules.convolution import (
+    is_input_padding,
+    register_tiles,
+)
 
 RULE = "edgetune_conv_vnni"
 LAYOUT_FREE = "layout_free_buffers"
@@ -52,7 +55,7 @@ def annotate_integer_convolutions(mod: tvm.IRModule, target: tvm.target.Target) 
 
 def _integer_conv(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.SBlockRV | None:
     """The kernel's reduction block if the kernel is one uint8 x packed int8 -> int32
-    convolution (edgetune.tune.integer), its zero-point padding at most before it and
+    convolution (edgetune.compiler.integer), its zero-point padding at most before it and
     element-wise blocks after it, on image rows the tiles divide."""
     conv = lone_convolution(sch, params, is_input_padding)
     if conv is None:

@@ -19,7 +19,7 @@ dequantize operators of the activations as the element-wise Relax operators they
 rewrites each such convolution whose output channels are a multiple of INTEGER_LANES and input
 channels of DOT_INPUTS into one kernel: the zero-point padding, the integer reduction with the
 weight laid out in the order the VNNI instruction reads it, (O/16, KH, KW, K/4, 16, 4), as a
-constant; then the correction and scale. The schedule rule edgetune.tune.schedule_rules.integer
+constant; then the correction and scale. The schedule rule edgetune.compiler.schedule_rules.integer
 tiles and tensorizes it. Depthwise convolutions and the rest keep float32 arithmetic (their
 int8 weights widened at build).
 
@@ -35,7 +35,13 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from edgetune.tune.graph import bound_value, is_call, is_constant, rewrite_with, static_shape
+from edgetune.compiler.graph import (
+    bound_value,
+    is_call,
+    is_constant,
+    rewrite_with,
+    static_shape,
+)
 
 INTEGER_LANES = 16  # int32 accumulators per VNNI instruction: output channels come in 16s
 DOT_INPUTS = 4  # uint8 x int8 products summed per lane: input channels come in 4s

@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir
 from tvm.target import codegen
 
-from edgetune.tune.target import target_triple
+from edgetune.compiler.target import target_triple
 
 MIN_ROWS, MAX_ROWS = 4, 8  # pixels of an image row in a register tile
 MIN_LANES = 4  # the narrowest vector a tile uses (SSE / NEON width)
@@ -113,7 +113,7 @@ def lone_convolution(
     """The function's reduction block if the function is one reduction with only input blocks
     (as `is_input_block` says) before it and element-wise blocks over its output after it,
     the last of them writing the function's only output (the last may also be a leading slice
-    of it: a dense layer's output channels padded to a vector, edgetune.tune.layout)."""
+    of it: a dense layer's output channels padded to a vector, edgetune.compiler.layout)."""
     blocks = top_blocks(sch)
     reductions = [b for b in blocks if has_reduction(sch, b)]
     if len(reductions) != 1:

@@ -17,12 +17,16 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from edgetune.compiler.integer import integer_convolutions
+from edgetune.compiler.layout import LayoutChoice, choose_layout, convert_layout
+from edgetune.compiler.models.builtin import load_builtin
+from edgetune.compiler.models.onnx_import import (
+    load_onnx,
+    onnx_reference_outputs,
+    onnx_rounding_spread,
+)
+from edgetune.compiler.models.reference_values import reference_inputs
 from edgetune.inventory.schema import Model
-from edgetune.tune.integer import integer_convolutions
-from edgetune.tune.layout import LayoutChoice, choose_layout, convert_layout
-from edgetune.tune.models.builtin import load_builtin
-from edgetune.tune.models.onnx_import import load_onnx, onnx_reference_outputs, onnx_rounding_spread
-from edgetune.tune.models.reference_values import reference_inputs
 
 __all__ = ["ImportedModel", "entry_function", "import_model", "load_model", "model_layouts", "reference_inputs",
            "reference_outputs", "rounding_spread"]

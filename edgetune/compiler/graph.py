@@ -1,4 +1,4 @@
-"""What the graph rewrites before tuning share (edgetune.tune.layout, edgetune.tune.integer):
+"""What the graph rewrites before tuning share (edgetune.compiler.layout, edgetune.compiler.integer):
 reading Relax expressions (calls, constants, static shapes, the value a variable is bound to)
 and turning a Relax expression mutator into a pass."""
 

@@ -2,7 +2,7 @@
 
 `VNNI_DOT` (edgetune's, registered when this module is imported): 16 int32 lanes, each
 accumulating the dot product of 4 uint8 by 4 int8 values, as one AVX-512 VNNI `vpdpbusd`; the
-integer convolution rule (edgetune.tune.schedule_rules.integer) tensorizes with it. Its records
+integer convolution rule (edgetune.compiler.schedule_rules.integer) tensorizes with it. Its records
 name it, so every process that loads a class database or applies one must have it registered:
 edgetune.tune.database imports this module. TVM 0.27 ships the same description
 (`tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN`) with an implementation that its LLVM 22
@@ -33,7 +33,7 @@ import tvm
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from edgetune.tune.target import target_triple
+from edgetune.compiler.target import target_triple
 
 VNNI_DOT = "edgetune_dot_16x4_u8i8i32_vnni"
 PACKAGE = "tvm.s_tir.tensor_intrin"
@@ -43,7 +43,7 @@ CPU_MODULES = {"aarch64": "arm_cpu", "arm": "arm_cpu", "riscv": "riscv_cpu"}  # 
 def load_cpu_intrinsics(target: tvm.target.Target) -> None:
     if PACKAGE not in sys.modules:
         spec = importlib.util.find_spec(PACKAGE)
-        package = types.ModuleType(PACKAGE, "CPU tensor intrinsics only (edgetune.tune.intrinsics)")
+        package = types.ModuleType(PACKAGE, "CPU tensor intrinsics only (edgetune.compiler.intrinsics)")
         package.__path__ = list(spec.submodule_search_locations)
         package.__spec__ = spec
         package.__package__ = PACKAGE

@@ -1,12 +1,12 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.tune.fast_math) and fuse the model
+1. `prepare`: legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
-   reorders first: edgetune.tune.prepack), and mark the kernels
+   reorders first: edgetune.compiler.prepack), and mark the kernels
    of NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules
-   (edgetune.tune.schedule_rules);
+   (edgetune.compiler.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
    construction, TVM_NOTES pitfall 2);
 3. `apply_database_and_build`: apply the class database to the same prepared module, split
@@ -25,11 +25,11 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.tune.fast_math import legalize_fast_math
-from edgetune.tune.prepack import drop_reordered_layout_free_weights
-from edgetune.tune.schedule_rules.depthwise import annotate_depthwise
-from edgetune.tune.schedule_rules.convolution import annotate_convolutions
-from edgetune.tune.schedule_rules.integer import annotate_integer_convolutions
+from edgetune.compiler.fast_math import legalize_fast_math
+from edgetune.compiler.prepack import drop_reordered_layout_free_weights
+from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
+from edgetune.compiler.schedule_rules.depthwise import annotate_depthwise
+from edgetune.compiler.schedule_rules.integer import annotate_integer_convolutions
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir
 
-from edgetune.tune.schedule_rules.common import (
+from edgetune.compiler.schedule_rules.common import (
     VectorUnit,
     channel_lanes,
     convolution_shapes,

@@ -14,7 +14,7 @@ constant folding would widen them once at build (4x the bytes); each dequantize 
 is therefore grouped with the matmul or convolution it feeds into one kernel, whose int8
 weight argument constant folding cannot evaluate. `quantized_weights: float` opts out;
 `quantized_weights: integer` computes the convolutions in integers instead
-(edgetune.tune.integer), the other weights widened to float32.
+(edgetune.compiler.integer), the other weights widened to float32.
 
 Every error names the model, and where it is about an input, the input and its values.
 """
@@ -35,11 +35,14 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
+from edgetune.compiler.integer import quantization_as_element_wise
+from edgetune.compiler.models.onnx_inputs import graph_inputs, input_mismatches
+from edgetune.compiler.models.reference_values import (
+    reference_inputs,
+    values_description,
+)
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model
-from edgetune.tune.integer import quantization_as_element_wise
-from edgetune.tune.models.onnx_inputs import graph_inputs, input_mismatches
-from edgetune.tune.models.reference_values import reference_inputs, values_description
 
 PREPROCESS_RTOL = 1e-4
 PREPROCESS_ATOL = 1e-5

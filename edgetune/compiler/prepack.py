@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from edgetune.tune.schedule_rules.common import has_reduction, top_blocks
+from edgetune.compiler.schedule_rules.common import has_reduction, top_blocks
 
 LAYOUT_FREE = "layout_free_buffers"
 

@@ -14,10 +14,10 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
+from edgetune.compiler.models import load_model
+from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.target import build_target
 from edgetune.inventory.schema import Fleet, Model
-from edgetune.tune.models import load_model
-from edgetune.tune.prepare import extract_tasks, prepare
-from edgetune.tune.target import build_target
 
 
 @dataclass(frozen=True)

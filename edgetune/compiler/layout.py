@@ -6,8 +6,8 @@ channels are contiguous, so its micro-kernel vectorizes over them, and a depthwi
 vectorizes across channels instead of across a short image row. The model keeps its inputs
 and outputs as declared: one transpose at each end (bench/README.md has the measurements).
 `prepare` then hands the pointwise kernels to a GEMM micro-kernel schedule rule
-(edgetune.tune.schedule_rules.convolution) and the depthwise ones to a register-tiled one
-(edgetune.tune.schedule_rules.depthwise).
+(edgetune.compiler.schedule_rules.convolution) and the depthwise ones to a register-tiled one
+(edgetune.compiler.schedule_rules.depthwise).
 
 Relax's ConvertLayout moves every operator that has a layout rule. Clips have none in TVM
 0.27: `relax.clip`, and the ONNX frontend's Clip, which it emits as calls of TIR `maximum` and
@@ -71,9 +71,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from edgetune.compiler.graph import (
+    bound_value,
+    is_call,
+    is_constant,
+    rewrite_with,
+    static_shape,
+)
+from edgetune.compiler.schedule_rules.common import MIN_LANES, row_tiles
 from edgetune.inventory.schema import Model
-from edgetune.tune.graph import bound_value, is_call, is_constant, rewrite_with, static_shape
-from edgetune.tune.schedule_rules.common import MIN_LANES, row_tiles
 
 PADDED_CHANNELS = 16  # float32 lanes of an AVX-512 register: the widest the rules tile
 # Transposed convolutions stay NCHW: Relax legalizes them in no other layout (TVM 0.27).
