@@ -48,7 +48,8 @@ rules' when a rule takes its NHWC kernel: depthwise (one filter per channel) and
 convolutions (pointwise 1x1 and k x k) of float32, their output width with a register tile
 (a divisor from 4 to 8) and their channels a multiple of 4 lanes, and the dense layers above.
 Grouped, transposed (kept NCHW), 1-d and 3-d convolutions and shapes the tiles do not fit gain
-nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs.
+nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs; a
+model without convolutions stays NCHW (its dense layers alone gain nothing measured here).
 The evidence (bench/README.md; 8 trials per task): NHWC with the rules was
 3.69x NCHW on PP-LCNet, 1.67x on ppocr-cls and 2.26x on mobilenet-mini (depthwise-separable);
 YOLOv8n's 3x3 convolutions ran at 8 % of the fp32 peak tuned NCHW and 86 % NHWC with the rule;
@@ -130,6 +131,8 @@ class _Layer:
 def _by_contents(layers: list[_Layer]) -> LayoutChoice:
     if not layers:
         return LayoutChoice("NCHW", "no convolutions and no dense layers that NHWC would change")
+    if all(layer.kind == "dense" for layer in layers):  # NHWC's gains were measured on convolutional models
+        return LayoutChoice("NCHW", "no convolutions (dense layers stay matmuls)")
     scheduled = [layer for layer in layers if layer.scheduled]
     total = sum(layer.flops for layer in layers)
     share = sum(layer.flops for layer in scheduled) / total if total else 0.0

@@ -397,9 +397,10 @@ def _firmware(fleet: Fleet, device_class: str) -> dict[str, str]:
 
 
 def _log_to_stderr() -> None:
-    """A class process is spawned without logging set up: show edgetune's progress lines."""
+    """A class process is spawned without logging set up: show edgetune's progress lines. Run in
+    the calling process (a regression re-tune, a test), the caller's logging set-up stands."""
     root = logging.getLogger("edgetune")
-    if not root.handlers:
+    if multiprocessing.parent_process() is not None and not root.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)

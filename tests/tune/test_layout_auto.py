@@ -57,7 +57,7 @@ def write_grouped_upsampler(path: Path) -> Path:
 
 
 def write_token_projection(path: Path) -> Path:
-    """A dense layer over 8 tokens (1 x 8 x 32 -> 16): NHWC computes it as a pointwise convolution."""
+    """A dense layer over 8 tokens (1 x 8 x 32 -> 16): in NHWC it is a pointwise convolution."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
     return save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32])],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], [weight("w", 32, 16)])  # fmt: skip
@@ -109,12 +109,16 @@ def test_convolutions_no_rule_takes_stay_nchw_with_each_kind_named(tmp_path):
     assert conv_layouts(imported.mod) == ["NCHW", "NCHW"]  # the grouped and the pointwise ones
 
 
-def test_dense_layers_over_several_rows_count_as_the_pointwise_rules(tmp_path):
+def test_dense_layers_without_convolutions_stay_nchw(tmp_path):
     model = Model("projection", (ModelInput("x", (1, 8, 32)),), onnx=write_token_projection(tmp_path / "p.onnx"), layout="auto")
     imported = import_model(model)
-    assert imported.layout.line == ("NHWC: the NHWC micro-kernel rules take 1 of 1 convolutions and dense layers "
-                                    "(1 dense), 100% of their FLOPs")  # fmt: skip
-    assert conv_layouts(imported.mod) == ["NHWC"]  # the dense layer, as a pointwise convolution
+    assert imported.layout.line == "NCHW: no convolutions (dense layers stay matmuls)"
+    assert conv_layouts(imported.mod) == []  # the dense layer kept a matmul
+
+
+def test_nhwc_computes_a_dense_layer_as_a_pointwise_convolution(tmp_path):
+    model = Model("projection", (ModelInput("x", (1, 8, 32)),), onnx=write_token_projection(tmp_path / "p.onnx"), layout="NHWC")
+    assert conv_layouts(import_model(model).mod) == ["NHWC"]  # the dense layer, as a pointwise convolution
 
 
 def test_an_explicit_layout_wins_over_what_the_graph_holds(tmp_path):
