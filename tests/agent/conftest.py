@@ -212,7 +212,9 @@ class Server:
             answer.close()
         deadline = time.monotonic() + timeout_s
         while True:
-            logged = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
+            # The server's stdout is block-buffered: a line may be half written; only whole lines count.
+            whole_lines = self.log.read_text().split("\n")[:-1]
+            logged = [json.loads(line) for line in whole_lines if line.startswith("{")]
             if any(entry["path"] == probe for entry in logged):
                 return [entry for entry in logged if not entry["path"].startswith(PROBE_PATH)]
             if time.monotonic() > deadline:
