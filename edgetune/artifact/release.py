@@ -19,6 +19,8 @@ For each pair (`plan_builds`, pure), `build_pair`:
    and commits them to the store (manifest listed, signed, renamed, tarball, index).
 Any failure fails that pair only (its staging directory is removed; older versions are
 untouched) and is reported with what to do; `BuildReport.ok` says whether all pairs succeeded.
+TVM's and onnxruntime's native warnings during a pair's build go to its class's
+`logs/native.log` (`tune.native_log`), not the console.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ from edgetune.errors import ArtifactError, EdgetuneError
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
+from edgetune.tune.database import ClassDatabasePaths
+from edgetune.tune.native_log import NATIVE_LOG, native_warnings_to
 
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
 # board. Not 1: two loads of the very same library differed by up to 4 % on the simulated
@@ -223,7 +227,8 @@ def build_artifacts(
     for model, device_class in pairs:
         log.info(f"{model.name} on {device_class.name}:")
         try:
-            outcome = build_pair(fleet, model, device_class, store, key)
+            with native_warnings_to(ClassDatabasePaths.of(fleet.workdir, device_class.name).logs / NATIVE_LOG):
+                outcome = build_pair(fleet, model, device_class, store, key)
         except EdgetuneError as err:
             outcome = BuildOutcome(model.name, device_class.name, "failed", error=str(err))
         except (RuntimeError, ValueError, OSError) as err:  # TVM and RPC errors are RuntimeErrors

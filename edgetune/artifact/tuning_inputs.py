@@ -8,17 +8,17 @@ class database meanwhile.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.artifact_format.manifest import TuningStats
-from edgetune.errors import ArtifactError
+from edgetune.errors import ArtifactError, TuneError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune import database as tune_db
+from edgetune.tune.report import read_summary
 
 SUMMARY_NAME = "summary.json"
 
@@ -52,5 +52,8 @@ def copy_report(fleet: Fleet, device_class: str, model: str, dest: Path) -> Tuni
     if not (source / SUMMARY_NAME).is_file():
         return TuningStats(trials=0, tuning_time_s=0.0)
     shutil.copytree(source, dest)
-    summary = json.loads((dest / SUMMARY_NAME).read_text())
+    try:
+        summary = read_summary(dest / SUMMARY_NAME)
+    except TuneError as err:
+        raise ArtifactError(str(err)) from None
     return TuningStats(trials=int(summary["trials"]), tuning_time_s=float(summary["tuning_time_s"]))

@@ -10,14 +10,14 @@ before the decision leaves, so a restarted server never signs a serial twice or 
 from __future__ import annotations
 
 import fcntl
-import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgetune.agent.client import Offer
-from edgetune.artifact_format.codec import canonical_bytes
+from edgetune.artifact_format.codec import canonical_bytes, load_versioned, rule
 from edgetune.artifact_format.decision import new_decision, sign_decision
 from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.offer import Choice
@@ -27,6 +27,16 @@ from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 
 SERIAL_STATE = "decision-serial"
+
+
+@dataclass(frozen=True)
+class SerialState:
+    """`decision-serial.json`: the last serial signed (a file without the version keys, as
+    written before it carried them, reads as version 1)."""
+
+    SCHEMA = "edgetune.decision-serial"
+    VERSION = 1
+    serial: int = rule(minimum=0)
 
 
 class SerialCounter:
@@ -40,20 +50,27 @@ class SerialCounter:
         with open(self.path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             serial = max(int(time.time() * 1000), self.last() + 1)
-            write_atomic(self.path, canonical_bytes({"serial": serial}))
+            record = {"schema": SerialState.SCHEMA, "schema_version": SerialState.VERSION, "serial": serial}
+            write_atomic(self.path, canonical_bytes(record))
         return serial
 
     def last(self) -> int:
         try:
-            value = json.loads(self.path.read_bytes()).get("serial")
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return 0
-        except (OSError, ValueError, AttributeError) as err:
-            raise DeployError(f"{self.path}: unreadable ({err}); it keeps decision serials growing: "
-                              "remove it only if the host's clock is right (serials restart from the time)") from None  # fmt: skip
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise DeployError(f"{self.path}: 'serial' is not a serial number; remove the file (serials restart from the time)")
-        return value
+        except OSError as err:
+            raise DeployError(f"{self.path}: unreadable ({err.strerror}); {_IF_REMOVED}") from None
+        try:
+            state = load_versioned(SerialState, data, str(self.path), SerialState.SCHEMA, SerialState.VERSION,
+                                   error=DeployError, unversioned_is_current=True)
+        except DeployError as err:
+            raise DeployError(f"{err}; {_IF_REMOVED}") from None
+        return state.serial
+
+
+_IF_REMOVED = ("it keeps decision serials growing: remove it only if the host's clock is right "
+               "(serials then restart from the time)")
 
 
 class DecisionSigner:

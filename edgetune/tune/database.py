@@ -6,8 +6,8 @@ Layout under `<fleet.workdir>/databases/<class>/`:
   run_secs, target, args_info]]`; a failed trial (build error, timeout, dead board) is
   recorded too, with run_secs `[1e10]`, so it counts against the budget like any other;
 - `cost_model.tar`: the class's XGBoost cost model, saved after every batch;
-- `runs.jsonl`: one line per run that measured trials (trials, seconds, boards), from which
-  the plan tells how long the next run takes;
+- `runs.jsonl`: one line per run that measured trials (schema_version, trials, seconds,
+  boards), from which the plan tells how long the next run takes;
 - `logs/`: MetaSchedule's per-task logs.
 
 TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
@@ -36,6 +36,7 @@ from typing import Iterator
 
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.artifact_format.codec import SchemaError, decode, rule
 from edgetune.compiler import intrinsics  # noqa: F401  (registers VNNI_DOT, which records may name)
 from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
@@ -43,6 +44,7 @@ from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
 
+RUNS_VERSION = 1
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 
 
@@ -190,20 +192,46 @@ def recorded_trials(fleet: Fleet, device_class: str) -> Counter[str]:
     return trials_per_workload(ClassDatabasePaths.of(fleet.workdir, device_class))
 
 
+@dataclass(frozen=True)
+class RunLine:
+    """One line of `runs.jsonl` (a line without `schema_version`, as written before lines
+    carried it, reads as version 1)."""
+
+    trials: int = rule(minimum=0)
+    seconds: float = rule(minimum=0)
+    boards: int = rule(minimum=0)
+    schema_version: int = rule(RUNS_VERSION, allowed=(RUNS_VERSION,))
+
+
 def append_run(paths: ClassDatabasePaths, trials: int, seconds: float, boards: int) -> None:
     """Log a run that measured trials (one write per line: a crash leaves at worst a torn
     last line, which `throughput` skips)."""
-    line = json.dumps({"trials": trials, "seconds": round(seconds, 3), "boards": boards}) + "\n"
+    line = json.dumps({"schema_version": RUNS_VERSION, "trials": trials, "seconds": round(seconds, 3), "boards": boards})
     with open(paths.runs, "a") as log:
-        log.write(line)
+        log.write(line + "\n")
 
 
 def throughput(paths: ClassDatabasePaths) -> Throughput | None:
-    """The trial rate of the class's logged runs; None before any run measured a trial."""
-    runs = [r for r in _json_lines(paths.runs) if r.get("trials", 0) > 0 and r.get("seconds", 0) > 0]
+    """The trial rate of the class's logged runs; None before any run measured a trial. A
+    line that is not a run of this version (torn by a crash, edited, written by a newer
+    edgetune) is skipped: the rate is an estimate, and the next run logs a good line."""
+    runs = [r for r in _run_lines(paths.runs) if r.trials > 0 and r.seconds > 0]
     if not runs:
         return None
-    return Throughput(sum(r["trials"] for r in runs), sum(r["seconds"] for r in runs), len(runs), runs[-1]["boards"])
+    return Throughput(sum(r.trials for r in runs), sum(r.seconds for r in runs), len(runs), runs[-1].boards)
+
+
+def _run_lines(path: Path) -> list[RunLine]:
+    if not path.exists():
+        return []
+    return [run for run in map(_run_line, path.read_bytes().split(b"\n")) if run is not None]
+
+
+def _run_line(line: bytes) -> RunLine | None:
+    try:
+        return decode(RunLine, json.loads(line))
+    except (ValueError, SchemaError):
+        return None
 
 
 def _json_lines(path: Path) -> list:

@@ -4,7 +4,10 @@ all under `<fleet.workdir>/reports/<class>/<model>/`, and the live progress line
 Everything is computed from the class database (the trials in the order they were measured),
 so a report is the same whether the trials came from one run or several resumed ones.
 The model latency estimate is the sum over its kernels of calls x best measured latency;
-it exists once every kernel of the model has a measured schedule.
+it exists once every kernel of the model has a measured schedule. Before that, the early curve
+(`early_curve`) counts each kernel not measured yet at its first measured latency, the time of the
+first schedule the search found for it (the database holds no untuned time per kernel): the
+curve starts at the first trial, its early part marked as such.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
 from tabulate import tabulate  # noqa: E402
 
+from edgetune.artifact_format.codec import describe, load_json  # noqa: E402
 from edgetune.compiler.tasks import KernelTask  # noqa: E402
 from edgetune.durable import write_atomic  # noqa: E402
+from edgetune.errors import ArtifactError, TuneError  # noqa: E402
 from edgetune.tune.database import TrialRecord  # noqa: E402
 
 SUMMARY_SCHEMA = "edgetune.tuning-summary"
@@ -33,6 +38,13 @@ WITHIN = 0.10  # "within 10 % of the final latency"
 class CurvePoint:
     trials: int  # trials spent on this model's kernels so far
     latency_s: float  # estimated model latency after them
+
+
+@dataclass(frozen=True)
+class EarlyPoint:
+    trials: int
+    latency_s: float  # with the kernels not measured yet at their first measured latency
+    stand_ins: int  # how many kernels were not measured yet
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,29 @@ def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRec
             best[trial.workload_hash] = trial.latency_s
         if len(best) == len(calls):
             curve.append(CurvePoint(spent, sum(calls[h] * best[h] for h in calls)))
+    return curve
+
+
+def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[EarlyPoint]:
+    """The estimate after each trial before every kernel of the model was measured, each kernel
+    not measured yet counted at its first measured latency; kernels never measured are left out."""
+    calls = {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
+    first: dict[str, float] = {}
+    for trial in trials:
+        if trial.workload_hash in calls and trial.latency_s is not None:
+            first.setdefault(trial.workload_hash, trial.latency_s)
+    best: dict[str, float] = {}
+    spent, curve = 0, []
+    for trial in trials:
+        if trial.workload_hash not in calls:
+            continue
+        spent += 1
+        if trial.latency_s is not None and trial.latency_s < best.get(trial.workload_hash, float("inf")):
+            best[trial.workload_hash] = trial.latency_s
+        if len(best) == len(calls):
+            break
+        known = {h: best.get(h, first[h]) for h in first}
+        curve.append(EarlyPoint(spent, sum(calls[h] * known[h] for h in known), len(first) - len(best)))
     return curve
 
 
@@ -124,8 +159,9 @@ def write_model_report(
     directory.mkdir(parents=True, exist_ok=True)
     rows = task_rows(tasks, model, trials, run.task_stops)
     curve = model_curve(tasks, model, trials)
+    early = early_curve(tasks, model, trials)
     summary_path = directory / "summary.json"
-    previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    previous = read_summary(summary_path) if summary_path.exists() else {}
     knee_point = knee(curve)
     summary = {
         "schema": SUMMARY_SCHEMA,
@@ -142,6 +178,7 @@ def write_model_report(
         "estimated_latency_s": curve[-1].latency_s if curve else None,
         "tasks": rows,
         "curve": [[p.trials, p.latency_s] for p in curve],
+        "early_curve": [[p.trials, p.latency_s, p.stand_ins] for p in early],
         "knee": {"trials": knee_point.trials, "latency_s": knee_point.latency_s} if knee_point else None,
         "trials_to_within_10pct": trials_to_within(curve),
         "borrowed_from": run.borrowed_from or previous.get("borrowed_from"),  # kept by later runs
@@ -150,8 +187,39 @@ def write_model_report(
     }
     write_atomic(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
     write_atomic(directory / "table.txt", (format_table(rows) + "\n").encode())
-    plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point)
+    plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point, early)
     return summary_path
+
+
+def read_summary(path: Path) -> dict:
+    """A `summary.json` as `write_model_report` writes it; a TuneError names the file and the
+    field when it is damaged, of another schema version, or holds a value of the wrong kind."""
+    try:
+        summary = load_json(path.read_bytes(), str(path))
+    except OSError as err:
+        raise TuneError(f"{path}: cannot be read ({err.strerror})") from None
+    except ArtifactError as err:
+        raise TuneError(f"{err}; {_REBUILD}") from None
+    problem = _summary_problem(summary)
+    if problem:
+        raise TuneError(f"{path}: {problem}; {_REBUILD}")
+    return summary
+
+
+_REBUILD = "remove it: the next tuning run rebuilds it from the database (its tuning time and firmware restart)"
+_SUMMARY_FIELDS = {"trials": (int,), "tuning_time_s": (int, float), "firmware": (dict,)}
+
+
+def _summary_problem(summary: object) -> str | None:
+    if not isinstance(summary, dict) or summary.get("schema") != SUMMARY_SCHEMA:
+        return f"schema: not an {SUMMARY_SCHEMA} file"
+    if summary.get("schema_version") != SUMMARY_VERSION:
+        return f"schema_version: {str(summary.get('schema_version'))[:40]} is not supported (this edgetune reads version {SUMMARY_VERSION})"
+    for field, kinds in _SUMMARY_FIELDS.items():
+        value = summary.get(field)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"{field}: must be {' or '.join(k.__name__ for k in kinds)}, got {describe(value)}"
+    return None
 
 
 def format_table(rows: list[dict]) -> str:
@@ -168,8 +236,22 @@ def format_table(rows: list[dict]) -> str:
     )
 
 
-def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None) -> None:
+def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None,
+               early: list[EarlyPoint] = ()) -> None:
+    figure = curve_figure(title, curve, knee_point, early)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | None, early: list[EarlyPoint]):
+    """The tuning curve: the early part (kernels not measured yet at their first measured
+    latency) dashed, the whole-model estimate solid, the knee marked."""
     figure, axes = plt.subplots(figsize=(6, 4))
+    if early:
+        xs = [p.trials for p in early] + ([curve[0].trials] if curve else [])
+        ys = [p.latency_s * 1e3 for p in early] + ([curve[0].latency_s * 1e3] if curve else [])
+        axes.plot(xs, ys, drawstyle="steps-post", linestyle="--", color="tab:gray",
+                  label="kernels not measured yet at their first measured time")
     if curve:
         axes.plot([p.trials for p in curve], [p.latency_s * 1e3 for p in curve], drawstyle="steps-post")
     if knee_point:
@@ -180,9 +262,10 @@ def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: Curv
     axes.set_ylabel("estimated latency (ms)")
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
+    if early:
+        axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
 
 
 def progress_line(
