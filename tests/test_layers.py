@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edgetune"
 
 # Lowest first; a module may import edgetune modules of its own floor or below.
-FLOORS = ["errors", "durable", "artifact_format", "inventory", "compiler", "fleet", "tune", "artifact", "agent", "deploy", "regress", "pipeline", "cli"]
+FLOORS = ["errors", "durable", "artifact_format", "inventory", "compiler", "fleet", "tune", "artifact", "agent", "deploy", "regress", "report", "pipeline", "cli"]
 TOP_LEVEL = {"__init__": 0, "__main__": len(FLOORS)}
 PURE_FLOORS = {"errors", "inventory"}  # pure data: no machine, SSH, network or TVM (reading files is fine)
 

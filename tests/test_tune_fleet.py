@@ -31,9 +31,8 @@ def table_rows(stdout: str) -> dict[str, list[str]]:
 
 def one_board_per_class(fleet_yaml: Path) -> None:
     """Keep fast-1 and slow-1: the job does nothing for a class's second board that it does not
-    do for its first. Half a core for the slow board, not the shared fleet's quarter: a throttled
-    board's timing samples last several times their 300 ms, and the job needs no particular quota."""
-    lines = fleet_yaml.read_text().replace("cpu_quota: 0.25", "cpu_quota: 0.5").splitlines(keepends=True)
+    do for its first."""
+    lines = fleet_yaml.read_text().splitlines(keepends=True)
     fleet_yaml.write_text("".join(line for line in lines if "{name: fast-2," not in line and "{name: slow-2," not in line))
 
 

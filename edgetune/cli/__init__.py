@@ -20,6 +20,7 @@ from edgetune.cli import (
     profile_cmd,
     pull_cmd,
     regress_cmd,
+    report_cmd,
     rollout_cmd,
     serve_cmd,
     sim_cmd,
@@ -34,7 +35,7 @@ CONSOLE_HANDLER = "edgetune-console"
 # In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
     import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, profile_cmd,
-    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, regress_cmd,
+    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, regress_cmd, report_cmd,
 )  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """`edgetune keys init`: make the ed25519 key pair that signs artifact manifests and decisions,
-and the fleet CA and server certificate `edgetune serve` speaks HTTPS with (`deploy.tls`)."""
+the fleet CA and server certificate `edgetune serve` speaks HTTPS with (`deploy.tls`), and the operator
+token that opens the server's dashboard."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 
 from edgetune.artifact_format.signing import init_keys
 from edgetune.cli.common import add_fleet_argument
+from edgetune.deploy.operator import ensure_operator_token
 from edgetune.deploy.tls import ensure_tls
 from edgetune.inventory import load_fleet
 
@@ -38,4 +40,7 @@ def drive_keys_init(args: argparse.Namespace) -> int:
         print(f"public key  {pair.public_key} (key id {pair.key_id}; give it to whoever verifies)")
     for line in ensure_tls(fleet):
         print(line)
+    if fleet.deploy is not None:
+        token, made = ensure_operator_token(fleet)
+        print(f"operator token {token} (mode 0600; opens the server's /dashboard)" + (" made" if made else " kept"))
     return 0

@@ -1,4 +1,5 @@
-"""`edgetune serve [--bind ADDR:PORT]`: serve the artifact store to the boards over HTTPS (plain HTTP if deploy.tls: false)."""
+"""`edgetune serve [--bind ADDR:PORT]`: serve the artifact store to the boards over HTTPS (plain HTTP if deploy.tls: false),
+and the fleet dashboard at /dashboard to the holder of the operator token (made here if missing)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_serve(args: argparse.Namespace) -> int:
+    from edgetune.deploy.operator import ensure_operator_token
     from edgetune.deploy.server import serve
+    from edgetune.report import DashboardCache
 
     fleet = load_fleet(args.fleet)
     host = port = None
@@ -26,5 +29,7 @@ def drive_serve(args: argparse.Namespace) -> int:
         if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
             raise DeployError(f"--bind {args.bind!r} is not ADDRESS:PORT, e.g. 127.0.0.1:8470")
         port = int(port_text)
-    serve(fleet, host, port)
+    token, made = ensure_operator_token(fleet)
+    print(f"dashboard: /dashboard with the operator token in {token}" + (" (made now)" if made else ""), flush=True)
+    serve(fleet, host, port, dashboard=DashboardCache(fleet))
     return 0

@@ -12,15 +12,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tune-fleet", help="fleet up, tune every model per class, build and sign artifacts, fleet down"
     )
     add_fleet_argument(parser)
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="tune on the Ray cluster at ADDRESS (HOST:PORT of its head) instead of fleet.yaml's "
+                             "`compute` (docs/compute.md)")
     parser.set_defaults(func=drive_tune_fleet)
 
 
 def drive_tune_fleet(args: argparse.Namespace) -> int:
+    from edgetune.inventory.loader import with_ray_compute
     from edgetune.pipeline import run_pipeline
     from edgetune.tune import stop_on_signals
 
+    fleet = load_checked_fleet(args)
+    if args.ray:
+        fleet = with_ray_compute(fleet, args.ray)
     with stop_on_signals():
-        result = run_pipeline(load_checked_fleet(args))
+        result = run_pipeline(fleet)
     if result.build is not None:
         print()
         print(result.build.table())

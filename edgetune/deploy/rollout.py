@@ -42,6 +42,7 @@ from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.tls import host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.errors import DeployError, EdgetuneError
+from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import UNKNOWN, load_deployed, record_deployed
@@ -163,7 +164,9 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
         if target.board.name not in outcomes:
             outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
     runs = _record_what_boards_run(fleet, plan)
-    return RolloutResult(plan, tuple(replace(outcomes[t.board.name], runs=runs[t.board.name]) for t in plan.targets), stopped)
+    result = RolloutResult(plan, tuple(replace(outcomes[t.board.name], runs=runs[t.board.name]) for t in plan.targets), stopped)
+    record_event(fleet, "rollout", model=plan.model, stopped=stopped, outcomes=result.records())
+    return result
 
 
 def check_server(fleet: Fleet) -> None:

@@ -10,6 +10,9 @@ URL scheme (every request but /v1/health carries `Authorization: Bearer <board t
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
   `Range` / `If-Range` for resumed downloads): only for the token's own class.
+- `GET /dashboard` (only when the server was given a dashboard): the fleet dashboard's HTML,
+  for the operator token alone (`edgetune.deploy.operator`; Bearer, or Basic with the token as password):
+  401 without it, 403 for a board's token.
 Statuses: 400 a malformed name (`..`, encoded traversal, a trailing newline), 401 no or unknown
 token (the answer says nothing more), 403 another board's or another class's resource, 404
 unknown board, model or version. Every error answer, unknown routes' included, is a JSON object
@@ -21,15 +24,18 @@ request is logged as one JSON line.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from edgetune.artifact.store import ArtifactStore
@@ -38,6 +44,7 @@ from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.deploy.decisions import DecisionSigner
 from edgetune.deploy.offer import OfferError, check_name, find_board, listed_version, offer
+from edgetune.deploy.operator import is_operator_token
 from edgetune.deploy.tls import check_server_tls
 from edgetune.deploy.tokens import TokenBook
 from edgetune.errors import DeployError
@@ -46,6 +53,9 @@ from edgetune.inventory.schema import Board, Fleet
 ACCESS_LOG = logging.getLogger("edgetune.access")
 ARTIFACT_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
 UNAUTHENTICATED = "a valid board token is required"
+OPERATOR_ONLY = "the dashboard needs the operator token (deploy/operator.token under the fleet's workdir)"
+DASHBOARD_CHALLENGE = {"www-authenticate": 'Basic realm="edgetune dashboard", charset="UTF-8"'}
+DASHBOARD_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 INTERNAL_ERROR = "internal error (the server's log says why)"
 
 
@@ -65,8 +75,9 @@ class _Digests:
         return known[1]
 
 
-def create_app(fleet: Fleet) -> Starlette:
-    """The ASGI application serving `fleet`'s artifact store to its boards."""
+def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> Starlette:
+    """The ASGI application serving `fleet`'s artifact store to its boards; with `dashboard` (the
+    page's HTML, drawn when called), also `/dashboard` for the operator."""
     if fleet.deploy is None:
         raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
     store = ArtifactStore(fleet.artifacts.dir)
@@ -121,6 +132,17 @@ def create_app(fleet: Fleet) -> Starlette:
             return JSONResponse({"error": str(err)}, status_code=err.status)
         return JSONResponse({"error": INTERNAL_ERROR}, status_code=500)
 
+    def operator_page(request: Request) -> Response:
+        presented = _presented_token(request.headers.get("authorization", ""))
+        refusal = None
+        if presented is None or not is_operator_token(fleet, presented):
+            board = tokens.board_of(presented) if presented else None
+            refusal = (403, "a board token does not open the dashboard") if board else (401, OPERATOR_ONLY)
+        if refusal:
+            request.state.error = refusal[1]
+            return JSONResponse({"error": refusal[1]}, status_code=refusal[0], headers=DASHBOARD_CHALLENGE)
+        return HTMLResponse(dashboard(), headers={"cache-control": "no-store", "content-security-policy": DASHBOARD_CSP})
+
     routes = [
         Route("/v1/health", lambda request: JSONResponse({"ok": True})),
         Route("/v1/boards/{board}/models/{model}", board_offer),
@@ -128,8 +150,26 @@ def create_app(fleet: Fleet) -> Starlette:
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}.tar.gz", tarball, methods=["GET", "HEAD"]),
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}/{name}", artifact_file),
     ]
+    if dashboard is not None:
+        routes.append(Route("/dashboard", operator_page))
     app = Starlette(routes=routes, exception_handlers={DeployError: on_error, Exception: on_error})
     return _AccessLog(_JsonErrors(app))
+
+
+def _presented_token(authorization: str) -> str | None:
+    """The token of `Bearer <token>`, or the password of `Basic base64(user:password)` (what a
+    browser sends after asking), else None."""
+    scheme, _, value = authorization.partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer" and value:
+        return value
+    if scheme.lower() == "basic" and value:
+        try:
+            password = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return password or None
+    return None
 
 
 def _etag_matches(if_none_match: str, etag: str) -> bool:
@@ -215,7 +255,8 @@ class _AccessLog:
             }, sort_keys=True))  # fmt: skip
 
 
-def serve(fleet: Fleet, host: str | None = None, port: int | None = None) -> None:
+def serve(fleet: Fleet, host: str | None = None, port: int | None = None,
+          dashboard: Callable[[], bytes] | None = None) -> None:
     """Run the server in the foreground until interrupted (uvicorn; its own access log off)."""
     import uvicorn
 
@@ -224,7 +265,7 @@ def serve(fleet: Fleet, host: str | None = None, port: int | None = None) -> Non
         raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
     host, port = host or settings.bind_host, port or settings.port
     tls = check_server_tls(fleet)
-    app = create_app(fleet)
+    app = create_app(fleet, dashboard)
     try:
         uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning", server_header=False, **tls)
     except OSError as err:

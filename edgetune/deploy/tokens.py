@@ -47,21 +47,27 @@ def read_token(fleet: Fleet, board: Board) -> str | None:
         value = os.environ.get(board.token_env)
         return _checked(value.strip(), f"${board.token_env}", "set it to another secret") if value else None
     path = token_path(fleet, board)
+    text = read_secret_file(path, "the token file", MAX_TOKEN_CHARS + 2, _REMAKE)
+    return None if text is None else _checked(text, str(path), _REMAKE)
+
+
+def read_secret_file(path: Path, what: str, max_chars: int, remake: str) -> str | None:
+    """The stripped text of the secret in `path` (at most `max_chars` read), None if there is
+    no such file; a symbolic link, a file that is not a regular one or that others may read is
+    a DeployError naming `what` and saying what to do (`remake`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise DeployError(f"cannot read the token of {board.name} ({path}): {err.strerror}; {_REMAKE}") from None
+        raise DeployError(f"cannot read {what} {path}: {err.strerror}; {remake}") from None
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise DeployError(f"the token file {path} is not a regular file; {_REMAKE}")
+            raise DeployError(f"{what} {path} is not a regular file; {remake}")
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise DeployError(f"the token file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
-                              f"chmod 600 {path}")
-        data = f.read(MAX_TOKEN_CHARS + 2)
-    return _checked(data.decode("ascii", "replace").strip(), str(path), _REMAKE)
+            raise DeployError(f"{what} {path} is readable by others (mode {stat.S_IMODE(mode):04o}): chmod 600 {path}")
+        return f.read(max_chars).decode("ascii", "replace").strip()
 
 
 def ensure_token(fleet: Fleet, board: Board) -> str:

@@ -4,10 +4,11 @@ starts or stops anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from edgetune.errors import EdgetuneError
 from edgetune.fleet import on_board
+from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.ssh_route import network_address
@@ -56,7 +57,9 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
         return replace(found, deployed=deployed.get(board.name, {}))
 
     result = for_each_board(fleet.boards, status)
-    return [result.succeeded[board.name] for board in fleet.boards]
+    found = [result.succeeded[board.name] for board in fleet.boards]
+    record_event(fleet, "status", boards=[asdict(board) for board in found])
+    return found
 
 
 def tracker_status(fleet: Fleet) -> list[ClassStatus]:

@@ -34,6 +34,7 @@ from edgetune.inventory.schema import (
     DeploySettings,
     EarlyStop,
     Measurement,
+    RayCompute,
     RegressSettings,
     SimSettings,
     Simulation,
@@ -195,6 +196,21 @@ class DeployEntry:
     decision_ttl_s: int = rule(DeploySettings.decision_ttl_s, positive=True, maximum=MAX_DECISION_TTL_S)
 
 
+LOCAL_COMPUTE = "local"
+
+
+def _compute_problem(value: object) -> str | None:
+    if isinstance(value, str) and value != LOCAL_COMPUTE:
+        return (f"'{value}' is not allowed (allowed: {LOCAL_COMPUTE}, or a mapping "
+                "ray: {address: HOST:PORT, ...}; see docs/compute.md)")
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeEntry:
+    ray: RayCompute
+
+
 @dataclass(frozen=True, kw_only=True)
 class FleetFile:
     version: int
@@ -210,3 +226,4 @@ class FleetFile:
     artifacts: ArtifactsEntry
     deploy: DeployEntry | None = None
     regress: RegressSettings = field(default_factory=RegressSettings)
+    compute: ComputeEntry | str = rule(LOCAL_COMPUTE, check=_compute_problem)  # noqa: RUF009 (a dataclasses.field)

@@ -37,6 +37,14 @@ def address_problem(value: str) -> str | None:
     return None
 
 
+def ray_address_problem(value: str) -> str | None:
+    """A Ray cluster's address: the head's HOST:PORT, or ray://HOST:PORT (Ray Client)."""
+    host, colon, port = value.removeprefix("ray://").rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return f"'{value}' is not a Ray cluster address: HOST:PORT of the head (e.g. 10.0.0.5:6379) or ray://HOST:PORT"
+    return address_problem(host) or port_problem(int(port))
+
+
 def env_name_problem(value: str) -> str | None:
     return None if _ENV_NAME.fullmatch(value) else f"'{value}' is not an environment variable name"
 

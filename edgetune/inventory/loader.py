@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edgetune.artifact_format.codec import FrozenMap, decode
+from edgetune.artifact_format.codec import FrozenMap, SchemaError, decode, to_json
+from edgetune.errors import InventoryError
 from edgetune.inventory.documents import (
     ArtifactsEntry,
     BoardEntry,
     ClassEntry,
+    ComputeEntry,
     DeployEntry,
     FleetFile,
     InputEntry,
@@ -60,6 +62,7 @@ from edgetune.inventory.schema import (
     Fleet,
     Model,
     ModelInput,
+    RayCompute,
     SimSettings,
     Simulation,
     SshSettings,
@@ -70,7 +73,7 @@ from edgetune.inventory.schema import (
 )
 from edgetune.inventory.workdir import Workdir
 
-__all__ = ["load_fleet", "load_profile"]
+__all__ = ["load_fleet", "load_profile", "with_ray_compute"]
 _SECRET_KEYS = ("password", "passphrase", "secret")
 INTEGER_LIMITS = {"int8": (-(2**7), 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 FLOAT_LIMITS = {"float16": 65504.0, "float32": 3.4028234663852886e38}
@@ -105,11 +108,22 @@ def load_fleet(path: str | Path) -> Fleet:
         sim=doc.sim,
         deploy=_deploy(root.child("deploy"), doc.deploy, workdir, artifacts),
         regress=doc.regress,
+        compute=doc.compute.ray if isinstance(doc.compute, ComputeEntry) else None,
     )
     _check_classes_have_boards(root, fleet)
     check_ssh_files(root, fleet)
     _check_pins(root, fleet)
     return fleet
+
+
+def with_ray_compute(fleet: Fleet, address: str, option: str = "--ray") -> Fleet:
+    """`fleet` tuned on the Ray cluster at `address` (its other `compute.ray` settings as
+    fleet.yaml gives them, else their defaults): the command line's override of `compute`."""
+    given = to_json(fleet.compute) if fleet.compute is not None else {}
+    try:
+        return fleet.replace(compute=decode(RayCompute, {**given, "address": address}))
+    except SchemaError as err:
+        raise InventoryError(f"{option}: {err.message}") from None
 
 
 def _refuse_secrets(root: Node) -> None:

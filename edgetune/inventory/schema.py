@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from edgetune.artifact_format.codec import FrozenMap, rule
-from edgetune.inventory.fields import host_interface_problem, interface_problem
+from edgetune.inventory.fields import (
+    host_interface_problem,
+    interface_problem,
+    ray_address_problem,
+)
 
 SCHEMA_VERSION = 1
 
@@ -316,6 +320,24 @@ class SimSettings:
     cache: Path = Path("/var/cache/edgetune")  # emulated boards' root file systems (kept by `sim down`)
 
 
+MAX_RAY_CPUS = 1024.0
+MAX_BUILD_WORKERS = 1024
+MAX_RAY_CONNECT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class RayCompute:
+    """`compute: {ray: ...}`: tune on an existing Ray cluster (docs/compute.md). Each class's
+    run is a Ray task of `cpus_per_class` CPUs (its search and cost model); its candidate builds
+    are Ray tasks of `cpus_per_build` CPUs, at most `build_workers` of a class at a time."""
+
+    address: str = rule(check=ray_address_problem)  # the head's HOST:PORT (`ray start --head --port`), or ray://HOST:PORT
+    cpus_per_class: float = rule(1.0, positive=True, maximum=MAX_RAY_CPUS)
+    build_workers: int = rule(4, positive=True, maximum=MAX_BUILD_WORKERS)
+    cpus_per_build: float = rule(1.0, positive=True, maximum=MAX_RAY_CPUS)
+    connect_timeout_s: float = rule(60.0, positive=True, maximum=MAX_RAY_CONNECT_S)
+
+
 @dataclass(frozen=True)
 class Fleet:
     path: Path
@@ -330,6 +352,7 @@ class Fleet:
     sim: SimSettings | None
     deploy: DeploySettings | None = None
     regress: RegressSettings = RegressSettings()
+    compute: RayCompute | None = None  # None: `compute: local`, everything on this host
 
     def device_class(self, name: str) -> DeviceClass:
         return next(c for c in self.device_classes if c.name == name)

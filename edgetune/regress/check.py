@@ -25,6 +25,7 @@ from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.timing_stats import FASTER, SLOWER, compare, summarize
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.errors import ArtifactError, DeployError
+from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.inventory.schema import Board, Fleet
@@ -104,6 +105,7 @@ def regress(
         verdicts += found
     for v in verdicts:
         log.info(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
+    record_event(fleet, "regress", verdicts=[v.to_json() for v in verdicts])
     return RegressReport(tuple(verdicts))
 
 

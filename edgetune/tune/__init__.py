@@ -11,7 +11,9 @@ Modules, one role each:
   `index_inputs` for kernels that index with a runtime input), `scheduler` (which task measures
   next), `monitor` (progress, cost model, stop), `borrow` (seeding from a donor class),
   `native_log` (TVM's and onnxruntime's console warnings to the run's log);
-- `database`, `report`: the class databases, and the reports computed from them.
+- `database`, `report`: the class databases, and the reports computed from them;
+- `on_ray`: the class runs and candidate builds on a Ray cluster (`compute: {ray: ...}`), the
+  one place that imports Ray.
 
 The names below are the package's public face: what the artifact release, the regression
 re-tune, the pipeline and the CLI use. They are imported on first use, because the tuner pulls
@@ -24,6 +26,7 @@ import importlib
 
 _PUBLIC = {
     "SharedLibraryExport": "candidate_builder",
+    "connect_cluster": "on_ray.cluster",
     "recorded_trials": "database",
     "TuningPlan": "plan",
     "plan_tuning": "plan",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import matplotlib
 
@@ -64,41 +64,45 @@ class RunInfo:
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
     """Estimated model latency after each trial on one of its kernels, once all are measured."""
-    calls = {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
-    best: dict[str, float] = {}
-    spent, curve = 0, []
-    for trial in trials:
-        if trial.workload_hash not in calls:
-            continue
-        spent += 1
-        if trial.latency_s is not None and trial.latency_s < best.get(trial.workload_hash, float("inf")):
-            best[trial.workload_hash] = trial.latency_s
-        if len(best) == len(calls):
-            curve.append(CurvePoint(spent, sum(calls[h] * best[h] for h in calls)))
-    return curve
+    calls = _model_calls(tasks, model)
+    return [CurvePoint(spent, sum(calls[h] * best[h] for h in calls))
+            for spent, best in _best_after_each_trial(calls, trials) if len(best) == len(calls)]
 
 
 def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[EarlyPoint]:
     """The estimate after each trial before every kernel of the model was measured, each kernel
     not measured yet counted at its first measured latency; kernels never measured are left out."""
-    calls = {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
+    calls = _model_calls(tasks, model)
     first: dict[str, float] = {}
     for trial in trials:
         if trial.workload_hash in calls and trial.latency_s is not None:
             first.setdefault(trial.workload_hash, trial.latency_s)
+    curve = []
+    for spent, best in _best_after_each_trial(calls, trials):
+        if len(best) == len(calls):
+            break
+        known = {h: best.get(h, first[h]) for h in first}
+        curve.append(EarlyPoint(spent, sum(calls[h] * known[h] for h in known), len(first) - len(best)))
+    return curve
+
+
+def _model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
+    """Calls of each of the model's kernels, by workload hash."""
+    return {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
+
+
+def _best_after_each_trial(calls: Mapping[str, int], trials: list[TrialRecord]) -> Iterator[tuple[int, dict[str, float]]]:
+    """After each trial on one of `calls`' kernels: the trials spent on them, and the best
+    latency measured so far per kernel (one dict, updated in place)."""
     best: dict[str, float] = {}
-    spent, curve = 0, []
+    spent = 0
     for trial in trials:
         if trial.workload_hash not in calls:
             continue
         spent += 1
         if trial.latency_s is not None and trial.latency_s < best.get(trial.workload_hash, float("inf")):
             best[trial.workload_hash] = trial.latency_s
-        if len(best) == len(calls):
-            break
-        known = {h: best.get(h, first[h]) for h in first}
-        curve.append(EarlyPoint(spent, sum(calls[h] * known[h] for h in known), len(first) - len(best)))
-    return curve
+        yield spent, best
 
 
 def knee(curve: list[CurvePoint]) -> CurvePoint | None:
@@ -263,7 +267,7 @@ def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | N
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
     if early:
-        axes.legend(loc="upper right", fontsize="small")
+        axes.legend(loc="lower left", fontsize="small")  # the curve falls from the upper left
     figure.tight_layout()
     return figure
 

@@ -11,6 +11,8 @@ is logged for the next plan's time estimate.
 
 A class that borrows from a class tuned in the same run starts when its donor has finished
 (the donor's best schedules must exist to be borrowed); all other classes run at once.
+With `compute: {ray: ...}` each class's run is a task on the Ray cluster instead of a process
+here, and its candidates are built by Ray tasks (`edgetune.tune.on_ray`, docs/compute.md).
 """
 
 from __future__ import annotations
@@ -150,22 +152,48 @@ def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult
     for warning in plan.warnings:
         log.warning("warning: %s", warning)
     names = [c.device_class for c in plan.classes]
+    if fleet.compute is not None:  # an unreachable cluster, or a node that cannot measure, stops here
+        from edgetune.tune.on_ray.cluster import join
+
+        join(fleet, names)
     results: dict[str, ClassResult] = {}
     with tuning():
         for stage in _stages(fleet, names, options.borrow):
             if stop_requested():  # a class that borrows from a stopped one does not start
                 results.update({name: ClassResult(name, 0, 0, 0, 0, 0.0, (), stopped=STOPPED) for name in stage})
                 continue
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
-                                     initializer=adopt, initargs=(stop_event(),)) as pool:
-                futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
-                for name, future in futures.items():
-                    try:
-                        results[name] = future.result()
-                    except Exception as err:  # noqa: BLE001 -- the class process died (e.g. a TVM crash)
-                        results[name] = ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {err}")
+            results.update(_run_stage(fleet, stage, options))
     return TuneResult(plan, tuple(results[n] for n in names))
+
+
+def _run_stage(fleet: Fleet, stage: list[str], options: TuneOptions) -> dict[str, ClassResult]:
+    """Tune the classes of a stage at once: each in a process of its own on this host, or as a
+    task on the Ray cluster of `compute` (edgetune.tune.on_ray)."""
+    if fleet.compute is not None:
+        from edgetune.tune.on_ray.cluster import run_classes
+
+        outcomes = run_classes(fleet, {name: (fleet, name, options) for name in stage}, tune_class_on_node)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
+                                 initializer=adopt, initargs=(stop_event(),)) as pool:
+            futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
+            outcomes = {name: _outcome(future) for name, future in futures.items()}
+    return {name: outcome if isinstance(outcome, ClassResult)  # else the class process or task died (e.g. a TVM crash)
+            else ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {outcome}") for name, outcome in outcomes.items()}
+
+
+def _outcome(future) -> ClassResult | Exception:
+    try:
+        return future.result()
+    except Exception as err:  # noqa: BLE001 -- the class process died
+        return err
+
+
+def tune_class_on_node(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassResult:
+    """`tune_class` in a Ray worker process, whose logging nobody set up: progress lines to stderr."""
+    _console_progress()
+    return tune_class(fleet, device_class, options)
 
 
 def tune_class(fleet: Fleet, device_class: str, options: TuneOptions) -> ClassResult:
@@ -208,7 +236,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             locked_database(paths) as database,  # one process tunes or repairs a class at a time
         ):
             measuring = time.monotonic()
-            builder = make_builder(scratch, profile.cross_compiler, max_workers=2)
+            builder = _candidate_builder(fleet, scratch, profile.cross_compiler)
             boards = len(fleet.boards_of(device_class))
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
@@ -235,6 +263,17 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         time.monotonic() - started, summaries, stopped=stopped,
         error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None, search_time_s=searched_s,
     )
+
+
+def _candidate_builder(fleet: Fleet, scratch: str, cross_compiler: str | None) -> ms.builder.Builder:
+    """Builds on this host (two build processes), or Ray tasks on the cluster of `compute`."""
+    if fleet.compute is None:
+        return make_builder(scratch, cross_compiler, max_workers=2)
+    from edgetune.tune.on_ray.builder import RayBuilder
+    from edgetune.tune.on_ray.cluster import connect_cluster
+
+    connect_cluster(fleet.compute)
+    return RayBuilder(scratch, cross_compiler, fleet.compute)
 
 
 def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) -> bool:
@@ -399,14 +438,20 @@ def _firmware(fleet: Fleet, device_class: str) -> dict[str, str]:
 def _log_to_stderr() -> None:
     """A class process is spawned without logging set up: show edgetune's progress lines. Run in
     the calling process (a regression re-tune, a test), the caller's logging set-up stands."""
+    if multiprocessing.parent_process() is not None:
+        _console_progress()
+    quiet_meta_schedule_logger()
+
+
+def _console_progress() -> None:
+    """edgetune's progress lines to stderr, in a process where nothing set up logging."""
     root = logging.getLogger("edgetune")
-    if multiprocessing.parent_process() is not None and not root.handlers:
+    if not root.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         root.propagate = False  # TVM configures the root logger too: print once
-    quiet_meta_schedule_logger()
 
 
 def quiet_meta_schedule_logger() -> None:

@@ -13,17 +13,16 @@ import json
 import warnings
 
 import pytest
+from fleet_marker import starts_fleet
+from fleets import V2, V3, make_fleet, mlp
+from loopback_boards import Loopback
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, read_trials
 from edgetune.tune.monitor import load_cost_model
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
-from loopback_boards import Loopback
-from fleets import V2, V3, make_fleet, mlp
-from fleet_marker import starts_fleet
-
-BUDGET = 24  # mlp: 2 tasks of 12 trials; the borrower seeds each with 4 of the donor's best
+BUDGET = 16  # mlp: 2 tasks of 8 trials; the borrower seeds each with 4 of the donor's best
 PER_ITER = 8
 CLASSES = ("classa", "classb", "classc")
 
