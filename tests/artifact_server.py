@@ -9,10 +9,10 @@ import time
 
 
 class RunningServer:
-    """uvicorn serving `create_app(fleet)` in a thread, on the fleet's deploy port; `context`:
+    """uvicorn serving `create_app(fleet, dashboard)` in a thread, on the fleet's deploy port; `context`:
     the host's TLS context for it (only the fleet CA trusted; None over plain HTTP)."""
 
-    def __init__(self, fleet):
+    def __init__(self, fleet, dashboard=None):
         import uvicorn
 
         from edgetune.deploy.server import create_app
@@ -21,8 +21,9 @@ class RunningServer:
         ensure_tls(fleet)
         self.url = fleet.deploy.url
         self.context = host_client_context(fleet)
-        config = uvicorn.Config(create_app(fleet), host=fleet.deploy.bind_host, port=fleet.deploy.port,
-                                access_log=False, log_level="warning", **check_server_tls(fleet))  # fmt: skip
+        config = uvicorn.Config(create_app(fleet, dashboard), host=fleet.deploy.bind_host, port=fleet.deploy.port,
+                                access_log=False, log_level="warning", timeout_graceful_shutdown=1,
+                                **check_server_tls(fleet))  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 
 import pytest
+from artifact_server import RunningServer
 from fleet_marker import starts_fleet
 
 CHROMIUM = "/usr/bin/chromium"
@@ -42,39 +41,6 @@ def browser():
         driver.quit()
 
 
-class DashboardServer:
-    """uvicorn serving `create_app(fleet, dashboard)` in a thread on the fleet's deploy port."""
-
-    def __init__(self, fleet, dashboard):
-        import uvicorn
-
-        from edgetune.deploy.server import create_app
-        from edgetune.deploy.tls import (
-            check_server_tls,
-            ensure_tls,
-            host_client_context,
-        )
-
-        ensure_tls(fleet)
-        self.url = fleet.deploy.url
-        self.context = host_client_context(fleet)
-        config = uvicorn.Config(create_app(fleet, dashboard), host=fleet.deploy.bind_host, port=fleet.deploy.port,
-                                access_log=False, log_level="warning", timeout_graceful_shutdown=1,
-                                **check_server_tls(fleet))  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the server did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture
 @starts_fleet
 def served_synthetic(tmp_path):
@@ -92,7 +58,7 @@ def served_synthetic(tmp_path):
     init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
     ensure_operator_token(fleet)
     ensure_token(fleet, fleet.boards[0])
-    server = DashboardServer(fleet, DashboardCache(fleet))
+    server = RunningServer(fleet, DashboardCache(fleet))
     try:
         yield fleet, server
     finally:

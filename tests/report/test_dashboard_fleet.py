@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import DashboardServer
+from artifact_server import RunningServer
 from selenium.webdriver.common.by import By
 from test_dashboard import broken_images, console_errors
 
@@ -32,7 +32,7 @@ def checked_fleet(built_fleet, tmp_path_factory):
     from edgetune.report import DashboardCache, report
 
     fleet = built_fleet
-    server = DashboardServer(fleet, DashboardCache(fleet))
+    server = RunningServer(fleet, DashboardCache(fleet))
     try:
         result = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))
         assert result.ok, result.records()
