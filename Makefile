@@ -53,14 +53,14 @@ arm-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# On two cores (pytest-xdist): the users of the session's simulated fleet on one worker, so it is
+# built once, the other modules whole on either (tests/conftest.py gives each test its group).
 test: setup browser-packages
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
-# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`),
-# on two cores (pytest-xdist). Never the `fleet` tests: each worker would build the session's
-# simulated fleet again, and their fault tests time what they provoke.
+# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`).
 test-unit: setup
-	$(PY) -m pytest -q -n 2 --durations=10 -m "not fleet and not slow and not aarch64 and not ray" tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10 -m "not fleet and not slow and not aarch64 and not ray" tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests

@@ -1,6 +1,8 @@
-"""Trials per minute of a class run: MetaSchedule's evolutionary search at a fixed population
-(A, the setting before it was sized to the round: 128) against the population sized to the
-round (B, `SearchSettings.population_for`), on one simulated fleet, same model, same budget.
+"""Trials per minute of a class run, before and after the trial-rate work, on one simulated
+fleet, same model, same budget: A, MetaSchedule's evolutionary search at a fixed population of
+128 with TVM's LocalBuilder (a fresh pool of build processes, each importing TVM, for every
+batch); B, edgetune's defaults (the population sized to the round,
+`SearchSettings.population_for`, and `PooledBuilder`, whose build processes last the run).
 
 What it does, through edgetune's own library:
 1. writes the bench's small ONNX CNN and brings up its own 1-class simulated fleet (2 boards,
@@ -24,7 +26,9 @@ import multiprocessing
 import shutil
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from _benchlib import (
     ONNX_CNN_INPUT,
@@ -57,6 +61,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace, workdir: Path) -> None:
     from edgetune.inventory import load_fleet
+    from edgetune.tune.candidate_builder import make_builder
     from edgetune.tune.tuner import SearchSettings
 
     facts = machine_facts()
@@ -66,7 +71,8 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     tuning = {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter, "early_stop": None}
     boards = [BoardSpec("rate-1", CLASS, 1.0, 11), BoardSpec("rate-2", CLASS, 1.0, 12)]
     fleet = load_fleet(write_fleet_yaml(workdir, "bench-rate", {CLASS: PROFILE}, boards, models, tuning))
-    settings = {"A": SearchSettings(population_size=args.population_a), "B": SearchSettings()}
+    settings = {"A": Setting(SearchSettings(population_size=args.population_a), _local_builder),
+                "B": Setting(SearchSettings(), make_builder)}
     order = [("A", "B") if turn % 2 == 0 else ("B", "A") for turn in range(args.turns)]
     rates: dict[str, list[float]] = {"A": [], "B": []}
     profiles: dict[str, dict[str, float]] = {}
@@ -81,8 +87,40 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     _report(args, facts, fleet, settings, rates, profiles, start_up_s)
 
 
-def _one_run(fleet, search) -> tuple[int, float, dict[str, float]]:
+@dataclass(frozen=True)
+class Setting:
+    search: object  # edgetune's SearchSettings
+    builder: Callable  # make_builder's signature: (artifact_dir, cross_compiler, max_workers) -> Builder
+
+
+def _local_builder(artifact_dir: str, cross_compiler: str | None, max_workers: int):
+    """TVM's LocalBuilder with edgetune's build and export (the builder of the class runs before
+    `PooledBuilder`), with the `close()` the class run calls."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from edgetune.tune.candidate_builder import BUILD_TIMEOUT_S, FastBuild, SharedLibraryExport
+
+    @derived_object
+    class PoolPerBatch(ms.builder.PyBuilder):
+        def __init__(self, local: ms.builder.LocalBuilder) -> None:
+            super().__init__()
+            self.local = local
+
+        def build(self, build_inputs):
+            return self.local.build(build_inputs)
+
+        def close(self) -> None:
+            """LocalBuilder's pools end with each batch."""
+
+    return PoolPerBatch(ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=BUILD_TIMEOUT_S, f_build=FastBuild(),
+                                                f_export=SharedLibraryExport(artifact_dir, cross_compiler)))
+
+
+def _one_run(fleet, setting: Setting) -> tuple[int, float, dict[str, float]]:
     """One class run from an empty database: (trials, seconds, profiler seconds by scope)."""
+    from unittest import mock
+
     from tvm.s_tir import meta_schedule as ms
 
     from edgetune.tune.database import ClassDatabasePaths
@@ -90,8 +128,9 @@ def _one_run(fleet, search) -> tuple[int, float, dict[str, float]]:
     from edgetune.tune.tuner import TuneOptions, tune_class
 
     shutil.rmtree(ClassDatabasePaths.of(fleet.workdir, CLASS).directory, ignore_errors=True)
-    with tuning(), ms.Profiler() as profiler:  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
-        result = tune_class(fleet, CLASS, TuneOptions(search=search))
+    with (tuning(), ms.Profiler() as profiler,  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
+          mock.patch("edgetune.tune.tuner.make_builder", setting.builder)):
+        result = tune_class(fleet, CLASS, TuneOptions(search=setting.search))
     if stop_requested():
         raise SystemExit("stopped during tuning")
     if not result.ok:
@@ -119,11 +158,12 @@ def _report(args, facts, fleet, settings, rates, profiles, start_up_s) -> None:
     print(f"fleet: class {CLASS}, {len(fleet.boards)} simulated boards (quota 1.0), model cnn "
           f"({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
     print(f"class process start-up (spawn + import of the tuner), once: {start_up_s:.1f} s")
-    print(f"{'setting':<34} {'trials/min median':>18} {'min-max':>14} {'runs':>5}")
-    for label, search in settings.items():
+    print(f"{'setting':<40} {'trials/min median':>18} {'min-max':>14} {'runs':>5}")
+    for label, setting in settings.items():
         values = rates[label]
-        described = f"{label}: population {search.population_for(per_iter)}, {search.genetic_num_iters} iters"
-        print(f"{described:<34} {statistics.median(values):>18.1f} "
+        search, builder = setting.search, "LocalBuilder" if setting.builder is _local_builder else "PooledBuilder"
+        described = f"{label}: population {search.population_for(per_iter)}, {builder}"
+        print(f"{described:<40} {statistics.median(values):>18.1f} "
               f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5}")
     ratio = statistics.median(rates["B"]) / statistics.median(rates["A"])
     print(f"B / A: {ratio:.2f}x trials per minute (medians)")

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from sim_checks import running
 from fleet_marker import starts_fleet
+from sim_checks import running
+from worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8
@@ -68,13 +69,15 @@ deploy:
 """
 
 
-def pytest_collection_modifyitems(items):
-    """Mark `fleet` every test that needs a fixture marked `starts_fleet` (tests/fleet_marker.py)."""
+def pytest_collection_modifyitems(config, items):
+    """Mark `fleet` every test that needs a fixture marked `starts_fleet` (tests/fleet_marker.py);
+    under pytest-xdist, tell the controller which tests share a worker (worker_groups.py)."""
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)
         if definitions and any(getattr(d.func, "starts_fleet", False)
                                for defs in definitions.name2fixturedefs.values() for d in defs):
             item.add_marker(pytest.mark.fleet)
+    record_groups(config, items)
 
 
 def _take_slot(lock_dir: Path):
@@ -179,10 +182,21 @@ def built_release(sim_fleet, tmp_path_factory):
     return BuiltRelease(fleet, report, _keep_as_built(fleet, root / "as-built"))
 
 
-@pytest.fixture(scope="session")
-def built_fleet(built_release):
-    """The fleet of `built_release`: tuned, built, its artifacts signed and stored."""
-    return built_release.fleet
+@pytest.fixture(scope="module")
+def released_fleet(built_release, tmp_path_factory):
+    """`built_fleet` with board directories and a store of the module's own, the store a copy of
+    the build's: the boards run nothing yet (their agents are installed by the first call), and
+    nothing another module rolls out, publishes or breaks is seen here. The fleet's workdir (its
+    running simulation, tokens, deployed.json and journal) stays shared."""
+    import dataclasses
+
+    root = tmp_path_factory.mktemp("released")
+    fleet = built_release.fleet
+    shutil.copytree(built_release.as_built / "artifacts", root / "artifacts")
+    return fleet.replace(
+        boards=tuple(dataclasses.replace(b, workdir=str(root / "boards" / b.name)) for b in fleet.boards),
+        artifacts=dataclasses.replace(fleet.artifacts, dir=root / "artifacts"),
+    )
 
 
 @dataclass(frozen=True)

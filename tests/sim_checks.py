@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from contextlib import contextmanager
 
 from edgetune.fleet import cgroups
@@ -37,3 +38,29 @@ def running(fleet, register_timeout_s: float = 60.0):
             fleet_down(fleet)
         finally:
             sim_down(fleet)
+
+
+@contextmanager
+def link_down(fleet, board: str, back_within_s: float = 30.0):
+    """Board `board`'s network link down for the block; after it, up again and the board taking an
+    SSH session (for a moment after the link comes up, its neighbour entry may still read 'no
+    route to host'), so what follows finds the board back as an operator would."""
+    from edgetune.errors import FleetError
+    from edgetune.fleet.ssh import BoardSession
+
+    netns = next(s.netns for s in plan_sim(fleet) if s.board.name == board)
+    subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
+    deadline = time.monotonic() + back_within_s
+    while True:
+        try:
+            with BoardSession(fleet.board(board)) as session:
+                session.run("true")
+            return
+        except FleetError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

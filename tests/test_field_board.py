@@ -5,7 +5,9 @@ The field board is a network namespace with its own OpenSSH server (tests/netns_
 Python is a board image (tests/board_image.py: the TVM runtime, numpy, cryptography, psutil,
 cloudpickle; nothing of edgetune, not the host's venv). fleet.yaml declares it as an ordinary
 board (address, python, workdir), not `simulated:`, and its host key is trusted with `fleet
-trust`, as an operator would. The tests run in order, as an operator would.
+trust`, as an operator would. The flow's steps are module fixtures, each on the one before
+(`field` -> `up` -> `built` -> `served`): a test asks for the step it checks and gets every step
+before it, whatever ran earlier; tests that change the board put back what they changed.
 """
 
 from __future__ import annotations
@@ -129,11 +131,45 @@ def test_preflight_refuses_a_board_missing_numpy_with_the_install_command(field,
     assert f"{bare} lacks numpy" in reason and f"{bare} -m pip install numpy==" in reason, reason
 
 
-def test_fleet_up_delivers_the_agent_bundle_and_the_board_registers(field):
+@pytest.fixture(scope="module")
+def up(field):
+    """`fleet up` of the field board: its result."""
     from edgetune.fleet import fleet_up
 
-    result = fleet_up(field.fleet)
-    assert result.ok, result.failed
+    return fleet_up(field.fleet)
+
+
+@pytest.fixture(scope="module")
+def built(field, up):
+    """mlp tuned (16 trials) and built for the field board's class: (tuning result, build report)."""
+    from edgetune.artifact.release import build_artifacts
+    from edgetune.artifact_format.signing import init_keys
+    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
+
+    assert up.ok, up.failed
+    fleet = field.fleet
+    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
+    tuned = tune_class(fleet, "field-x86", TuneOptions(search=SearchSettings(population_size=64)))
+    return tuned, build_artifacts(fleet)
+
+
+@pytest.fixture(scope="module")
+def served(field, built):
+    """The artifact server up, and v1 rolled out to the field board: (fleet, rollout result)."""
+    from edgetune.deploy.rollout import plan_rollout, rollout
+
+    assert built[1].ok, built[1].failures()
+    server = RunningServer(field.fleet)
+    try:
+        yield field.fleet, rollout(field.fleet, plan_rollout(field.fleet, MODEL))
+    finally:
+        server.stop()
+
+
+def test_fleet_up_delivers_the_agent_bundle_and_the_board_registers(field, up):
+    from edgetune.fleet import fleet_up
+
+    assert up.ok, up.failed
     board = field.fleet.board("field-1")
     copy = Path(bundle_path(board))
     assert copy.parent == Path(agent_root(board)) and hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
@@ -142,30 +178,15 @@ def test_fleet_up_delivers_the_agent_bundle_and_the_board_registers(field):
     assert copy.stat().st_mtime_ns == before  # the same bundle is not uploaded again
 
 
-def test_tune_and_build_measure_on_the_field_board(field):
-    from edgetune.artifact.release import build_artifacts
+def test_tune_and_build_measure_on_the_field_board(field, built):
     from edgetune.artifact.store import ArtifactStore
-    from edgetune.artifact_format.signing import init_keys
-    from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
-    fleet = field.fleet
-    init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
-    tuned = tune_class(fleet, "field-x86", TuneOptions(search=SearchSettings(population_size=64)))
+    tuned, report = built
     assert tuned.ok, tuned.error
     assert tuned.trials_run == 16 and tuned.stopped is None
-    report = build_artifacts(fleet)
     assert report.ok, report.failures()
-    manifest = ArtifactStore(fleet.artifacts.dir).latest(MODEL, "field-x86").manifest
+    manifest = ArtifactStore(field.fleet.artifacts.dir).latest(MODEL, "field-x86").manifest
     assert [b.board for b in manifest.boards] == ["field-1"]
-
-
-@pytest.fixture(scope="module")
-def served(field):
-    server = RunningServer(field.fleet)
-    try:
-        yield field.fleet
-    finally:
-        server.stop()
 
 
 def agent(fleet, verb: str, *args: str) -> dict:
@@ -176,39 +197,39 @@ def agent(fleet, verb: str, *args: str) -> dict:
 
 
 def test_rollout_installs_on_the_field_board(served):
-    from edgetune.deploy.rollout import plan_rollout, rollout
-
-    result = rollout(served, plan_rollout(served, MODEL))
+    fleet, result = served
     assert result.ok, result.records()
     assert [(r["board"], r["result"], r["to_version"]) for r in result.records()] == [("field-1", "installed", 1)]
-    assert agent(served, "status")["models"][MODEL]["version"] == 1
+    assert agent(fleet, "status")["models"][MODEL]["version"] == 1
 
 
 def test_regress_measures_the_installed_release_on_the_field_board(served):
     from edgetune.regress.check import regress
 
-    report = regress(served, models=[MODEL])
+    report = regress(served[0], models=[MODEL])
     (verdict,) = report.verdicts
     assert (verdict.board, verdict.version) == ("field-1", 1)
     assert verdict.verdict in ("ok", "faster"), verdict.to_json()
 
 
 def test_a_tampered_bundle_is_refused_then_replaced_before_the_agent_runs(served):
-    board = served.board("field-1")
+    fleet, _ = served
+    board = fleet.board("field-1")
     copy = Path(bundle_path(board))
     copy.write_bytes(copy.read_bytes() + b"\0tampered")
-    refused = on_board(served, shlex.join(agent_argv(board, "--root", agent_root(board), "status", "--json")), check=False)
+    refused = on_board(fleet, shlex.join(agent_argv(board, "--root", agent_root(board), "status", "--json")), check=False)
     assert refused.exit_status != 0 and "refused, not run" in refused.stderr and refused.stdout == ""
-    assert agent(served, "status")["models"][MODEL]["version"] == 1  # the host replaced it first
+    assert agent(fleet, "status")["models"][MODEL]["version"] == 1  # the host replaced it first
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
 
 
 def test_rollout_of_a_second_version_then_rollback_on_the_field_board(served):
     from edgetune.deploy.rollout import plan_rollout, rollout
 
-    second = republish(served, MODEL, "field-x86", "field")
-    result = rollout(served, plan_rollout(served, MODEL))
+    fleet, _ = served
+    second = republish(fleet, MODEL, "field-x86", "field")
+    result = rollout(fleet, plan_rollout(fleet, MODEL))
     assert [(r["result"], r["to_version"]) for r in result.records()] == [("installed", second.version)]
-    back = agent(served, "rollback", "--model", MODEL)
+    back = agent(fleet, "rollback", "--model", MODEL)
     assert (back["result"], back["from_version"], back["to_version"]) == ("rolled_back", second.version, 1), back
-    assert agent(served, "status")["models"][MODEL]["version"] == 1
+    assert agent(fleet, "status")["models"][MODEL]["version"] == 1

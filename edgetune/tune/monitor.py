@@ -127,14 +127,14 @@ class RunState:
         """Seconds since the first round started (0 before it)."""
         return 0.0 if self.first_round_started is None else time.monotonic() - self.first_round_started
 
-    def mean_round_s(self) -> float | None:
-        """Seconds per round measured so far (rounds overlap: this is the run's pace), None
-        before a round was measured."""
-        return self.searched_s() / self.rounds_measured if self.rounds_measured else None
-
-    def out_of_time(self, rounds_in_flight: int) -> bool:
-        """Whether a round started now would end past the time limit (`budget.round_fits`)."""
-        return not round_fits(self.searched_s(), self.time_limit_s, self.mean_round_s(), rounds_in_flight)
+    def out_of_time(self, measuring: int, measured_unrecorded: int) -> bool:
+        """Whether a round started now would end past the time limit (`budget.round_fits`), at the
+        run's pace so far (seconds per measured round; rounds overlap). `measuring`: rounds still
+        measuring; `measured_unrecorded`: rounds measured whose results MetaSchedule hands over
+        (and `record` counts) only when their task is next chosen."""
+        rounds = self.rounds_measured + measured_unrecorded
+        pace = self.searched_s() / rounds if rounds else None
+        return not round_fits(self.searched_s(), self.time_limit_s, pace, measuring)
 
     def record(self, task_id: int, results: list[RunnerResult]) -> None:
         self.rounds_measured += 1

@@ -54,9 +54,10 @@ class BudgetScheduler(PyTaskScheduler):
         """Stop on request, on time or without boards, stop tasks at their knee, then `choose_task`."""
         state, tasks = self.state, self._tasks()
         in_flight = {i: len(t.measure_candidates) for i, t in enumerate(tasks) if t.runner_futures is not None}
+        measuring = sum(not all(f.done() for f in tasks[i].runner_futures) for i in in_flight)
         if state.stopped is None:
             state.stopped = stop_requested()
-        if state.stopped is None and state.out_of_time(len(in_flight)):
+        if state.stopped is None and state.out_of_time(measuring, len(in_flight) - measuring):
             state.stopped = f"time limit of {state.time_limit_s:g} s reached: a further round would end past it"
         if state.stopped:
             return None

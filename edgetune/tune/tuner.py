@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -234,9 +235,9 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         with (
             tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-") as scratch,
             locked_database(paths) as database,  # one process tunes or repairs a class at a time
+            closing(_candidate_builder(fleet, scratch, profile.cross_compiler)) as builder,
         ):
             measuring = time.monotonic()
-            builder = _candidate_builder(fleet, scratch, profile.cross_compiler)
             boards = len(fleet.boards_of(device_class))
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
@@ -266,7 +267,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
 
 
 def _candidate_builder(fleet: Fleet, scratch: str, cross_compiler: str | None) -> ms.builder.Builder:
-    """Builds on this host (two build processes), or Ray tasks on the cluster of `compute`."""
+    """Builds on this host (two build processes kept for the run), or Ray tasks on the cluster of
+    `compute`. Closed at the end of the run."""
     if fleet.compute is None:
         return make_builder(scratch, cross_compiler, max_workers=2)
     from edgetune.tune.on_ray.builder import RayBuilder

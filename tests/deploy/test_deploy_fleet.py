@@ -1,8 +1,10 @@
 """Deploy on the simulated fleet, for real: the artifact server on the fleet's bridge, the board
 agents fetching over HTTP from inside their own network namespaces, rollouts over SSH.
 
-Uses `built_fleet` (tests/conftest.py): real tuned, built and signed mlp artifacts for both
-classes, on boards with directories of their own. The tests run in order, as an operator would.
+Uses `released_fleet` (tests/conftest.py): real tuned, built and signed mlp artifacts for both
+classes, on boards with directories of their own (`released_fleet`). The module's fixture
+rolls mlp out to every board twice (the second finds nothing to do), then publishes a v2 for
+gw-fast; each test leaves the boards on the release it found them on.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,14 +39,26 @@ class AccessLog(logging.Handler):
         self.lines.append(json.loads(record.getMessage()))
 
 
+@dataclass(frozen=True)
+class Served:
+    fleet: object  # edgetune's Fleet
+    log: AccessLog  # the server's access log from its start
+    first: object  # the first rollout's RolloutResult (all four boards at once)
+    again: object  # the same rollout again
+
+
 @pytest.fixture(scope="module")
-def served(built_fleet):
+def served(released_fleet):
+    fleet = released_fleet
     log = AccessLog()
     logging.getLogger("edgetune.access").addHandler(log)
     logging.getLogger("edgetune.access").setLevel(logging.INFO)
-    server = RunningServer(built_fleet)
+    server = RunningServer(fleet)
     try:
-        yield built_fleet, log
+        first = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))
+        again = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))
+        republish(fleet, MODEL, "gw-fast", "v2")
+        yield Served(fleet, log, first, again)
     finally:
         server.stop()
         logging.getLogger("edgetune.access").removeHandler(log)
@@ -63,24 +78,21 @@ def latest(fleet, device_class: str) -> int:
 
 
 def test_rollout_installs_every_board_over_http_from_its_namespace(served):
-    fleet, log = served
-    plan = plan_rollout(fleet, MODEL, canary=0)  # all four boards at once
-    assert [[t.board.name for t in stage.targets] for stage in plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
-    result = rollout(fleet, plan)
+    fleet, log, result = served.fleet, served.log, served.first
+    assert [[t.board.name for t in stage.targets] for stage in result.plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
     assert result.ok, result.records()
     assert {r["board"]: (r["result"], r["to_version"]) for r in result.records()} == {
         "fast-1": ("installed", 1), "fast-2": ("installed", 1), "slow-1": ("installed", 1), "slow-2": ("installed", 1)}
     assert {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
-    assert load_deployed(fleet) == {name: {MODEL: 1} for name in ("fast-1", "fast-2", "slow-1", "slow-2")}
+    assert {name: versions[MODEL] for name, versions in load_deployed(fleet).items()} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
     tarballs = {line["board"]: line["client"] for line in log.lines if line["path"].endswith(".tar.gz") and line["status"] == 200}
     assert tarballs == {b.name: b.address for b in fleet.boards}  # each board fetched its own, from its address
-    again = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))
-    assert again.ok and {r["result"] for r in again.records()} == {"unchanged"}
+    assert served.again.ok and {r["result"] for r in served.again.records()} == {"unchanged"}
 
 
 def test_tampered_or_wrongly_signed_downloads_leave_the_board_as_it_was(served):
-    fleet, _ = served
-    v2 = republish(fleet, MODEL, "gw-fast", "v2")
+    fleet = served.fleet
+    v2 = ArtifactStore(fleet.artifacts.dir).get(MODEL, "gw-fast", 2)
     good_tarball, good_sig = v2.tarball.read_bytes(), (v2.path / "manifest.sig").read_bytes()
     try:
         data = bytearray(good_tarball)
@@ -98,7 +110,7 @@ def test_tampered_or_wrongly_signed_downloads_leave_the_board_as_it_was(served):
 
 
 def test_a_bad_token_is_refused_by_the_server(served):
-    fleet, _ = served
+    fleet = served.fleet
     token = Path(agent_root(fleet.board("fast-2"))) / "token"
     good = token.read_bytes()
     try:
@@ -110,7 +122,7 @@ def test_a_bad_token_is_refused_by_the_server(served):
 
 
 def test_interrupted_download_resumes_and_older_versions_are_refused(served):
-    fleet, _ = served
+    fleet = served.fleet
     v2 = ArtifactStore(fleet.artifacts.dir).get(MODEL, "gw-fast", 2)
     downloads = Path(agent_root(fleet.board("fast-1"))) / "downloads"
     downloads.mkdir(exist_ok=True)
@@ -135,7 +147,7 @@ def full_disk(served):
     """slow-2's download directory (a board of the batch after the canaries) on a tiny tmpfs,
     mounted on the board itself (its sshd's mount namespace): a real 'no space left on device'
     there and nowhere else."""
-    fleet, _ = served
+    fleet = served.fleet
     downloads = f"{agent_root(fleet.board('slow-2'))}/downloads"
     with BoardSession(fleet.board("slow-2")) as board:
         board.run(f"mkdir -p {downloads} && mount -t tmpfs -o size=8k edgetune-test-full {downloads}")
@@ -146,7 +158,7 @@ def full_disk(served):
 
 
 def test_rollout_stops_at_the_threshold_and_rolls_back(served, full_disk):
-    fleet, _ = served
+    fleet = served.fleet
     republish(fleet, MODEL, "gw-slow", "v2")
     before = {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")}
     plan = plan_rollout(fleet, MODEL, canary=1, batch=3, max_failed_pct=0)

@@ -5,7 +5,7 @@ The proxy holds the server's TLS key (the worst case: a stolen key, or a TLS-ter
 middlebox): it replays an older signed decision, or puts a validly signed decision for another
 request in place of the board's. Both are refused and the board stays on its release. A proxy
 without the key can only present a certificate of another CA, or one that names another host:
-refused, saying which. Uses `built_fleet` (real tuned and signed mlp artifacts).
+refused, saying which. Uses `released_fleet` (real tuned and signed mlp artifacts).
 """
 
 from __future__ import annotations
@@ -28,14 +28,11 @@ BOARD = "slow-2"
 
 
 @pytest.fixture(scope="module")
-def served(built_fleet):
-    server = RunningServer(built_fleet)
+def served(released_fleet):
+    server = RunningServer(released_fleet)
     try:
-        yield built_fleet
+        yield released_fleet
     finally:
-        with BoardSession(built_fleet.board(BOARD)) as session:  # the board's agent as the rollout leaves it
-            RemoteAgent(session, built_fleet).provision(ensure_token(built_fleet, built_fleet.board(BOARD)),
-                                                        built_fleet.artifacts.public_key.read_bytes())  # fmt: skip
         server.stop()
 
 

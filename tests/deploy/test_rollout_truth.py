@@ -3,7 +3,7 @@
 pinned downgrade), the rollout reports what the board really runs, and deployed.json (what
 `fleet status` shows) agrees with every board.
 
-Uses `built_fleet` (tests/conftest.py), its gw-fast boards and the real server; the releases
+Uses `released_fleet` (tests/conftest.py), its gw-fast boards and the real server; the releases
 rolled out here are of a model of their own (`mlp-truth`: copies of the built mlp, some with a
 library that sleeps when loaded), so the mlp the other modules roll out is left alone. The
 tests run in order, each starting from the state the one before left.
@@ -25,6 +25,7 @@ import pytest
 from agent_processes import check_processes, wait_for
 from artifact_server import RunningServer
 from deploy_support import publish_version
+from sim_checks import link_down
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
@@ -32,7 +33,6 @@ from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet.agent_bundle import agent_root
-from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import load_deployed
 
@@ -70,10 +70,10 @@ def sleeping_library(tmp_path_factory) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def fleet(built_fleet):
-    """built_fleet with MODEL declared, served, and v1 of it installed on the gw-fast boards."""
-    mlp = next(m for m in built_fleet.models if m.name == "mlp")
-    fleet = built_fleet.replace(models=(*built_fleet.models, dataclasses.replace(mlp, name=MODEL)))
+def fleet(released_fleet):
+    """released_fleet with MODEL declared, served, and v1 of it installed on the gw-fast boards."""
+    mlp = next(m for m in released_fleet.models if m.name == "mlp")
+    fleet = released_fleet.replace(models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)))
     publish_copy(fleet, "gw-fast", "v1")
     server = RunningServer(fleet)
     try:
@@ -227,17 +227,16 @@ def test_a_board_cut_off_mid_install_stays_unknown_in_the_result_and_the_record(
     install's answer never comes and fast-1 cannot be read back. Once it is back, it runs what it
     ran: its agent stopped at its deadline."""
     publish_copy(fleet, "gw-fast", "v4-sleeps", library=sleeping_library)
-    netns = next(s.netns for s in plan_sim(fleet) if s.board.name == "fast-1")
     plan = plan_rollout(fleet, MODEL, classes=FAST, timeout_s=6)
     outcome: dict = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", rollout(fleet, plan)))
     thread.start()
     try:
         wait_for(lambda: checking(fleet, "fast-1"), "the canary's reference check to start")
-        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
-        thread.join(timeout=120)
+        with link_down(fleet, "fast-1"):
+            thread.join(timeout=120)
     finally:
-        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
+        thread.join(timeout=120)
     records = by_board(outcome["result"])
     assert (records["fast-1"]["result"], records["fast-1"]["runs"]) == ("unknown", "unknown")
     assert "could not be read back" in records["fast-1"]["error"]

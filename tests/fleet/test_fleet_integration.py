@@ -195,13 +195,21 @@ def test_sim_firmware_update_changes_one_fingerprint_and_its_quota(sim_fleet):
     from edgetune.fleet.sim import plan_sim, sim_firmware, sim_firmware_file
 
     slow2 = next(s for s in plan_sim(sim_fleet) if s.board.name == "slow-2")
-    quota_file = cgroups.cgroup_dir(slow2.cgroup) / ("cpu.max" if cgroups.is_v2() else "cpu.cfs_quota_us")
+    directory = cgroups.cgroup_dir(slow2.cgroup)
+
+    def cores() -> float:  # the CPU time the board may use per period, in cores
+        if cgroups.is_v2():
+            quota, period = (directory / "cpu.max").read_text().split()
+        else:
+            quota, period = (directory / "cpu.cfs_quota_us").read_text(), (directory / "cpu.cfs_period_us").read_text()
+        return int(quota) / int(period)
+
     try:
         sim_firmware(sim_fleet, "slow-2", "2.0-test", cpu_quota=0.25)
         status = {b.name: b for b in fleet_status(sim_fleet)}
         assert status["slow-2"].firmware_changed and "sim-firmware 2.0-test" in status["slow-2"].firmware
         assert not any(status[n].firmware_changed for n in ("fast-1", "fast-2", "slow-1"))
-        assert quota_file.read_text().split()[0] == "25000"
+        assert cores() == 0.25
         with pytest.raises(SimError, match="not a simulated board"):
             sim_firmware(sim_fleet, "ghost", "1")
     finally:

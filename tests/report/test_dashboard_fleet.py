@@ -1,4 +1,4 @@
-"""The dashboard of the simulated test fleet after tune and build (`built_fleet`), a rollout
+"""The dashboard of the simulated test fleet after tune and build (`released_fleet`), a rollout
 through the real server (the same as tests/regress's: where that ran first, every board is
 `unchanged`), and a regress run of one board slowed by a simulated firmware update (undone
 after), as tests/regress does: opened in a real browser.
@@ -22,7 +22,7 @@ SLOWED_QUOTA = 0.2  # of a core, down from 1: slower beyond the threshold even o
 
 
 @pytest.fixture(scope="module")
-def checked_fleet(built_fleet, tmp_path_factory):
+def checked_fleet(released_fleet, tmp_path_factory):
     """(fleet, page, server, regress verdicts by board): mlp rolled out to every board, the fleet's
     status taken, fast-1 regress-checked with its CPU quota cut to a fifth, the page written."""
     from edgetune.deploy.rollout import plan_rollout, rollout
@@ -31,7 +31,7 @@ def checked_fleet(built_fleet, tmp_path_factory):
     from edgetune.regress.check import regress
     from edgetune.report import DashboardCache, report
 
-    fleet = built_fleet
+    fleet = released_fleet
     server = RunningServer(fleet, DashboardCache(fleet))
     try:
         result = rollout(fleet, plan_rollout(fleet, MODEL, canary=0))

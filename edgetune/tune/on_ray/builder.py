@@ -98,6 +98,9 @@ class RayBuilder(PyBuilder):
                     results[index] = BuilderResult(None, f"RayBuilder: Timeout, killed after {self.timeout_s:g} seconds")
         return results
 
+    def close(self) -> None:
+        """Nothing to stop: the build tasks are the cluster's, and none outlives `build`."""
+
     def _submit(self, build_input: BuilderInput) -> ray.ObjectRef:
         return build_candidate.options(num_cpus=self.settings.cpus_per_build).remote(
             tvm.ir.save_json(build_input.mod), build_input.target.export(), self.cross_compiler)
