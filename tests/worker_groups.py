@@ -3,7 +3,8 @@ user of the session's simulated fleet (`SESSION_FLEET_FIXTURES`) on one worker, 
 is built and tuned once, and each other module whole on either, so its module fixtures run once.
 
 pytest-xdist's own `loadgroup` cannot do this with pytest 9: it marks a group by rewriting
-`item._nodeid`, which pytest 9 no longer reads, so every test went its own way. Here each worker
+`item._nodeid`, which pytest 9 no longer reads, so every test went its own way (known upstream:
+pytest-dev/pytest-xdist#1386, open, fix proposed in #1388). Here each worker
 writes the group of every test it collected to a directory the controller names, and the
 controller's scheduler (`GroupScheduling`) takes the groups from there; xdist's scheduler for
 whole scopes does the rest (largest group first).
