@@ -54,7 +54,7 @@ arm-packages:
 	fi
 
 # On two cores (pytest-xdist): the users of the session's simulated fleet on one worker, so it is
-# built once, the other modules whole on either (tests/conftest.py gives each test its group).
+# built once, the other modules whole on either (tests/worker_groups.py).
 test: setup browser-packages
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
