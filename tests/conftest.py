@@ -184,8 +184,8 @@ def built_release(sim_fleet, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def released_fleet(built_release, tmp_path_factory):
-    """`built_fleet` with board directories and a store of the module's own, the store a copy of
-    the build's: the boards run nothing yet (their agents are installed by the first call), and
+    """`built_release`'s fleet with board directories and a store of the module's own, the store
+    a copy of the build's: the boards run nothing yet (their agents are installed by the first call), and
     nothing another module rolls out, publishes or breaks is seen here. The fleet's workdir (its
     running simulation, tokens, deployed.json and journal) stays shared."""
     import dataclasses

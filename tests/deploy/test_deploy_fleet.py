@@ -2,7 +2,7 @@
 agents fetching over HTTP from inside their own network namespaces, rollouts over SSH.
 
 Uses `released_fleet` (tests/conftest.py): real tuned, built and signed mlp artifacts for both
-classes, on boards with directories of their own (`released_fleet`). The module's fixture
+classes, on boards with directories of this module's own. The module's fixture
 rolls mlp out to every board twice (the second finds nothing to do), then publishes a v2 for
 gw-fast; each test leaves the boards on the release it found them on.
 """

@@ -5,8 +5,8 @@ pinned downgrade), the rollout reports what the board really runs, and deployed.
 
 Uses `released_fleet` (tests/conftest.py), its gw-fast boards and the real server; the releases
 rolled out here are of a model of their own (`mlp-truth`: copies of the built mlp, some with a
-library that sleeps when loaded), so the mlp the other modules roll out is left alone. The
-tests run in order, each starting from the state the one before left.
+library that sleeps when loaded). The boards' directories and the store are this module's own;
+within the module, the tests run in order, each starting from the state the one before left.
 """
 
 from __future__ import annotations
