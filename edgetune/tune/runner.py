@@ -11,10 +11,11 @@ gather or an embedding lookup is measured instead of crashing the board's sessio
 from __future__ import annotations
 
 import gc
+import traceback
 from collections.abc import Mapping
 
-from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
+from tvm.support.popen_pool import PopenPoolExecutor
 
 from edgetune.fleet.tracker import RpcEndpoint, wait_for_servers
 from edgetune.inventory.schema import Measurement
@@ -33,18 +34,39 @@ def wait_for_boards(endpoint: RpcEndpoint) -> int:
 
 def freeze_imports() -> None:
     """A measurement worker's initializer: what it has imported so far is never garbage, so
-    `create_session`'s collection skips it (50 ms a collection here, microseconds frozen)."""
+    `measure_then_collect`'s collection skips it (50 ms a collection here, microseconds frozen)."""
     gc.freeze()
 
 
-def create_session(rpc_config: ms.runner.RPCConfig) -> rpc.RPCSession:
-    """MetaSchedule's session from the tracker, asked for only once the worker's earlier sessions
-    are collected: a finished session can stay alive in a reference cycle until the garbage
-    collector runs, holding its board all the while. With the class's other board dead, the
-    worker then waited on the tracker for the very board its finished session held, until the board
-    timed that session out (SESSION_TIMEOUT_S; 5 of 6 such runs here)."""
-    gc.collect()
-    return rpc_config.connect_server()
+def measure_then_collect(measure, *args):
+    """One measurement in a runner worker (MetaSchedule's `_worker_func`), then a garbage
+    collection there. An RPCSession has no close(): its connection ends, and its board goes back
+    to the tracker, only when the object is freed, and a finished measurement's session can be
+    left in a reference cycle: one that raised (the traceback holds the evaluator's and the
+    cleanup's frames), and one whose worker the tracker had first handed a board that had just
+    died (measured: held in 6 of 8 such measurements, tests/tune/test_exclusive_runner.py). An
+    idle worker allocates nothing and so never collects: with a board of the class dead, the
+    other worker waited on the tracker for the board the idle one still held until the board
+    timed that session out (SESSION_TIMEOUT_S, a minute; the idle worker caught by py-spy in its
+    popen loop). A failure goes back as its text, so that nothing of it outlives the collection."""
+    failure = None
+    try:
+        return measure(*args)
+    except Exception:  # noqa: BLE001 (every failure becomes the trial's error, as in MetaSchedule)
+        failure = traceback.format_exc()
+    finally:
+        gc.collect()
+    raise RuntimeError(failure)
+
+
+class CollectingPool:
+    """An RPCRunner's worker pool whose every measurement is `measure_then_collect`."""
+
+    def __init__(self, pool: PopenPoolExecutor) -> None:
+        self.pool = pool
+
+    def submit(self, measure, *args):
+        return self.pool.submit(measure_then_collect, measure, *args)
 
 
 def make_runner(
@@ -52,7 +74,7 @@ def make_runner(
 ) -> ms.runner.RPCRunner:
     """An RPCRunner on the class's `boards` boards with the profile's measurement settings,
     filling the inputs its tasks index with in range (`index_inputs.class_index_bounds`)."""
-    return ms.runner.RPCRunner(
+    runner = ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(
             tracker_host=endpoint.host,
             tracker_port=endpoint.port,
@@ -67,6 +89,7 @@ def make_runner(
         cooldown_sec=measurement.cooldown_ms / 1000.0,
         max_workers=boards,
         initializer=freeze_imports,
-        f_create_session=create_session,
         f_alloc_argument=InRangeArguments(index_bounds),
     )
+    runner.pool = CollectingPool(runner.pool)
+    return runner
