@@ -129,10 +129,14 @@ class RunState:
 
     def out_of_time(self, measuring: int, measured_unrecorded: int) -> bool:
         """Whether a round started now would end past the time limit (`budget.round_fits`), at the
-        run's pace so far (seconds per measured round; rounds overlap). `measuring`: rounds still
+        run's pace so far (seconds per round; rounds overlap). `measuring`: rounds still
         measuring; `measured_unrecorded`: rounds measured whose results MetaSchedule hands over
-        (and `record` counts) only when their task is next chosen."""
-        rounds = self.rounds_measured + measured_unrecorded
+        (and `record` counts) only when their task is next chosen.
+
+        A round still measuring counts toward the pace: it was searched and built in the time
+        elapsed. Left out, one round measured and one measuring at 4.2 s read as 4.2 s a round,
+        and a 10 s limit ended the run two rounds early (a two-worker suite run)."""
+        rounds = self.rounds_measured + measured_unrecorded + measuring
         pace = self.searched_s() / rounds if rounds else None
         return not round_fits(self.searched_s(), self.time_limit_s, pace, measuring)
 

@@ -5,6 +5,7 @@ budget of a 60-task model, and the time limit `edgetune import` suggests for a r
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from edgetune.tune.budget import (
     time_is_the_budget,
 )
 from edgetune.tune.database import ClassDatabasePaths, append_run
+from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
 
 PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
@@ -103,6 +105,19 @@ def test_a_round_starts_only_if_it_ends_within_the_limit():
     assert round_fits(9.0, 10.0, None, 0) and not round_fits(10.5, 10.0, None, 0)  # no round measured yet
     assert round_fits(6.0, 10.0, 2.0, 1)  # ends at 10 s, after the one measuring
     assert not round_fits(6.5, 10.0, 2.0, 1)
+
+
+def test_the_pace_counts_the_round_still_measuring():
+    """One round measured and one measuring 4.2 s in: 2.1 s a round, the next ends at 8.4 s."""
+    ledger = TaskLedger("relu", 1.0, share=8, ceiling=8, history=[], spent=0, rounds=0)
+    state = RunState(device_class="host", task_calls={}, ledgers=[ledger], names=["relu"], run_budget=8,
+                     trials_per_iter=4, early_stop=None, time_limit_s=10.0, rounds_measured=1,
+                     first_round_started=time.monotonic() - 4.2)
+    assert not state.out_of_time(measuring=1, measured_unrecorded=0)
+    state.first_round_started = time.monotonic() - 6.3  # two measured, one measuring: ends at 10.5 s
+    state.rounds_measured = 2
+    assert state.out_of_time(measuring=1, measured_unrecorded=0)
+    assert not state.out_of_time(measuring=0, measured_unrecorded=0)  # nothing in flight: ends at 9.45 s
 
 
 def test_the_suggested_limit_is_a_round_each_at_the_measured_or_default_rate():
