@@ -20,6 +20,7 @@ from edgetune.regress.check import regress
 
 MODEL = "mlp"
 BOARDS = ("fast-1", "fast-2", "slow-1", "slow-2")
+TIMED = {"ok", "slower", "faster"}  # a board measured; which of these is the timing tests' business
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,8 @@ def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
         data[len(data) // 3 : len(data) // 3 + 4096] = bytes(4096)
         library.write_bytes(bytes(data))
         report = regress(deployed, classes=["gw-slow"], models=[MODEL])
-        assert verdicts(report) == {"slow-1": "ok", "slow-2": "load_failed"}
+        found = verdicts(report)
+        assert found["slow-2"] == "load_failed" and found["slow-1"] in TIMED, found
         assert report.exit_code == 1
     finally:
         shutil.copyfile(saved, library)
@@ -113,8 +115,9 @@ def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
 def test_an_unreachable_board_is_reported_while_the_others_are_checked(deployed):
     with link_down(deployed, "slow-1"):  # and back, answering SSH, once the check is done
         report = regress(deployed, classes=["gw-slow"], models=[MODEL])
-    assert verdicts(report) == {"slow-1": "unreachable", "slow-2": "ok"}
-    assert report.exit_code == 2
+    found = verdicts(report)
+    assert found["slow-1"] == "unreachable" and found["slow-2"] in TIMED, found
+    assert report.exit_code == (1 if found["slow-2"] == "slower" else 2)  # a regression outranks the unchecked
 
 
 # Before the slow tests: the retune one tunes gw-fast again under another firmware.
