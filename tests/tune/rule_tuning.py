@@ -8,6 +8,7 @@ import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.models import entry_function, reference_inputs, reference_outputs
 from edgetune.compiler.prepare import apply_database_and_build, count_tuned_tasks
 from edgetune.inventory.schema import Model
@@ -21,6 +22,7 @@ def tune_briefly(tasks: list[ms.ExtractedTask], target: tvm.target.Target, tmp_p
     """A database with TRIALS measured trials of each of `tasks` on this host (random cost
     model); the best record of each is a trace of the rule's schedule."""
     quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
+    load_cpu_intrinsics(target)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         tasks, work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
         strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),

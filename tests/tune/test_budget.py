@@ -28,6 +28,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.target import build_target
 from edgetune.compiler.tasks import class_tasks
 from edgetune.inventory.schema import EarlyStop
@@ -220,6 +221,7 @@ def test_a_task_whose_search_space_ran_out_stops_at_its_first_empty_round(tmp_pa
     data = te.placeholder((4,), "float32", name="data")
     relu = te.compute((4,), lambda i: te.max(data[i], tvm.tirx.const(0.0, "float32")), name="relu")
     host = tvm.target.Target({"kind": "llvm", "num-cores": 1})  # a 4-float ReLU: a handful of schedules
+    load_cpu_intrinsics(host)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     context = ms.TuneContext(
         mod=tvm.IRModule({"main": te.create_prim_func([data, relu])}), target=host, space_generator="post-order-apply",
         search_strategy=ms.search_strategy.EvolutionarySearch(population_size=16, genetic_num_iters=1), task_name="relu",

@@ -12,6 +12,7 @@ from onnx_samples import save, write_separable_block
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.models import load_model
 from edgetune.compiler.prepare import extract_tasks, prepare
 from edgetune.compiler.schedule_rules import convolution, depthwise
@@ -62,6 +63,7 @@ def tasks_by_rule(prepared: tvm.IRModule, target: tvm.target.Target) -> dict[str
 
 
 def design_spaces(task, target: tvm.target.Target) -> list:
+    load_cpu_intrinsics(target)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name=task.task_name)  # fmt: skip
     return context.generate_design_space()

@@ -11,6 +11,7 @@ from onnx_samples import save
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.models import load_model
 from edgetune.compiler.prepack import LAYOUT_FREE
 from edgetune.compiler.prepare import extract_tasks, prepare
@@ -62,6 +63,7 @@ def with_split_reduction_and_rewritten_layout(kernel: tvm.IRModule) -> tvm.IRMod
     *_, channels, kernel_h, kernel_w = sch.get_loops(compute)
     sch.split(channels, [None, 2])
     rewrite = ms.postproc.RewriteLayout()
+    load_cpu_intrinsics(TARGET)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     rewrite._initialize_with_tune_context(ms.TuneContext(mod=kernel, target=TARGET, task_name="transposed"))
     assert rewrite.apply(sch)
     return sch.mod
