@@ -40,9 +40,10 @@ def verdicts(report) -> dict[str, str]:
 
 
 def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
-    """One check here; twenty in a row are the slow-marked test below."""
-    report = regress(deployed, models=[MODEL])
-    assert verdicts(report) == dict.fromkeys(BOARDS, "ok"), [v.to_json() for v in report.verdicts]
+    """One check of a board per class here (a class's second board proves nothing more); twenty
+    of the whole fleet in a row are the slow-marked test below."""
+    report = regress(deployed, boards=["fast-1", "slow-1"], models=[MODEL])
+    assert verdicts(report) == {"fast-1": "ok", "slow-1": "ok"}, [v.to_json() for v in report.verdicts]
     assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
     assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
 
