@@ -1,7 +1,7 @@
 """The board runner on a real tracker and rpc_server (loopback): an exclusive runner hands
 MetaSchedule its batch only once it is measured (boards that share the host's CPUs are not timed
 while the host builds the next batch), the plain runner returns at once; and a worker gives its
-board back as soon as its measurement ends, whatever happened on the way."""
+board back as soon as its measurement ends, also when the tracker first handed it a dead one."""
 
 from __future__ import annotations
 
