@@ -127,16 +127,16 @@ class RunState:
         """Seconds since the first round started (0 before it)."""
         return 0.0 if self.first_round_started is None else time.monotonic() - self.first_round_started
 
-    def out_of_time(self, measuring: int, measured_unrecorded: int) -> bool:
+    def out_of_time(self, in_flight: int, measuring: int) -> bool:
         """Whether a round started now would end past the time limit (`budget.round_fits`), at the
-        run's pace so far (seconds per round; rounds overlap). `measuring`: rounds still
-        measuring; `measured_unrecorded`: rounds measured whose results MetaSchedule hands over
-        (and `record` counts) only when their task is next chosen.
+        run's pace so far (seconds per round; rounds overlap). `in_flight`: rounds handed to the
+        runner and not yet recorded (MetaSchedule hands a round's results over, and `record`
+        counts it, only when its task is next chosen); `measuring`: those of them still measuring.
 
-        A round still measuring counts toward the pace: it was searched and built in the time
-        elapsed. Left out, one round measured and one measuring at 4.2 s read as 4.2 s a round,
-        and a 10 s limit ended the run two rounds early (a two-worker suite run)."""
-        rounds = self.rounds_measured + measured_unrecorded + measuring
+        Every round handed over counts toward the pace, measured or not: it was searched and built
+        in the time elapsed. Counting only measured ones, one round measured and one measuring at
+        4.2 s read as 4.2 s a round, and a 10 s limit ended the run two rounds early."""
+        rounds = self.rounds_measured + in_flight
         pace = self.searched_s() / rounds if rounds else None
         return not round_fits(self.searched_s(), self.time_limit_s, pace, measuring)
 

@@ -57,7 +57,7 @@ class BudgetScheduler(PyTaskScheduler):
         measuring = sum(not all(f.done() for f in tasks[i].runner_futures) for i in in_flight)
         if state.stopped is None:
             state.stopped = stop_requested()
-        if state.stopped is None and state.out_of_time(measuring, len(in_flight) - measuring):
+        if state.stopped is None and state.out_of_time(len(in_flight), measuring):
             state.stopped = f"time limit of {state.time_limit_s:g} s reached: a further round would end past it"
         if state.stopped:
             return None

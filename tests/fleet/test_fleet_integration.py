@@ -28,7 +28,7 @@ from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
 from edgetune.fleet.state import load_fleet_state, load_sim_pids, state_path
 
-from sim_checks import leftovers
+from sim_checks import leftovers, link_down
 from edgetune.fleet.tracker import query_tracker
 from edgetune.inventory import load_fleet
 
@@ -37,10 +37,6 @@ VECTOR = 1 << 16  # 768 kB for the three vectors: in cache, so the CPU quota, no
 
 def statuses(fleet):
     return {status.name: status for status in fleet_status(fleet)}
-
-
-def netns(fleet, board_name: str) -> str:
-    return next(sim.netns for sim in plan_sim(fleet) if sim.board.name == board_name)
 
 
 def test_every_board_is_registered_under_its_class(sim_fleet):
@@ -113,15 +109,11 @@ def test_killed_rpc_server_is_reported_and_only_it_is_restarted(sim_fleet):
 
 
 def test_link_down_is_detected_and_does_not_stop_the_others(sim_fleet):
-    namespace = netns(sim_fleet, "slow-2")
-    subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"], check=True)
-    try:
+    with link_down(sim_fleet, "slow-2"):
         status = statuses(sim_fleet)["slow-2"]
         assert not status.reachable and "no answer within 3 s" in status.error
         result = fleet_up(sim_fleet)
         assert set(result.failed) == {"slow-2"} and set(result.succeeded) == {"fast-1", "fast-2", "slow-1"}
-    finally:
-        subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "up"], check=True)
     assert fleet_up(sim_fleet).ok
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -63,6 +64,29 @@ class Loopback:
                 return
             time.sleep(0.3)
         raise TimeoutError(f"fewer than {count} rpc_servers registered after {timeout_s} s\n{self.logs()}")
+
+    def connect_tracker(self) -> socket.socket:
+        """A raw connection to the tracker, past TVM's handshake (for what TVM's client cannot do)."""
+        from tvm.rpc import base
+
+        connection = socket.create_connection(("127.0.0.1", self.port))
+        connection.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        assert struct.unpack("<i", base.recvall(connection, 4))[0] == base.RPC_TRACKER_MAGIC
+        return connection
+
+    def register_dead_board(self, key: str) -> socket.socket:
+        """Register with the tracker, as a free server of `key`, an address where nothing
+        listens: a board that died before the tracker noticed. The entry lasts while the
+        returned connection does."""
+        from tvm.rpc import base
+
+        port = _free_port()
+        connection = self.connect_tracker()
+        base.sendjson(connection, [base.TrackerCode.UPDATE_INFO, {"key": f"server:{key}", "addr": ("127.0.0.1", port)}])
+        assert base.recvjson(connection) == base.TrackerCode.SUCCESS
+        base.sendjson(connection, [base.TrackerCode.PUT, key, (port, f"{key}:dead"), "127.0.0.1"])
+        assert base.recvjson(connection) == base.TrackerCode.SUCCESS
+        return connection
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}"

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import socket
-import struct
 import time
 
 import tvm
 from tvm import rpc, te
-from tvm.rpc import base
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.fleet.tracker import RpcEndpoint, class_load
@@ -78,22 +75,6 @@ def test_classes_with_a_simulated_board_measure_exclusively_unless_told_otherwis
     assert measures_exclusively(real, "a", TuneOptions(measure_exclusively=True))
 
 
-def _register_dead_board(tracker_port: int, key: str) -> socket.socket:
-    """Register with the tracker, as a free server of `key`, an address where nothing listens: a
-    board that died before the tracker noticed. The entry lasts while the returned connection does."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    connection = socket.create_connection(("127.0.0.1", tracker_port))
-    connection.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-    assert struct.unpack("<i", base.recvall(connection, 4))[0] == base.RPC_TRACKER_MAGIC
-    base.sendjson(connection, [base.TrackerCode.UPDATE_INFO, {"key": f"server:{key}", "addr": ("127.0.0.1", port)}])
-    assert base.recvjson(connection) == base.TrackerCode.SUCCESS
-    base.sendjson(connection, [base.TrackerCode.PUT, key, (port, f"{key}:dead"), "127.0.0.1"])
-    assert base.recvjson(connection) == base.TrackerCode.SUCCESS
-    return connection
-
-
 def _poll(condition, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -115,7 +96,7 @@ def test_a_worker_that_was_handed_a_dead_board_first_gives_the_live_one_back_whe
     runner = make_runner(endpoint, 1, QUICK_MEASUREMENT, {})
     for _ in range(4):
         held = rpc.connect_tracker("127.0.0.1", loopback.port).request("classa", session_timeout=60)
-        dead = _register_dead_board(loopback.port, "classa")  # the only free board, so the worker's first
+        dead = loopback.register_dead_board("classa")  # the only free board, so the worker's first
         try:
             future = runner.run([candidate])[0]
             assert _poll(lambda: class_load(endpoint).pending == 1, 30.0)  # refused by it, it asks again

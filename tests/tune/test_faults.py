@@ -141,12 +141,10 @@ def test_board_dying_mid_run_does_not_stop_its_class(loopback, tmp_path):
     assert "timeout in RPC session" not in (loopback.directory / "a2.log").read_text(), loopback.logs()  # ... without a stall
 
 
-def _vanish_mid_session(tracker_port: int, key: str) -> None:
+def _vanish_mid_session(loopback, key: str) -> None:
     """Take a board from the tracker, open its session and drop the connection with a reset, as
     a host killed mid-measurement or a network drop does (TVM's own client cannot be made to)."""
-    with socket.create_connection(("127.0.0.1", tracker_port)) as tracker:
-        tracker.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-        base.recvall(tracker, 4)
+    with loopback.connect_tracker() as tracker:
         base.sendjson(tracker, [base.TrackerCode.REQUEST, key, "", 1])
         _, (host, port, matchkey) = base.recvjson(tracker)
     board = socket.create_connection((host, port))
@@ -163,7 +161,7 @@ def test_a_board_whose_client_vanished_mid_session_serves_again(loopback):
     process lives on, unregistered); the board's watchdog starts a new one."""
     loopback.start_board("a1", "classa")
     loopback.wait_registered(1)
-    _vanish_mid_session(loopback.port, "classa")
+    _vanish_mid_session(loopback, "classa")
     _wait_for_log(loopback, "a1", "exited unsuccessfully")  # TVM's listening thread has ended
     loopback.wait_registered(1, timeout_s=(MISSING_CHECKS + 2) * CHECK_PERIOD_S + 10)
     session = rpc.connect_tracker("127.0.0.1", loopback.port).request("classa", session_timeout=30)

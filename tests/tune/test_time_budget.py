@@ -113,11 +113,11 @@ def test_the_pace_counts_the_round_still_measuring():
     state = RunState(device_class="host", task_calls={}, ledgers=[ledger], names=["relu"], run_budget=8,
                      trials_per_iter=4, early_stop=None, time_limit_s=10.0, rounds_measured=1,
                      first_round_started=time.monotonic() - 4.2)
-    assert not state.out_of_time(measuring=1, measured_unrecorded=0)
+    assert not state.out_of_time(in_flight=1, measuring=1)
     state.first_round_started = time.monotonic() - 6.3  # two measured, one measuring: ends at 10.5 s
     state.rounds_measured = 2
-    assert state.out_of_time(measuring=1, measured_unrecorded=0)
-    assert not state.out_of_time(measuring=0, measured_unrecorded=0)  # nothing in flight: ends at 9.45 s
+    assert state.out_of_time(in_flight=1, measuring=1)
+    assert not state.out_of_time(in_flight=0, measuring=0)  # nothing in flight: ends at 9.45 s
 
 
 def test_the_suggested_limit_is_a_round_each_at_the_measured_or_default_rate():
