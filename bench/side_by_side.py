@@ -45,7 +45,7 @@ from _benchlib import (
     say,
     write_fleet_yaml,
 )
-from tuned_vs_untuned_vs_ort import CLASS, Built, build, tune
+from tuned_vs_untuned_vs_ort import CLASS, Built, budget_text, build, tune
 
 BOARD_SCRIPT = Path(__file__).with_name("board_side_by_side.py")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -64,6 +64,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials-per-task", type=int, default=4,
                         help="tuning budget per task (default 4; 0: no tuning, only untuned TVM and onnxruntime)")
     parser.add_argument("--trials-per-iter", type=int, default=4, help="trials per task per tuning round (default 4)")
+    parser.add_argument("--time-limit-s", type=float, metavar="S",
+                        help="tune as a new user's fleet does: tuning.time_limit_s S and nothing else set (no trial "
+                             "budget, default rounds); --trials-per-task and --trials-per-iter are then unused")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (default 10)")
     parser.add_argument("--round-ms", type=float, default=200.0,
                         help="each runtime gets at least this long of calls per round (default 200)")
@@ -89,6 +92,8 @@ def parse_args() -> argparse.Namespace:
         parser.error("--ablate-layout compares NCHW rows with their NHWC twins: leave --layout at NCHW")
     if args.threads < 1:
         parser.error(f"--threads is the board's cores: at least 1, got {args.threads}")
+    if args.time_limit_s is not None and args.time_limit_s <= 0:
+        parser.error(f"--time-limit-s is a class run's limit in seconds: above 0, got {args.time_limit_s:g}")
     return args
 
 
@@ -149,9 +154,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     facts = machine_facts()
     specs = model_specs([n.strip() for n in args.models.split(",") if n.strip()], workdir)
     models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout, args.layout)]
-    # Per task: a seeded database's records count against each task's own cap, not a class total.
-    rounds = max(1, -(-args.trials_per_task // args.trials_per_iter))
-    tuning = {"trials_per_task": rounds * args.trials_per_iter, "trials_per_iter": args.trials_per_iter}
+    tuning = tuning_section(args)
     boards = [BoardSpec("sbs-1", CLASS, float(args.threads), 21)]
     profile = PROFILE_AVX512 if args.threads == 1 else threaded_profile(PROFILE_AVX512, args.threads, workdir)
     fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: profile}, boards, models, tuning,
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     board = fleet.boards[0]
     threads = board.threads or fleet.device_class(CLASS).profile.runtime_threads
     rows = []
-    tuning_on = args.trials_per_task > 0
+    tuning_on = args.time_limit_s is not None or args.trials_per_task > 0
     if args.seed_database:
         seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
     with running_fleet(fleet):
@@ -179,6 +182,15 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     if wrong:
         raise SystemExit(f"outputs differ from the reference beyond the tolerance: {'; '.join(wrong)} "
                          f"(results written to {args.results}; their times do not count)")
+
+
+def tuning_section(args: argparse.Namespace) -> dict:
+    """fleet.yaml's `tuning:`: the time limit alone, as a new user's fleet has it, or a trial
+    budget per task (a seeded database's records count against each task's own cap)."""
+    if args.time_limit_s is not None:
+        return {"time_limit_s": args.time_limit_s}
+    rounds = max(1, -(-args.trials_per_task // args.trials_per_iter))
+    return {"trials_per_task": rounds * args.trials_per_iter, "trials_per_iter": args.trials_per_iter}
 
 
 def threaded_profile(source: Path, threads: int, workdir: Path) -> Path:
@@ -276,7 +288,8 @@ def summarize(built: Built, spec: ModelSpec, data: dict) -> dict:
         if num in samples and den in samples:
             ratios[f"{num}/{den}"] = round_ratio(samples[num], samples[den])
     return {
-        "model": built.model.name, "kind": spec.kind + (", convolutions NHWC" if built.model.layout == "NHWC" else ""),
+        "model": built.model.name, "kind": spec.kind + (", convolutions NHWC" if built.layout.startswith("NHWC") else ""),
+        "layout": built.layout,
         "tasks": built.tasks_total, "tasks_tuned": built.tasks_tuned,
         "flops": flops, "stats": stats, "ratios": ratios,
         "gemm_gflops": data["gemm_gflops"], "gemm_n": data["gemm_n"], "versions": data["versions"],
@@ -351,8 +364,8 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
         "board": f"simulated board (network namespace + cgroup, cpu quota {fleet.boards[0].simulated.cpu_quota:g}) "
                  "on this machine",
         "target": profile.target_json(), "threads": threads,
-        "tuning": {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter,
-                   "trials_run": class_result.trials_run if class_result else 0, "minutes": tune_s / 60.0},
+        "tuning": {"budget": budget_text(fleet), "trials_run": class_result.trials_run if class_result else 0,
+                   "minutes": tune_s / 60.0, "stopped": class_result.stopped if class_result else None},
         "timing": {"rounds": args.rounds, "round_ms": args.round_ms,
                    "method": "one python process on the board; time.perf_counter_ns around every call; "
                              "order rotated each round (ABC, BCA, CAB); TVM: vm[entry](*tvm tensors); "
@@ -362,6 +375,13 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
                          "before and after every model's rounds"},
         "rows": rows,
     })
+
+
+def tuning_text(tuning: dict) -> str:
+    """The budget line of a report (older reports name trials per task and per round)."""
+    if "budget" in tuning:
+        return tuning["budget"]
+    return f"{tuning['trials_per_task']} trials per task, {tuning['trials_per_iter']} per round"
 
 
 def with_peak(report: dict) -> dict:
@@ -383,8 +403,9 @@ def markdown(report: dict) -> str:
     lines = [f"# Side by side: {', '.join(LABELS.values())}", "",
              f"{report['date_utc']} UTC; {report['machine']}; {report['machine_end']}. {report['board']}; "
              f"target {report['target']}; {report['threads']} thread(s).", "",
-             f"Tuning: {report['tuning']['trials_per_task']} trials per task, {report['tuning']['trials_per_iter']} "
-             f"per round; {report['tuning']['trials_run']} trials in {report['tuning']['minutes']:.1f} min.",
+             f"Tuning: {tuning_text(report['tuning'])}; {report['tuning']['trials_run']} trials in "
+             f"{report['tuning']['minutes']:.1f} min" + (f" (stopped: {report['tuning']['stopped']})"
+                                                          if report['tuning'].get('stopped') else "") + ".",
              f"Timing: {report['timing']['rounds']} rounds of >= {report['timing']['round_ms']:g} ms per runtime; "
              f"{report['timing']['method']}.",
              f"Peak: {report['peak']['what']}: {report['peak']['gflops']:.1f} GFLOP/s (the fastest call; "
@@ -415,6 +436,7 @@ def markdown(report: dict) -> str:
                      f"{row['trials'] or '-'} | {ms('untuned')} | {ms('tuned')} | {ms('onnxruntime')} | "
                      f"{ratio('untuned/tuned')} | {ratio('onnxruntime/tuned')} | {rate('tuned')} | {rate('onnxruntime')} |")
     lines += ablation_table(report)
+    lines += ["", "Layouts: " + "; ".join(f"{row['model']}: {row['layout']}" for row in report["rows"] if "layout" in row)]
     lines += ["", "Output checks (max |diff|): " + "; ".join(
         f"{row['model']}: " + ", ".join(f"{k} {v:.2g}" for k, v in row["max_abs_diff"].items()) for row in report["rows"])]
     lines += [f"Quantization cost, {row['model']}: relative L2 distance from the float32 model's output on the same input: "

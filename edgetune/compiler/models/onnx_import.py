@@ -158,7 +158,10 @@ def _freeze_inputs(model: Model, proto: onnx.ModelProto) -> onnx.ModelProto:
 def _check_preprocessed(model: Model, original: onnx.ModelProto, preprocessed: onnx.ModelProto) -> None:
     inputs = reference_inputs(model)
     fed = {inp.name: inputs[inp.name] for inp in model.fed_inputs}
-    for expected, got in zip(_run_ort(model, original, inputs), _run_ort(model, preprocessed, fed)):
+    outputs = _run_ort(model, original, inputs)
+    if not _finite(outputs):
+        _refuse_non_finite(model, original, inputs)
+    for expected, got in zip(outputs, _run_ort(model, preprocessed, fed)):
         if not np.allclose(expected, got, rtol=PREPROCESS_RTOL, atol=PREPROCESS_ATOL):
             raise TuneError(
                 f"model {model.name!r}: onnxruntime's constant folding changed the outputs "
@@ -197,6 +200,21 @@ def _frontend_converts(op_type: str) -> bool:
     return True
 
 
+def _finite(outputs: list[np.ndarray]) -> bool:
+    return all(np.all(np.isfinite(out)) for out in outputs if out.dtype.kind == "f")
+
+
+def _refuse_non_finite(model: Model, proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> None:
+    """A model whose output on the reference input holds NaN or inf has nothing to check a
+    build against; name the inputs whose values cause it (finite with zeros there), as an
+    attention mask fed 0-7 does where the model expects 0 or 1."""
+    culprits = [inp.name for inp in model.fed_inputs
+                if _finite(_run_ort(model, proto, {**inputs, inp.name: np.zeros_like(inputs[inp.name])}))]
+    cause = (f"{_value_causes(model, culprits)}: the outputs are finite with zeros there" if culprits
+             else "no single input's values cause it (zeroing each one does not help)")
+    raise TuneError(f"model {model.name!r}: its outputs on the reference input are not finite (NaN or inf); {cause}")
+
+
 def _run_ort(
     model: Model, proto: onnx.ModelProto, inputs: dict[str, np.ndarray], level: ort.GraphOptimizationLevel = DEFINITION_LEVEL
 ) -> list[np.ndarray]:
@@ -226,12 +244,16 @@ def _runs_with_zeros(session: ort.InferenceSession, inputs: dict[str, np.ndarray
 
 
 def _run_failure(model: Model, culprits: list[str], err: Exception) -> str:
-    declared = {inp.name: inp for inp in model.inputs}
     if not culprits:
         return f"onnxruntime cannot run {model.onnx} on the reference input ({err})"
-    causes = "; ".join(
+    return f"{_value_causes(model, culprits)}: onnxruntime fails on them and runs with zeros there ({err})"
+
+
+def _value_causes(model: Model, culprits: list[str]) -> str:
+    """'input 'X' got random values 0-7; declare its range (...)', for each culprit."""
+    declared = {inp.name: inp for inp in model.inputs}
+    return "; ".join(
         f"input '{name}' got {values_description(model, declared[name])}; "
         + ("fix its values in that file" if model.reference_input is not None else "declare its range (values: {range: [low, high]})")
         for name in culprits
     )
-    return f"{causes}: onnxruntime fails on them and runs with zeros there ({err})"
