@@ -5,7 +5,9 @@ run takes at the trial rate measured by earlier runs.
 
 A time budget: `tuning.time_limit_s` with no trial budget set (`time_is_the_budget`). Every task
 gets one round, then each further round goes to the task whose next round is expected to gain
-most (`choose_task`), until the next round would end past the limit (`round_fits`). Without a
+most (`choose_task`), until the next round would end past the limit (`round_fits`); where the
+limit cannot hold a round of `trials_per_iter` for every task, the rounds are smaller
+(`round_within_limit`): a few trials lift a kernel from naive loops, more refine it. Without a
 limit or a trial budget, a task gets DEFAULT_ROUNDS_PER_TASK rounds. `suggest_time_limit` is the
 limit `edgetune import` proposes: a round per task at the measured (or a stated) trial rate.
 """
@@ -208,6 +210,21 @@ def round_fits(elapsed_s: float, limit_s: float | None, round_s: float | None, r
 # The trial rate assumed where no run of the workdir measured one: float tasks on simulated
 # boards measured ~1.5 s per trial (search, builds and measurement together), integer ones more.
 DEFAULT_SECONDS_PER_TRIAL = 2.0
+# The smallest round a time budget deals: the evolutionary search still has a population and
+# the cost model a round to learn from; a limit too short for this round per task leaves tasks
+# untuned, and the plan warns.
+MIN_TIME_ROUND = 4
+
+
+def round_within_limit(trials_per_iter: int, tasks: int, limit_s: float, measured: Throughput | None) -> int:
+    """The round a time budget deals: `trials_per_iter`, or as many trials as the limit holds
+    per task at the measured (or DEFAULT_SECONDS_PER_TRIAL) rate where that is fewer, never
+    under MIN_TIME_ROUND (nor above `trials_per_iter`)."""
+    seconds = measured.seconds_per_trial if measured else DEFAULT_SECONDS_PER_TRIAL
+    per_task = int(limit_s / seconds) // max(tasks, 1)
+    return min(trials_per_iter, max(per_task, MIN_TIME_ROUND))
+
+
 _SUGGESTION_MARGIN = 1.1  # a suggested limit is a tenth over the estimate (rates vary run to run),
 _SUGGESTION_STEP_S = 60  # rounded up to whole minutes
 

@@ -104,10 +104,11 @@ class RunState:
     task_calls: dict[str, dict[str, int]]  # model -> workload hash -> calls
     ledgers: list[TaskLedger]  # per task id in the scheduler
     names: list[str]  # per task id
-    run_budget: int  # trials this run may measure
+    run_budget: int  # trials this run may measure (UNBOUNDED_TRIALS less any borrowed: the time is the budget)
     trials_per_iter: int
     early_stop: EarlyStop | None
     time_limit_s: float | None
+    time_is_the_budget: bool = False  # no trial budget: the time limit ends the run
     best: dict[str, float] = field(default_factory=dict)  # workload hash -> best latency this run
     stopped: str | None = None
     # time_limit_s counts from the first round: the set-up before it (design spaces, the cost
@@ -183,10 +184,11 @@ class RunMonitor(PyMeasureCallback):
         save_cost_model(self.cost_model, self.cost_model_path)
         if self.runner.boards_lost and self.state.stopped is None:
             self.state.stopped = NO_BOARDS
-        busy = class_load(self.runner.endpoint).busy
+        busy, state = class_load(self.runner.endpoint).busy, self.state
         log.info(progress_line(
-            self.state.device_class, self.state.spent, self.state.run_budget, len(self.state.best),
-            len(self.state.ledgers), self.state.estimates(), busy, self.runner.boards,
+            state.device_class, state.spent, None if state.time_is_the_budget else state.run_budget,
+            len(state.best), len(state.ledgers), state.estimates(), busy, self.runner.boards,
+            None if state.time_limit_s is None else (state.searched_s(), state.time_limit_s),
         ))
 
 

@@ -13,9 +13,10 @@ them that way; the per-task `planned` figures are the plan's forecast of it. The
 trials to run at the rate the class's earlier runs measured.
 
 A time budget (`budget.time_is_the_budget`: `time_limit_s` and no trial budget): every task is
-planned one round, as far as the limit holds them at the measured rate; the trials that fit
-after those (`by_gain`) go a round at a time to the task expected to gain most, so the plan
-counts them but gives them to no task.
+planned one round, as far as the limit holds them at the measured rate, the round smaller than
+`trials_per_iter` where the limit cannot hold that for every task (`budget.round_within_limit`);
+the trials that fit after those (`by_gain`) go a round at a time to the task expected to gain
+most, so the plan counts them but gives them to no task.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from edgetune.compiler.tasks import KernelTask, class_task_list
 from edgetune.inventory.fleet_plan import split_budget
 from edgetune.inventory.schema import Fleet, Model, TuningPolicy
 from edgetune.tune.budget import (
+    DEFAULT_SECONDS_PER_TRIAL,
     UNBOUNDED_TRIALS,
     Throughput,
     estimate,
     first_rounds,
     reached_knee,
+    round_within_limit,
     spread_rounds,
     suggest_time_limit,
     time_is_the_budget,
@@ -153,13 +156,14 @@ def plan_class(
     already = [done.get(t.workload_hash, 0) for t in ordered]  # every trial spent counts, even past the cap
     knee = [reached_knee([r.latency_s for r in trials if r.workload_hash == t.workload_hash], policy.early_stop)
             for t in ordered]
+    per_iter = policy.trials_per_iter
     if by_time:
-        budget, rule, planned, by_gain = _time_budget(policy, already, knee, measured)
+        budget, rule, planned, by_gain, per_iter = _time_budget(policy, already, knee, measured)
     else:
         budget, cap, rule = class_budget(policy, device_class, models, fleet.models, len(tasks))
         per_task = policy.task_budget_rule(device_class)[0] == "per_task"
         remaining = sum(max(cap - d, 0) for d in already) if per_task else max(budget - sum(already), 0)
-        planned, by_gain = spread_rounds(already, remaining, policy.trials_per_iter, cap), 0
+        planned, by_gain = spread_rounds(already, remaining, per_iter, cap), 0
     freed = sum(p for p, k in zip(planned, knee) if k)
     task_plans = tuple(
         TaskPlan(t.name, t.workload_hash, t.flops, t.weight, tuple(m for m, _ in t.uses), d, 0 if k else p, k)
@@ -181,7 +185,7 @@ def plan_class(
         by_gain=by_gain,
         time_limit_s=policy.time_limit_s,
         time_is_the_budget=by_time,
-        trials_per_iter=policy.trials_per_iter,
+        trials_per_iter=per_iter,
         max_trials_per_task=policy.max_trials_per_task,
         borrow_from=policy.borrow.get(device_class),
         tasks=task_plans,
@@ -193,21 +197,25 @@ def plan_class(
 
 
 def _time_budget(policy: TuningPolicy, already: list[int], knee: list[bool],
-                 measured: Throughput | None) -> tuple[int, str, list[int], int]:
-    """(budget, rule in words, planned trials per task, trials dealt by expected gain) of a run
-    budgeted by its time: the trials that fit in the limit at the measured rate (a round for
-    each task still gaining where no rate is measured yet: the first run measures it)."""
-    per_iter, limit = policy.trials_per_iter, policy.time_limit_s
+                 measured: Throughput | None) -> tuple[int, str, list[int], int, int]:
+    """(budget, rule in words, planned trials per task, trials dealt by expected gain, the
+    round) of a run budgeted by its time: the trials that fit in the limit at the measured rate
+    (a round for each task still gaining where no rate is measured yet: the first run measures
+    it), in rounds the limit holds for every task (`round_within_limit`)."""
+    limit = policy.time_limit_s
     cap = policy.max_trials_per_task or UNBOUNDED_TRIALS
     gaining = [d for d, k in zip(already, knee) if not k]
+    per_iter = round_within_limit(policy.trials_per_iter, len(gaining), limit, measured)
     fit = int(limit / measured.seconds_per_trial) if measured else sum(first_rounds(gaining, UNBOUNDED_TRIALS, per_iter, cap))
     rounds = iter(first_rounds(gaining, fit, per_iter, cap))
     planned = [0 if k else next(rounds) for k in knee]
     room = sum(max(cap - d - p, 0) for d, p, k in zip(already, planned, knee) if not k)
     by_gain = min(fit - sum(planned), room)
-    rule = (f"time limit of {_seconds(limit)}: a round of {per_iter} per task, then rounds to the tasks "
+    smaller = (f" (not {policy.trials_per_iter}: the limit holds no more for each of {len(gaining)} tasks at "
+               f"{'the measured rate' if measured else f'a stated {DEFAULT_SECONDS_PER_TRIAL:g} s per trial'})" if per_iter < policy.trials_per_iter else "")
+    rule = (f"time limit of {_seconds(limit)}: a round of {per_iter} per task{smaller}, then rounds to the tasks "
             f"expected to gain most until the limit")
-    return sum(already) + sum(planned) + by_gain, rule, planned, by_gain
+    return sum(already) + sum(planned) + by_gain, rule, planned, by_gain, per_iter
 
 
 def _time_estimate(trials: int, measured: Throughput | None, limit_s: float | None, by_time: bool) -> str:

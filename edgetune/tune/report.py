@@ -273,11 +273,16 @@ def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | N
 
 
 def progress_line(
-    device_class: str, trials: int, budget: int, tasks_done: int, tasks: int,
-    estimates: dict[str, float | None], boards_busy: int, boards: int,
+    device_class: str, trials: int, budget: int | None, tasks_done: int, tasks: int,
+    estimates: dict[str, float | None], boards_busy: int, boards: int, time_used: tuple[float, float] | None = None,
 ) -> str:
     """`[class] trials 48/128 this run  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2`:
-    this run's trials against what it may measure (earlier runs' records are not in either)."""
+    this run's trials against what it may measure (earlier runs' records are not in either);
+    `budget` None: the run's time limit is its budget, and `time_used` (seconds used, limit)
+    shows how much of it is gone: `trials 48 this run (95/1800 s)`."""
     best = "  ".join(f"{m} {v * 1e3:.3f} ms" if v is not None else f"{m} -" for m, v in estimates.items())
-    return (f"[{device_class}] trials {trials}/{budget} this run  tasks {tasks_done}/{tasks}  "
+    spent = f"trials {trials}" + (f"/{budget}" if budget is not None else "") + " this run"
+    if time_used is not None:
+        spent += f" ({time_used[0]:.0f}/{time_used[1]:g} s)"
+    return (f"[{device_class}] {spent}  tasks {tasks_done}/{tasks}  "
             f"best est. {best}  boards busy {boards_busy}/{boards}")

@@ -369,9 +369,10 @@ def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[
         ledgers=ledgers,
         names=[t.name for t in selected],
         run_budget=run_budget,
-        trials_per_iter=policy.trials_per_iter,
+        trials_per_iter=plan.trials_per_iter,
         early_stop=policy.early_stop,
         time_limit_s=policy.time_limit_s,
+        time_is_the_budget=plan.time_is_the_budget,
     )
 
 

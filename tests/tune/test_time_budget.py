@@ -21,6 +21,7 @@ from edgetune.compiler.target import build_target
 from edgetune.compiler.tasks import class_tasks
 from edgetune.tune.budget import (
     DEFAULT_SECONDS_PER_TRIAL,
+    MIN_TIME_ROUND,
     TaskLedger,
     Throughput,
     choose_task,
@@ -31,6 +32,7 @@ from edgetune.tune.budget import (
 from edgetune.tune.database import ClassDatabasePaths, append_run
 from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
+from edgetune.tune.report import progress_line
 
 PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
 
@@ -56,12 +58,25 @@ def test_the_plan_gives_a_round_each_then_deals_what_fits_by_expected_gain(tmp_p
     assert "time limit of 600 s (10 min): a round of 16 per task, then rounds to the tasks expected to gain most" in text
 
 
-def test_a_limit_too_short_for_a_round_each_says_which_limit_would_do(tmp_path):
+def test_a_limit_too_short_for_a_round_of_16_each_deals_smaller_rounds_so_every_task_gets_one(tmp_path):
     plan = plan_class(timed_fleet(tmp_path, 100), "a", (mlp(),), tasks_named(10), [], Throughput(100, 100.0, 1, 2))
-    assert [t.planned for t in plan.tasks] == [16] * 6 + [4, 0, 0, 0] and plan.by_gain == 0
-    assert len(plan.uncovered) == 3
-    assert "3 of 10 tasks get no trial within the time limit" in plan.warnings[0]
-    assert "set tuning.time_limit_s to 180 for a round of 16 each" in plan.warnings[0]  # 160 s and a tenth
+    assert plan.trials_per_iter == 10 and [t.planned for t in plan.tasks] == [10] * 10
+    assert not plan.uncovered and not plan.warnings
+    assert "a round of 10 per task (not 16: the limit holds no more for each of 10 tasks at the measured rate)" in plan.format()
+
+
+def test_before_any_rate_is_measured_the_round_fits_the_limit_at_the_stated_rate(tmp_path):
+    plan = plan_class(timed_fleet(tmp_path, 160), "a", (mlp(),), tasks_named(10), [])  # 80 trials at 2 s each
+    assert plan.trials_per_iter == 8 and [t.planned for t in plan.tasks] == [8] * 10
+    assert f"at a stated {DEFAULT_SECONDS_PER_TRIAL:g} s per trial" in plan.format()
+
+
+def test_a_limit_too_short_even_for_the_smallest_round_says_which_limit_would_do(tmp_path):
+    plan = plan_class(timed_fleet(tmp_path, 20), "a", (mlp(),), tasks_named(10), [], Throughput(100, 100.0, 1, 2))
+    assert plan.trials_per_iter == MIN_TIME_ROUND
+    assert [t.planned for t in plan.tasks] == [4] * 5 + [0] * 5 and len(plan.uncovered) == 5
+    assert "5 of 10 tasks get no trial within the time limit" in plan.warnings[0]
+    assert "set tuning.time_limit_s to 60 for a round of 4 each" in plan.warnings[0]  # 40 s and a tenth, whole minutes
 
 
 def test_before_any_rate_is_measured_the_plan_counts_a_round_each_capped(tmp_path):
@@ -179,3 +194,10 @@ def test_import_uses_the_rate_measured_in_the_fleets_workdir(conv_tasks, tmp_pat
     assert f"{tasks} tasks x a round of 8 trials at 3.00 s per trial measured over 400 trials in this workdir" in out
     assert f"#   time_limit_s: {expected.time_limit_s}\n" in out
     assert yaml.safe_load(out)["models"][0]["name"] == "conv"  # the comments keep the entry valid YAML
+
+
+def test_progress_of_a_timed_run_shows_the_time_used_not_a_trial_bound():
+    timed = progress_line("a", 48, None, 5, 9, {"mlp": None}, 0, 1, (95.4, 1800.0))
+    assert timed == "[a] trials 48 this run (95/1800 s)  tasks 5/9  best est. mlp -  boards busy 0/1"
+    counted = progress_line("a", 48, 128, 5, 9, {"mlp": 52e-6}, 1, 2)
+    assert counted == "[a] trials 48/128 this run  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2"
