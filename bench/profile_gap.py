@@ -8,7 +8,7 @@ single-thread fp32 GEMM peak, and the time outside kernels as rows of their own.
 
 --database: a class's tuning database (e.g. of `side_by_side.py --keep-workdir`); without it the
 untuned build is profiled. --layout: the layout the model's convolutions are compiled in (as
-`models[].layout`; side_by_side.py --ablate-layout tunes the NHWC twin in the same database). Runs
+`models[].layout`, auto by default; side_by_side.py --ablate-layout tunes the NHWC twin in the same database). Runs
 in this process on this machine, 1 thread for all (TVM, onnxruntime, OpenBLAS); writes
 bench/results/profile_MODEL[-nhwc].{json,md}. A built artifact on a board of its class is
 profiled by `edgetune profile MODEL --class CLASS` (kernels timed one by one there); this script
@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", required=True,
                         help=", ".join(m.name for m in real_models.MODELS) + f" (NAME{real_models.INT8_SUFFIX}: its int8 model, NHWC)")
     parser.add_argument("--database", type=Path, help="tuning database directory (default: profile untuned)")
-    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW", help="models[].layout (default NCHW)")
+    parser.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto", help="models[].layout (default auto, as fleet.yaml's)")
     parser.add_argument("--calls", type=int, default=30, help="profiled model calls per runtime (default 30)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     return parser.parse_args()
@@ -62,7 +62,7 @@ def main() -> None:
         profile_vm,
         tvm_kernel_kinds,
     )
-    from edgetune.compiler.models import entry_function, load_model, reference_inputs
+    from edgetune.compiler.models import entry_function, import_model, reference_inputs
     from edgetune.compiler.prepare import (
         apply_database_and_build,
         count_tuned_tasks,
@@ -70,7 +70,6 @@ def main() -> None:
     )
     from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
-    from edgetune.inventory.schema import Model, ModelInput
     from edgetune.tune.database import ClassDatabasePaths, open_database
 
     int8 = args.model.endswith(real_models.INT8_SUFFIX)
@@ -78,10 +77,12 @@ def main() -> None:
     path = real_models.fetch(real)
     if int8:  # onnxruntime's QDQ model of it, computed in integers (NHWC), as side_by_side.py times it
         path, args.layout = real_models.quantize(real, path, Path(tempfile.mkdtemp(prefix="edgetune-int8-"))), "NHWC"
-    model = Model(args.model, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs), onnx=path, layout=args.layout,
-                  quantized_weights="integer" if int8 else "keep")
+    model = real.spec(path, args.layout, "integer" if int8 else "keep")
     target = build_target(load_profile(PROFILE_AVX512))
-    prepared = prepare(load_model(model), target)
+    imported = import_model(model)
+    args.layout = imported.layout.layout
+    say(f"{real.name}: layout {imported.layout.line}")
+    prepared = prepare(imported.mod, target)
     database = open_database(ClassDatabasePaths(args.database)) if args.database else ms.database.MemoryDatabase()
     coverage = count_tuned_tasks(prepared, database, target)
     say(f"{real.name}: building the bytecode VM ({coverage.tuned}/{coverage.total} kernels with a record)")

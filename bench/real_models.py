@@ -57,6 +57,14 @@ class RealModel:
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} | ({"values": self.values[n]} if n in self.values else {})
                            for n, s, d in self.inputs]}
 
+    def spec(self, path: Path, layout: str = "auto", quantized_weights: str = "keep"):
+        """The edgetune Model of this model at `path`, as `fleet_entry` declares it."""
+        from edgetune.inventory.schema import Model, ModelInput, ValueRange
+
+        ranges = {n: ValueRange(*v["range"]) for n, v in self.values.items()}
+        inputs = tuple(ModelInput(n, s, d, ranges.get(n)) for n, s, d in self.inputs)
+        return Model(self.name, inputs, onnx=path, layout=layout, quantized_weights=quantized_weights)
+
 
 CALIBRATION = 16  # seeded random inputs onnxruntime's quantizer calibrates on (quantize)
 _RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
@@ -218,14 +226,11 @@ def import_check(model: RealModel, path: Path) -> str:
     from edgetune.compiler.prepare import extract_tasks, prepare
     from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
-    from edgetune.inventory.schema import Model, ModelInput, ValueRange
 
     profile = load_profile(Path(__file__).resolve().parent.parent / "device_profiles" / "x86-avx512.yaml")
     target = build_target(profile)
-    ranges = {n: ValueRange(*v["range"]) for n, v in model.values.items()}
-    spec = Model(model.name, tuple(ModelInput(n, s, d, ranges.get(n)) for n, s, d in model.inputs), onnx=path)
     try:
-        prepared = prepare(load_model(spec), target)
+        prepared = prepare(load_model(model.spec(path, layout="NCHW")), target)
     except Exception as err:  # report, whatever failed
         return f"FAILS: {str(err).splitlines()[0][:300]}"
     return f"imports; {len(extract_tasks(prepared, target))} tuning tasks"

@@ -40,6 +40,13 @@ the slice's loop, and RewriteLayout then pre-packed the weight with the index ma
 the 10 outputs kept: the 6 zero filters overwrote real ones and the tuned model answered wrong
 (TVM 0.27; the toy cnn of bench/ in run-u).
 
+A 1-d convolution with groups 1 (ONNX Conv over one axis, or a 2-d one over a column one pixel
+wide, as jax2tf exports them: Magika's 256 -> 512 channels, kernel 5, over 512 bytes) runs along
+its one dimension, which NCHW makes the image's height: no register tile of a row fits a width
+of 1, and the rule left it to stock MetaSchedule (96 GFLOP/s, 2.4x onnxruntime's time on it,
+bench/README.md). In NHWC it is written as a 2-d convolution over a row one pixel high, the
+reshapes in and out free (a dimension of 1 moves), so the k x k rule takes it.
+
 `layout: auto` (`choose_layout`) picks NHWC where the model's arithmetic lands on those rules
 and NCHW where it would not, from the imported graph alone, so that tuning and building (each
 importing the same model) choose the same layout and the same kernels. The layers NHWC
@@ -47,8 +54,8 @@ changes are the 2-d convolutions and the dense layers it rewrites; a layer count
 rules' when a rule takes its NHWC kernel: depthwise (one filter per channel) and groups-1
 convolutions (pointwise 1x1 and k x k) of float32, their output width with a register tile
 (a divisor from 4 to 8) and their channels a multiple of 4 lanes, and the dense layers above.
-Grouped, transposed (kept NCHW), 1-d and 3-d convolutions and shapes the tiles do not fit gain
-nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs; a
+Grouped, transposed (kept NCHW) and 3-d convolutions, grouped 1-d ones and shapes the tiles do
+not fit gain nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs; a
 model without convolutions stays NCHW (its dense layers alone gain nothing measured here).
 The evidence (bench/README.md; 8 trials per task): NHWC with the rules was
 3.69x NCHW on PP-LCNet, 1.67x on ppocr-cls and 2.26x on mobilenet-mini (depthwise-separable);
@@ -111,14 +118,14 @@ def choose_layout(model: Model, imported: Callable[[], tvm.IRModule]) -> LayoutC
         return LayoutChoice(model.layout, "set in fleet.yaml")
     if model.quantized_weights == "integer":
         return LayoutChoice("NHWC", "quantized_weights: integer computes convolutions in NHWC micro-kernels")
-    return _by_contents(_layers(imported()))
+    return _by_contents(_layers(_rows_along_width(imported())))
 
 
 @dataclass(frozen=True)
 class _Layer:
     """A convolution or dense layer whose layout NHWC changes."""
 
-    kind: str  # depthwise, pointwise, k x k, grouped, transposed, 1-d, 3-d, dense
+    kind: str  # depthwise, pointwise, k x k, one-dimensional, grouped, transposed, 3-d, dense
     flops: int
     scheduled: bool  # an NHWC micro-kernel rule takes its kernel
 
@@ -151,9 +158,9 @@ def _kinds(layers: list[_Layer]) -> str:
     return ", ".join(f"{n} {label}" for label, n in Counter(layer.label for layer in layers).most_common())
 
 
-_RULE_KINDS = ("depthwise", "pointwise", "k x k", "dense")
+_RULE_KINDS = ("depthwise", "pointwise", "k x k", "one-dimensional", "dense")
 _OTHER_CONVOLUTIONS = {"relax.nn.conv2d_transpose": "transposed", "relax.nn.conv1d_transpose": "transposed",
-                       "relax.nn.conv1d": "1-d", "relax.nn.conv3d": "3-d"}  # fmt: skip
+                       "relax.nn.conv1d": "one-dimensional", "relax.nn.conv3d": "3-d"}  # fmt: skip
 
 
 def _layers(mod: tvm.IRModule) -> list[_Layer]:
@@ -197,7 +204,9 @@ def _convolution(call: relax.Call) -> _Layer:
     kernel = dict(zip(str(attrs.kernel_layout), weight))
     channels_in = dict(zip(str(attrs.data_layout), data))["C"]
     groups = int(attrs.groups)
-    if groups == 1:
+    if groups == 1 and kernel["H"] == out_dims["H"] == 1 < kernel["W"]:
+        kind = "one-dimensional"  # as _RowsAlongWidth writes them
+    elif groups == 1:
         kind = "pointwise" if kernel["H"] == kernel["W"] == 1 else "k x k"
     elif groups == channels_in == out_dims["C"] and kernel["I"] == 1:
         kind = "depthwise"
@@ -219,6 +228,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
             relax.transform.DeadCodeElimination(),  # the stacks left unused
             _constants_layout_can_follow,
             _dense_as_pointwise,
+            _rows_along_width,
             relax.transform.ConvertLayout(NHWC_CONVOLUTIONS),
             relax.transform.CanonicalizeBindings(),
         ]
@@ -377,6 +387,62 @@ def _dense_layer(call: relax.Expr) -> tuple[int, np.ndarray] | None:
     return (rows, matrix) if row_tiles(rows) else None  # else not a kernel the rule would take
 
 
+@relax.expr_functor.mutator
+class _RowsAlongWidth(relax.PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        row = _one_dimensional(call)
+        if row is None:
+            return call
+        data, weight = call.args
+        (n, c, length), (o, i, k) = row.data, row.kernel
+        filters = (relax.const(weight.value.numpy().reshape(o, i, 1, k)) if is_constant(weight)
+                   else relax.op.reshape(weight, (o, i, 1, k)))  # fmt: skip
+        out = relax.op.nn.conv2d(
+            relax.op.reshape(data, (n, c, 1, length)), filters,  # the same memory: a dimension of 1 added or moved
+            strides=(1, row.stride), padding=(0, row.padding[0], 0, row.padding[1]), dilation=(1, row.dilation),
+            data_layout="NCHW", kernel_layout="OIHW", out_dtype=str(call.ty.dtype),
+        )
+        return relax.op.reshape(out, static_shape(call))
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A convolution over one dimension: (N, C, length) data, (O, I, k) kernel, its stride,
+    (before, after) padding and dilation along it."""
+
+    data: tuple[int, int, int]
+    kernel: tuple[int, int, int]
+    stride: int
+    padding: tuple[int, int]
+    dilation: int
+
+
+def _one_dimensional(call: relax.Expr) -> _Row | None:
+    """A convolution with groups 1 over one dimension as `_RowsAlongWidth` writes it along an
+    image row: a 1-d one (NCW), or an NCHW 2-d one whose input, kernel and output are one pixel
+    wide with no padding across (as jax2tf exports a 1-d convolution); None for any other."""
+    op = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
+    if op not in ("relax.nn.conv1d", "relax.nn.conv2d") or int(call.attrs.groups) != 1:
+        return None
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+    data, weight, out = static_shape(call.args[0]), static_shape(call.args[1]), static_shape(call)
+    if data is None or weight is None or out is None or str(call.ty.dtype) != "float32":
+        return None
+    padding = tuple(int(p) for p in attrs.padding)
+    if op == "relax.nn.conv1d":
+        if layouts != ("NCW", "OIW", "NCW"):
+            return None
+        return _Row(data, weight, int(attrs.strides[0]), padding, int(attrs.dilation[0]))
+    (n, c, h, w), (o, i, kh, kw), (_, _, out_h, out_w) = data, weight, out
+    top, left, bottom, right = padding
+    if layouts != ("NCHW", "OIHW", "NCHW") or not (w == kw == out_w == 1 and left == right == 0 and out_h > 1):
+        return None
+    return _Row((n, c, h), (o, i, kh), int(attrs.strides[0]), (top, bottom), int(attrs.dilation[0]))
+
+
 _to_relax_min_max = rewrite_with(_MinMaxOperators, "ToRelaxMinMax")
 _constants_layout_can_follow = rewrite_with(_ConstantsLayoutCanFollow, "ConstantsLayoutCanFollow")
 _dense_as_pointwise = rewrite_with(_DenseAsPointwise, "DenseAsPointwise")
+_rows_along_width = rewrite_with(_RowsAlongWidth, "RowsAlongWidth")

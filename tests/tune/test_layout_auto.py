@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tvm
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_quantized_separable, write_separable_block
+from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tests_samples import FAKE_PRIVATE_KEY
 from tvm import relax
 
@@ -20,6 +22,7 @@ from edgetune.cli import main
 from edgetune.compiler.layout import LayoutChoice
 from edgetune.compiler.models import entry_function, import_model
 from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.schedule_rules.convolution import RULE
 from edgetune.compiler.tasks import workload_hash
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import DEFAULT_LAYOUT, Model, ModelInput
@@ -93,6 +96,32 @@ def test_a_depthwise_separable_cnn_is_compiled_nhwc_and_the_reason_counts_its_co
     assert imported.layout == LayoutChoice(
         "NHWC", "the NHWC micro-kernel rules take 3 of 3 convolutions (1 k x k, 1 depthwise, 1 pointwise), 100% of their FLOPs")
     assert conv_layouts(imported.mod) == ["NHWC"] * 3
+
+
+def write_byte_classifier(path: Path, column: bool) -> Path:
+    """A 1-d convolution 8 -> 16 channels, kernel 5, over 64 steps with a ReLU: an ONNX Conv
+    over one axis, or (`column`) a 2-d one over a column one pixel wide, as jax2tf exports it."""
+    shape, kernel = ([1, 8, 64, 1], (16, 8, 5, 1)) if column else ([1, 8, 64], (16, 8, 5))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 0, 2, 0] if column else [2, 2]),
+             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    out = [1, 16, 64, 1] if column else [1, 16, 64]
+    return save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], [weight("w", *kernel)])  # fmt: skip
+
+
+@pytest.mark.parametrize("column", [False, True], ids=["conv-1d", "conv-2d-column"])
+def test_a_one_dimensional_convolution_runs_along_an_image_row_where_the_rule_takes_it(tmp_path, column):
+    path = write_byte_classifier(tmp_path / "bytes.onnx", column)
+    shape = (1, 8, 64, 1) if column else (1, 8, 64)
+    model = Model("bytes", (ModelInput("x", shape),), onnx=path, layout="auto")
+    imported = import_model(model)
+    assert imported.layout.line == (
+        "NHWC: the NHWC micro-kernel rules take 1 of 1 convolutions (1 one-dimensional), 100% of their FLOPs")
+    assert conv_layouts(imported.mod) == ["NHWC"]
+    prepared = prepare(imported.mod, HOST)
+    marked = [t for t in extract_tasks(prepared, HOST) if RULE in t.dispatched[0].script()]
+    assert len(marked) == 1 and marked[0].task_name.startswith("conv2d"), marked  # the ReLU after the reshape back
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(marked, HOST, tmp_path), HOST)
 
 
 def test_a_model_without_convolutions_stays_nchw_and_says_so(tmp_path):
