@@ -1,8 +1,10 @@
 """What the graph rewrites before tuning share (edgetune.compiler.layout, edgetune.compiler.integer):
 reading Relax expressions (calls, constants, static shapes, the value a variable is bound to)
-and turning a Relax expression mutator into a pass."""
+and turning a Relax expression mutator, or a function of a call, into a pass."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import tvm
 from tvm import relax
@@ -35,3 +37,17 @@ def bound_value(mutator: relax.PyExprMutator, expr: relax.Expr) -> relax.Expr:
 def rewrite_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
     """A pass that rewrites every Relax function of a module with `mutator`."""
     return relax.transform.function_pass(lambda func, _mod, _ctx: mutator().visit_expr(func), opt_level=0, name=name)
+
+
+def rewrite_calls(rewrite: Callable[[relax.Call], relax.Expr | None], name: str) -> tvm.transform.Pass:
+    """A pass that replaces each call, its arguments rewritten first, with what `rewrite` makes
+    of it (None: the call stays)."""
+
+    @relax.expr_functor.mutator
+    class _EachCall(relax.PyExprMutator):
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            replaced = rewrite(call) if isinstance(call, relax.Call) else None
+            return call if replaced is None else replaced
+
+    return rewrite_with(_EachCall, name)

@@ -83,6 +83,7 @@ from edgetune.compiler.graph import (
     bound_value,
     is_call,
     is_constant,
+    rewrite_calls,
     rewrite_with,
     static_shape,
 )
@@ -205,7 +206,7 @@ def _convolution(call: relax.Call) -> _Layer:
     channels_in = dict(zip(str(attrs.data_layout), data))["C"]
     groups = int(attrs.groups)
     if groups == 1 and kernel["H"] == out_dims["H"] == 1 < kernel["W"]:
-        kind = "one-dimensional"  # as _RowsAlongWidth writes them
+        kind = "one-dimensional"  # as _rows_along_width writes them
     elif groups == 1:
         kind = "pointwise" if kernel["H"] == kernel["W"] == 1 else "k x k"
     elif groups == channels_in == out_dims["C"] and kernel["I"] == 1:
@@ -227,7 +228,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
             _to_relax_min_max,
             relax.transform.DeadCodeElimination(),  # the stacks left unused
             _constants_layout_can_follow,
-            _dense_as_pointwise,
+            _dense_layers_as_pointwise,
             _rows_along_width,
             relax.transform.ConvertLayout(NHWC_CONVOLUTIONS),
             relax.transform.CanonicalizeBindings(),
@@ -349,25 +350,22 @@ def _as_scalar(constant: relax.Expr, rank: int | None) -> relax.Expr:
     return relax.const(value.reshape(()))
 
 
-@relax.expr_functor.mutator
-class _DenseAsPointwise(relax.PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        dense = _dense_layer(call)
-        if dense is None:
-            return call
-        data = call.args[0]
-        leading = static_shape(data)[:-1]
-        rows, matrix = dense
-        channels_in, channels_out = matrix.shape
-        padded = channels_out if channels_out % MIN_LANES == 0 else -(-channels_out // PADDED_CHANNELS) * PADDED_CHANNELS
-        filters = np.zeros((padded, 1, 1, channels_in), matrix.dtype)
-        filters[:channels_out, 0, 0, :] = matrix.T
-        image = relax.op.reshape(data, (1, 1, rows, channels_in))
-        out = relax.op.nn.conv2d(image, relax.const(filters), data_layout="NHWC", kernel_layout="OHWI")
-        if padded != channels_out:
-            out = relax.op.strided_slice(out, axes=[3], begin=[0], end=[channels_out])
-        return relax.op.reshape(out, (*leading, channels_out))
+def _dense_as_pointwise(call: relax.Call) -> relax.Expr | None:
+    dense = _dense_layer(call)
+    if dense is None:
+        return None
+    data = call.args[0]
+    leading = static_shape(data)[:-1]
+    rows, matrix = dense
+    channels_in, channels_out = matrix.shape
+    padded = channels_out if channels_out % MIN_LANES == 0 else -(-channels_out // PADDED_CHANNELS) * PADDED_CHANNELS
+    filters = np.zeros((padded, 1, 1, channels_in), matrix.dtype)
+    filters[:channels_out, 0, 0, :] = matrix.T
+    image = relax.op.reshape(data, (1, 1, rows, channels_in))
+    out = relax.op.nn.conv2d(image, relax.const(filters), data_layout="NHWC", kernel_layout="OHWI")
+    if padded != channels_out:
+        out = relax.op.strided_slice(out, axes=[3], begin=[0], end=[channels_out])
+    return relax.op.reshape(out, (*leading, channels_out))
 
 
 def _dense_layer(call: relax.Expr) -> tuple[int, np.ndarray] | None:
@@ -387,23 +385,20 @@ def _dense_layer(call: relax.Expr) -> tuple[int, np.ndarray] | None:
     return (rows, matrix) if row_tiles(rows) else None  # else not a kernel the rule would take
 
 
-@relax.expr_functor.mutator
-class _RowsAlongWidth(relax.PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        row = _one_dimensional(call)
-        if row is None:
-            return call
-        data, weight = call.args
-        (n, c, length), (o, i, k) = row.data, row.kernel
-        filters = (relax.const(weight.value.numpy().reshape(o, i, 1, k)) if is_constant(weight)
-                   else relax.op.reshape(weight, (o, i, 1, k)))  # fmt: skip
-        out = relax.op.nn.conv2d(
-            relax.op.reshape(data, (n, c, 1, length)), filters,  # the same memory: a dimension of 1 added or moved
-            strides=(1, row.stride), padding=(0, row.padding[0], 0, row.padding[1]), dilation=(1, row.dilation),
-            data_layout="NCHW", kernel_layout="OIHW", out_dtype=str(call.ty.dtype),
-        )
-        return relax.op.reshape(out, static_shape(call))
+def _row_along_width(call: relax.Call) -> relax.Expr | None:
+    row = _one_dimensional(call)
+    if row is None:
+        return None
+    data, weight = call.args
+    (n, c, length), (o, i, k) = row.data, row.kernel
+    filters = (relax.const(weight.value.numpy().reshape(o, i, 1, k)) if is_constant(weight)
+               else relax.op.reshape(weight, (o, i, 1, k)))  # fmt: skip
+    out = relax.op.nn.conv2d(
+        relax.op.reshape(data, (n, c, 1, length)), filters,  # the same memory: a dimension of 1 added or moved
+        strides=(1, row.stride), padding=(0, row.padding[0], 0, row.padding[1]), dilation=(1, row.dilation),
+        data_layout="NCHW", kernel_layout="OIHW", out_dtype=str(call.ty.dtype),
+    )
+    return relax.op.reshape(out, static_shape(call))
 
 
 @dataclass(frozen=True)
@@ -419,7 +414,7 @@ class _Row:
 
 
 def _one_dimensional(call: relax.Expr) -> _Row | None:
-    """A convolution with groups 1 over one dimension as `_RowsAlongWidth` writes it along an
+    """A convolution with groups 1 over one dimension as `_rows_along_width` writes it along an
     image row: a 1-d one (NCW), or an NCHW 2-d one whose input, kernel and output are one pixel
     wide with no padding across (as jax2tf exports a 1-d convolution); None for any other."""
     op = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
@@ -444,5 +439,5 @@ def _one_dimensional(call: relax.Expr) -> _Row | None:
 
 _to_relax_min_max = rewrite_with(_MinMaxOperators, "ToRelaxMinMax")
 _constants_layout_can_follow = rewrite_with(_ConstantsLayoutCanFollow, "ConstantsLayoutCanFollow")
-_dense_as_pointwise = rewrite_with(_DenseAsPointwise, "DenseAsPointwise")
-_rows_along_width = rewrite_with(_RowsAlongWidth, "RowsAlongWidth")
+_dense_layers_as_pointwise = rewrite_calls(_dense_as_pointwise, "DenseAsPointwise")
+_rows_along_width = rewrite_calls(_row_along_width, "RowsAlongWidth")
