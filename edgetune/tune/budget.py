@@ -176,7 +176,9 @@ def choose_task(
 ) -> int | None:
     """The next task to measure a round of: among tasks with room left in their share, the one
     with the fewest rounds this run (so every task gets a round before any gets a second);
-    once every share is spent, the next round goes to the task expected to gain most from it
+    once every share is spent, the next round goes to a task not measured this run yet (a time
+    budget's plan deals rounds only to the tasks its rate estimate fits; a run faster than that
+    gives the others theirs first), then to the task expected to gain most from it
     (`expected_gain` over its last `window` trials), up to its ceiling. None when there is
     nothing left to give."""
     open_ = [i for i, ledger in enumerate(ledgers) if alive[i] and ledger.stopped is None]
@@ -190,7 +192,7 @@ def choose_task(
     growing = [i for i in open_ if used(i) < ledgers[i].ceiling]
     if budget_left <= 0 or not growing:
         return None
-    chosen = max(growing, key=lambda i: (*expected_gain(ledgers[i], window), -i))
+    chosen = max(growing, key=lambda i: (ledgers[i].rounds == 0, *expected_gain(ledgers[i], window), -i))
     ledgers[chosen].share = used(chosen) + min(per_iter, budget_left)
     return chosen
 

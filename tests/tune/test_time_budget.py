@@ -109,6 +109,14 @@ def test_after_a_round_each_the_next_round_goes_where_it_is_expected_to_gain_mos
     assert choose_task(ledgers, [True] * 3, {}, 1000, 4, 4) == 1
 
 
+def test_a_task_the_plan_dealt_no_round_gets_one_before_any_task_a_second():
+    # the rate of earlier runs fitted rounds for only some tasks; the run went faster than that
+    gaining = TaskLedger("gaining", 1.0, share=4, ceiling=1000, history=[3.0] * 4 + [1.0] * 4, spent=4, rounds=1)
+    not_dealt = TaskLedger("not dealt", 1.0, share=0, ceiling=1000, history=[1.0] * 8)  # flat in earlier runs
+    assert choose_task([gaining, not_dealt], [True, True], {}, 1000, 4, 4) == 1
+    assert not_dealt.share == 4  # a round of its own
+
+
 def test_tasks_too_new_to_tell_go_by_their_weighted_latency():
     light = TaskLedger("light", 1.0, share=4, ceiling=100, history=[1.0] * 4, spent=4, rounds=1)
     heavy = TaskLedger("heavy", 3.0, share=4, ceiling=100, history=[1.0] * 4, spent=4, rounds=1)
