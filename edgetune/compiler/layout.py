@@ -55,13 +55,14 @@ rules' when a rule takes its NHWC kernel: depthwise (one filter per channel) and
 convolutions (pointwise 1x1 and k x k) of float32, their output width with a register tile
 (a divisor from 4 to 8) and their channels a multiple of 4 lanes, and the dense layers above.
 Grouped, transposed (kept NCHW) and 3-d convolutions, grouped 1-d ones and shapes the tiles do
-not fit gain nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs; a
-model without convolutions stays NCHW (its dense layers alone gain nothing measured here).
+not fit gain nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs,
+a model without convolutions included (its dense layers as pointwise kernels).
 The evidence (bench/README.md; 8 trials per task): NHWC with the rules was
 3.69x NCHW on PP-LCNet, 1.67x on ppocr-cls and 2.26x on mobilenet-mini (depthwise-separable);
 YOLOv8n's 3x3 convolutions ran at 8 % of the fp32 peak tuned NCHW and 86 % NHWC with the rule;
 the rules' pointwise and dense kernels reached 83-105 % where stock MetaSchedule reached 15-103 %
-(NHWC) and NCHW's pointwise kernels 15-23 %. Against it: the toy cnn (0.014 GFLOP, a 3x3
+(NHWC) and NCHW's pointwise kernels 15-23 %; a sentence encoder without convolutions
+(MiniLM-L3, 128 tokens: its dense layers) ran 1.37x faster NHWC than NCHW. Against it: the toy cnn (0.014 GFLOP, a 3x3
 convolution carrying 2/3 of its FLOPs) was 0.93x in NHWC, within a transpose's cost of even.
 `quantized_weights: integer` needs NHWC (its integer kernels are NHWC micro-kernels).
 """
@@ -139,12 +140,11 @@ class _Layer:
 def _by_contents(layers: list[_Layer]) -> LayoutChoice:
     if not layers:
         return LayoutChoice("NCHW", "no convolutions and no dense layers that NHWC would change")
-    if all(layer.kind == "dense" for layer in layers):  # NHWC's gains were measured on convolutional models
-        return LayoutChoice("NCHW", "no convolutions (dense layers stay matmuls)")
     scheduled = [layer for layer in layers if layer.scheduled]
     total = sum(layer.flops for layer in layers)
     share = sum(layer.flops for layer in scheduled) / total if total else 0.0
-    nouns = "convolutions and dense layers" if any(layer.kind == "dense" for layer in layers) else "convolutions"
+    dense = {layer.kind == "dense" for layer in layers}
+    nouns = "dense layers" if dense == {True} else "convolutions" if dense == {False} else "convolutions and dense layers"
     counted = f"{len(scheduled)} of {len(layers)} {nouns}"
     if share >= RULES_SHARE:
         return LayoutChoice("NHWC", f"the NHWC micro-kernel rules take {counted} ({_kinds(scheduled)}), "

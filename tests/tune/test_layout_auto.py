@@ -138,11 +138,11 @@ def test_convolutions_no_rule_takes_stay_nchw_with_each_kind_named(tmp_path):
     assert conv_layouts(imported.mod) == ["NCHW", "NCHW"]  # the grouped and the pointwise ones
 
 
-def test_dense_layers_without_convolutions_stay_nchw(tmp_path):
+def test_dense_layers_without_convolutions_are_nhwc_pointwise_kernels(tmp_path):
     model = Model("projection", (ModelInput("x", (1, 8, 32)),), onnx=write_token_projection(tmp_path / "p.onnx"), layout="auto")
     imported = import_model(model)
-    assert imported.layout.line == "NCHW: no convolutions (dense layers stay matmuls)"
-    assert conv_layouts(imported.mod) == []  # the dense layer kept a matmul
+    assert imported.layout.line == "NHWC: the NHWC micro-kernel rules take 1 of 1 dense layers (1 dense), 100% of their FLOPs"
+    assert conv_layouts(imported.mod) == ["NHWC"]  # the dense layer, as a pointwise convolution
 
 
 def test_nhwc_computes_a_dense_layer_as_a_pointwise_convolution(tmp_path):
