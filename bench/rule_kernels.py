@@ -4,7 +4,7 @@ groups 1, pointwise 1x1 and regular KxK (edgetune.compiler.schedule_rules.convol
 depthwise`: the depthwise rule (.depthwise).
 
 How: real models (convolution: PP-LCNet document orientation, PP-OCR's text-direction classifier,
-YOLOv8n, PP-OCR's text detector; depthwise: PP-LCNet) compiled NHWC for the x86-avx512 profile (1 thread); their kernels
+YOLOv8n, PP-OCR's text detector, ddddocr's detector; depthwise: PP-LCNet) compiled NHWC for the x86-avx512 profile (1 thread); their kernels
 that the kind's rule marks, picked by shape. Each kernel is tuned twice on this host with the same
 search settings as the tuner (evolutionary search, rounds of 8, seed 0, fresh XGBoost model,
 LocalRunner): once as `prepare` leaves it (marked for the rule) and once with the mark removed
@@ -111,7 +111,8 @@ def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 KINDS = {
     "convolution": KernelKind(
-        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det", "ppocr-rec"), "HxWxCINxCOUT[kKsS]", _parse_convolution,
+        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det", "ppocr-rec", "ddddocr-det"),
+        "HxWxCINxCOUT[kKsS]", _parse_convolution,
         "14x14x256x256,7x7x256x512,28x28x128x128,56x56x64x64",
         _convolution_shape, _convolution_label,
         lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2]),

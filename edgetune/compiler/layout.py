@@ -34,7 +34,7 @@ leading dimensions; in NHWC it is written as one, so that the pointwise micro-ke
 schedules it. Stock MetaSchedule ran ppocr-rec's 40 x 120 x 6625 classifier at 35 % of the
 fp32 peak. When no vector of MIN_LANES or more divides N (6625 = 5^3 x 53), the weight gets
 zero output channels up to a multiple of PADDED_CHANNELS and the extra outputs are sliced off.
-Only dense layers whose M the rule's row tiles divide are rewritten: stock MetaSchedule, given
+Only dense layers whose M the rule's row tiles fit (more than 3 rows) are rewritten: stock MetaSchedule, given
 such a padded and sliced kernel of one row (a classifier head), computed the convolution under
 the slice's loop, and RewriteLayout then pre-packed the weight with the index map `o % 10` of
 the 10 outputs kept: the 6 zero filters overwrote real ones and the tuned model answered wrong
@@ -52,8 +52,9 @@ and NCHW where it would not, from the imported graph alone, so that tuning and b
 importing the same model) choose the same layout and the same kernels. The layers NHWC
 changes are the 2-d convolutions and the dense layers it rewrites; a layer counts as the
 rules' when a rule takes its NHWC kernel: depthwise (one filter per channel) and groups-1
-convolutions (pointwise 1x1 and k x k) of float32, their output width with a register tile
-(a divisor from 4 to 8) and their channels a multiple of 4 lanes, and the dense layers above.
+convolutions (pointwise 1x1 and k x k) of float32 whose channels are a multiple of 4 lanes and
+whose output width has a register tile (depthwise: a divisor from 4 to 8; groups 1: any width
+over 3, the last tile of a row none divides computing under a predicate), and the dense layers above.
 Grouped, transposed (kept NCHW) and 3-d convolutions, grouped 1-d ones and shapes the tiles do
 not fit gain nothing. NHWC is chosen when the rules' layers carry at least half of those layers' FLOPs,
 a model without convolutions included (its dense layers as pointwise kernels).
@@ -213,7 +214,8 @@ def _convolution(call: relax.Call) -> _Layer:
         kind = "depthwise"
     else:
         kind = "grouped"
-    fits = (kind != "grouped" and str(call.ty.dtype) == "float32" and bool(row_tiles(out_dims["W"]))
+    tiles = row_tiles(out_dims["W"], tail=kind != "depthwise")  # the depthwise rule takes divisors only
+    fits = (kind != "grouped" and str(call.ty.dtype) == "float32" and bool(tiles)
             and out_dims["C"] % MIN_LANES == 0)  # fmt: skip
     return _Layer(kind, 2 * math.prod(out) * kernel["I"] * kernel["H"] * kernel["W"], fits)
 
@@ -382,7 +384,7 @@ def _dense_layer(call: relax.Expr) -> tuple[int, np.ndarray] | None:
     if {str(data.ty.dtype), str(matrix.dtype)} != {"float32"}:
         return None  # the micro-kernel rules are float32 only
     rows = math.prod(leading)
-    return (rows, matrix) if row_tiles(rows) else None  # else not a kernel the rule would take
+    return (rows, matrix) if row_tiles(rows, tail=True) else None  # else not a kernel the rule would take
 
 
 def _row_along_width(call: relax.Call) -> relax.Expr | None:

@@ -9,6 +9,8 @@ import re
 import numpy as np
 import pytest
 import tvm
+from hypothesis import given
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx_samples import save, write_separable_block
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
@@ -17,6 +19,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.models import load_model
 from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.schedule_rules.common import MAX_ROWS, MIN_ROWS, row_tiles
 from edgetune.compiler.schedule_rules.convolution import RULE
 from edgetune.inventory.schema import Model, ModelInput
 
@@ -35,10 +38,10 @@ def marked_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> tuple[lis
     return marked, [t for t in tasks if "conv2d" in t.task_name and t not in marked]
 
 
-def convolutions(tmp_path, channels_in: int, *layers: tuple[int, int, int], group: int = 1) -> Model:
-    """Convolutions of a 16x16 image, each (channels out, kernel size, stride), one after the
-    other with a ReLU between them, padded to keep the image size at stride 1."""
-    rng, nodes, weights, channels, size, current = np.random.default_rng(0), [], [], channels_in, 16, "x"
+def convolutions(tmp_path, channels_in: int, *layers: tuple[int, int, int], group: int = 1, size: int = 16) -> Model:
+    """Convolutions of a `size` x `size` image, each (channels out, kernel size, stride), one
+    after the other with a ReLU between them, padded to keep the image size at stride 1."""
+    rng, nodes, weights, channels, current, image = np.random.default_rng(0), [], [], channels_in, "x", size
     for index, (channels_out, kernel, stride) in enumerate(layers):
         weight = rng.standard_normal((channels_out, channels // group, kernel, kernel)) / np.sqrt(channels * kernel**2)
         weights.append(numpy_helper.from_array(weight.astype("float32"), f"w{index}"))
@@ -47,9 +50,9 @@ def convolutions(tmp_path, channels_in: int, *layers: tuple[int, int, int], grou
                   helper.make_node("Relu", [f"conv{index}"], [f"y{index}"])]  # fmt: skip
         channels, size, current = channels_out, size // stride, f"y{index}"
     path = save(tmp_path / "convolutions.onnx", nodes,
-                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels_in, 16, 16])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels_in, image, image])],
                 [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, channels, size, size])], weights)  # fmt: skip
-    return Model("convolutions", (ModelInput("x", (1, channels_in, 16, 16)),), onnx=path, layout="NHWC")
+    return Model("convolutions", (ModelInput("x", (1, channels_in, image, image)),), onnx=path, layout="NHWC")
 
 
 def test_the_stem_and_the_pointwise_convolution_of_a_separable_block_are_marked_not_the_depthwise(tmp_path):
@@ -156,6 +159,35 @@ def test_a_model_tuned_with_the_rule_answers_what_onnxruntime_answers(tmp_path):
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)
 
 
+def test_a_row_no_tile_divides_is_tiled_with_its_last_tile_under_a_predicate(tmp_path):
+    model = convolutions(tmp_path, 8, (16, 3, 1), (16, 1, 1), size=13)  # 13 = 2 tiles of 7, one pixel idle
+    prepared = prepare(load_model(model), HOST)
+    tasks, other_convolutions = marked_tasks(prepared, HOST)
+    assert len(tasks) == 2 and not other_convolutions
+    for task in tasks:
+        for sch in design_spaces(task, HOST):
+            loops = sch.get_loops(sch.get_sblock("conv2d_nhwc"))
+            assert int(sch.get(loops[-4]).extent) == 7  # the tile's pixels, unrolled
+            assert "T.where" in sch.mod.script()  # the predicate of the last tile
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, HOST, tmp_path), HOST, tuned_tasks=2)
+
+
+@given(st.integers(1, 100_000))
+def test_every_row_over_three_pixels_gets_tiles_that_leave_the_fewest_pixels_idle(width):
+    counts = range(MIN_ROWS, MAX_ROWS + 1)
+    divisors = [rows for rows in counts if width % rows == 0]
+    assert row_tiles(width) == divisors  # the depthwise and integer rules take only these
+    tiles = row_tiles(width, tail=True)
+    if width < MIN_ROWS:
+        assert tiles == []
+        return
+    assert tiles and set(tiles) <= set(counts)
+    if divisors:
+        assert tiles == divisors
+    idle = {rows: -width % rows for rows in counts}  # pixels of the last tile past the row's end
+    assert {idle[rows] for rows in tiles} == {min(idle.values())} and min(idle.values()) < MIN_ROWS
+
+
 def dense_layers(tmp_path, tokens: int = 10) -> Model:
     """Two dense layers of `tokens` rows, as a text recogniser's head has them: MatMul 24 -> 37
     (no vector divides 37) + bias, ReLU, MatMul 37 -> 32."""
@@ -179,8 +211,9 @@ def test_dense_layers_are_pointwise_kernels_of_the_rule_their_odd_outputs_padded
             assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 16
 
 
-def test_dense_layers_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_path):
-    model = dense_layers(tmp_path)
+@pytest.mark.parametrize("tokens", [10, 13])  # 13 rows: tiles of 7, the last under a predicate
+def test_dense_layers_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_path, tokens):
+    model = dense_layers(tmp_path, tokens)
     prepared = prepare(load_model(model), HOST)
     tasks, _ = marked_tasks(prepared, HOST)
     assert len(tasks) == 2

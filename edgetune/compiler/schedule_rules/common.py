@@ -155,10 +155,19 @@ def channel_lanes(channels: int, register_lanes: int) -> int | None:
     return next((lanes for lanes in widths if lanes >= MIN_LANES and channels % lanes == 0), None)
 
 
-def row_tiles(width: int) -> list[int]:
+def row_tiles(width: int, tail: bool = False) -> list[int]:
     """Pixel counts of a register tile: divisors of the image width from MIN_ROWS to MAX_ROWS.
-    Narrower images (the 1x1 maps of squeeze-excitation blocks) are left to the stock rules."""
-    return [rows for rows in range(MIN_ROWS, MAX_ROWS + 1) if width % rows == 0]
+    With `tail`, a wider row that none divides (13, 26) gets the counts that leave the fewest
+    pixels of its last tile idle, that tile computing under a predicate (the convolution rule's:
+    a 26-pixel row in tiles of 7 ran as fast per FLOP as a 52-pixel one in tiles of 4,
+    bench/README.md). Narrower images (the 1x1 maps of squeeze-excitation blocks) are left to
+    the stock rules."""
+    candidates = range(MIN_ROWS, MAX_ROWS + 1)
+    divisors = [rows for rows in candidates if width % rows == 0]
+    if divisors or not tail or width <= MAX_ROWS:
+        return divisors
+    idle = {rows: -width % rows for rows in candidates}
+    return [rows for rows in candidates if idle[rows] == min(idle.values())]
 
 
 def top_blocks(sch: s_tir.Schedule) -> list[s_tir.SBlockRV]:

@@ -74,7 +74,8 @@ def _convolution(sch: s_tir.Schedule, unit: VectorUnit, params: list) -> s_tir.S
 def _fits_tiles(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     """A float32 NHWC convolution with groups 1, OHWI weights (any kernel size, stride and
     padding), whose output channels a vector of the unit's width (or a half or a quarter of it)
-    divides and whose image rows the tiles divide."""
+    divides and whose image rows the tiles fit (the last one under a predicate where none divides
+    them: `row_tiles`)."""
     shapes = convolution_shapes(block)
     if shapes is None:
         return False
@@ -82,7 +83,7 @@ def _fits_tiles(block: tvm.s_tir.SBlock, unit: VectorUnit) -> bool:
     batch, _, width, channels_out = out_shape
     if data_shape[0] != batch or (weight_shape[0], weight_shape[3]) != (channels_out, data_shape[3]):
         return False  # not groups 1 (a depthwise weight has 1 input channel per group)
-    return bool(row_tiles(width)) and channel_lanes(channels_out, unit.lanes) is not None
+    return bool(row_tiles(width, tail=True)) and channel_lanes(channels_out, unit.lanes) is not None
 
 
 def is_input_padding(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> bool:
@@ -105,12 +106,12 @@ class RegisterTile:
 
 def register_tiles(width: int, channels_out: int, unit: VectorUnit) -> list[RegisterTile]:
     """The register tiles of the widest vectors that divide the output channels
-    (`channel_lanes`) that divide the image row and the output channels and fit the registers,
+    (`channel_lanes`) that tile the image row (`row_tiles`) and divide the output channels and fit the registers,
     largest first (none smaller than half the largest). A tile spans at most MAX_TILE_CHANNELS
     output channels."""
     lanes = channel_lanes(channels_out, unit.lanes)
     vectors = [v for v in range(1, MAX_TILE_CHANNELS // lanes + 1) if channels_out % (v * lanes) == 0]
-    tiles = [RegisterTile(r, v) for r in row_tiles(width) for v in vectors]
+    tiles = [RegisterTile(r, v) for r in row_tiles(width, tail=True) for v in vectors]
     fitting = [t for t in tiles if t.registers() <= unit.registers]
     largest = max(t.rows * t.vectors for t in fitting)
     return sorted((t for t in fitting if 2 * t.rows * t.vectors >= largest), key=lambda t: -t.rows * t.vectors)
