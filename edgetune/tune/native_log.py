@@ -8,6 +8,9 @@ initializer ...` for every initializer its constant folding leaves unused. While
 `native_warnings_to(path)` is open, descriptor 2 is a pipe: a thread passes every line on to
 the console, except those warnings (and the indented lines that continue one), which it
 appends to `path`. Their errors, Python's output and everything else reach the console as before.
+Leaving the block waits until the router has passed on every line written inside it, not
+until the pipe closes: a build or measurement worker started inside keeps the pipe open for as
+long as it lives.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ _TVM_WARNING = re.compile(rb"^\[\d\d:\d\d:\d\d\] \S+:\d+: Warning: ")
 # `\x1b[0;93m2026-12-02 02:21:30.04 [W:onnxruntime:, graph.cc:5809 ...] ...` (verbose, info, warning)
 _ORT_WARNING = re.compile(rb"\[[VIW]:onnxruntime:")
 _ROUTER_EXIT_S = 2.0
+_DRAINED = b"\x00edgetune: native log drained\n"  # written last in the block: the router has read it all
 
 
 def _is_native_warning(line: bytes) -> bool:
@@ -42,7 +46,9 @@ def native_warnings_to(path: Path) -> Iterator[None]:
     sys.stderr.flush()
     console = os.dup(2)
     read_end, write_end = os.pipe()
-    router = threading.Thread(target=_route, args=(read_end, os.dup(console), log), name="native-warnings", daemon=True)
+    drained = threading.Event()
+    router = threading.Thread(target=_route, args=(read_end, os.dup(console), log, drained), name="native-warnings",
+                              daemon=True)
     router.start()
     os.dup2(write_end, 2)
     os.close(write_end)
@@ -50,17 +56,23 @@ def native_warnings_to(path: Path) -> Iterator[None]:
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(console, 2)  # the pipe's last write end here: the router reads to its end
+        os.write(2, _DRAINED)
+        os.dup2(console, 2)
         os.close(console)
-        # A child that outlives the block (a build worker) keeps the pipe open; the router
-        # then goes on passing its lines along until it exits.
-        router.join(_ROUTER_EXIT_S)
+        # A child that outlives the block keeps the pipe open; the router goes on passing its
+        # lines along until the last one exits.
+        drained.wait(_ROUTER_EXIT_S)
 
 
-def _route(read_end: int, console: int, log: BinaryIO) -> None:
+def _route(read_end: int, console: int, log: BinaryIO, drained: threading.Event) -> None:
     with open(read_end, "rb") as pipe, open(console, "wb") as out, log:
         continuing = False
         for line in pipe:
+            if line.endswith(_DRAINED):  # after a child's unfinished line, if there was one
+                line = line[: -len(_DRAINED)]
+                drained.set()
+                if not line:
+                    continue
             continuing = _is_native_warning(line) or (continuing and line[:1] in (b" ", b"\t"))
             _write(log if continuing else out, line)
 

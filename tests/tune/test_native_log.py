@@ -5,7 +5,9 @@ file; Python's own lines and native errors stay on the console."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -64,3 +66,24 @@ def test_native_warnings_go_to_the_log_and_the_rest_to_the_console(tmp_path, cap
     # the warning's indented continuation line went with it
     assert "\n  s_tir.meta_schedule.cpu.meta_schedule.pool_max" in logged and "pool_max\n" not in console
     assert "progress" not in logged and "native error" not in logged
+
+
+def test_leaving_the_block_waits_for_its_lines_not_for_a_child_that_outlives_it(tmp_path, capfd):
+    """A build or measurement worker started in a tuning run keeps the pipe open after the run
+    (its pool is closed later, or never): the run ends once its own lines are passed on."""
+    with native_warnings_to(tmp_path / "native.log"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        for n in range(5000):
+            os.write(2, b"line %d of the run\n" % n)
+        started = time.monotonic()
+    try:
+        left_after_s = time.monotonic() - started
+        assert child.poll() is None  # still holding the pipe
+    finally:
+        child.kill()
+        child.wait()
+    console = capfd.readouterr().err
+    assert all(f"line {n} of the run\n" in console for n in range(5000))
+    # It waited for the pipe's end before (2 s, its bound), for a child like this one in every
+    # class run; a thread's wake-up is milliseconds.
+    assert left_after_s < 1.0, left_after_s
