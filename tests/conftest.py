@@ -3,7 +3,8 @@ tracker and an rpc_server per board) for the whole test session, torn down at th
 
 Two device classes, two boards each: `gw-fast` (x86-64-v3 profile: AVX2, a full core) and
 `gw-slow` (x86-64-v2 profile, half a core: twice as slow, and a lower quota would only make
-every agent call, server start and timing sample there take longer). Each concurrent test
+every agent call, server start and timing sample there take longer). The profiles are the
+repository's, timing builds and regress checks in shorter samples (quick_profiles.py). Each concurrent test
 session takes its own slot (bridge `etune-tN`, subnet 10.231.(9+N).0/24, tracker port
 9290+10N, artifact server port 8470+N) under a lock file, so two developers' runs on one
 machine never collide.
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from fleet_marker import starts_fleet
+from quick_profiles import quick_profiles
 from sim_checks import running
 from worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
 
@@ -43,8 +45,8 @@ ssh:
   connect_timeout_s: 3
   command_timeout_s: 60
 device_classes:
-  - {{name: gw-fast, profile: {repo}/device_profiles/x86-64-v3.yaml}}
-  - {{name: gw-slow, profile: {repo}/device_profiles/x86-64-v2.yaml}}
+  - {{name: gw-fast, profile: {profiles}/x86-64-v3.yaml}}
+  - {{name: gw-slow, profile: {profiles}/x86-64-v2.yaml}}
 boards:
   - {{name: fast-1, address: 10.231.{subnet}.11, device_class: gw-fast, python: {python}, workdir: work/boards/fast-1, simulated: {{cpu_quota: 1.0}}}}
   - {{name: fast-2, address: 10.231.{subnet}.12, device_class: gw-fast, python: {python}, workdir: work/boards/fast-2, simulated: {{cpu_quota: 1.0}}}}
@@ -102,7 +104,7 @@ def write_fleet_yaml(directory: Path, slot: int) -> Path:
     path.write_text(
         FLEET_YAML.format(
             slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, deploy_port=8470 + slot,
-            repo=REPO, python=sys.executable,
+            profiles=quick_profiles(directory / "device_profiles"), python=sys.executable,
         )
     )
     return path

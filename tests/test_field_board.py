@@ -23,6 +23,7 @@ from artifact_server import RunningServer
 from board_image import board_image, image_without
 from deploy_support import republish
 from netns_hosts import add_bridge, keygen, remove_bridge, start_host, stop_host
+from quick_profiles import quick_profiles
 
 from edgetune.fleet.agent_bundle import agent_argv, agent_bundle, agent_root, bundle_path
 from edgetune.fleet.ssh import BoardSession, fingerprint
@@ -43,7 +44,7 @@ ssh:
   connect_timeout_s: 5
   command_timeout_s: 120
 device_classes:
-  - {{name: field-x86, profile: {repo}/device_profiles/x86-64-v3.yaml}}
+  - {{name: field-x86, profile: {profiles}/x86-64-v3.yaml}}
 boards:
   - name: field-1
     address: {net}.31
@@ -93,8 +94,9 @@ def field(sim_slot, tmp_path_factory):
         host = start_host("field-1", f"edgetune-field-t{sim_slot}", f"{net}.31", 24, root / "board-sshd",
                           (root / "keys" / "operator_ed25519.pub").read_text(), bridge=bridge)  # fmt: skip
         (root / "fleet.yaml").write_text(FLEET_YAML.format(
-            slot=sim_slot, net=net, port=9295 + 10 * sim_slot, port_end=9299 + 10 * sim_slot, repo=REPO,
-            python=image / "bin" / "python", board_dir=root / "board-fs", deploy_port=8490 + sim_slot))  # fmt: skip
+            slot=sim_slot, net=net, port=9295 + 10 * sim_slot, port_end=9299 + 10 * sim_slot,
+            profiles=quick_profiles(root / "device_profiles", ("x86-64-v3",)), python=image / "bin" / "python",
+            board_dir=root / "board-fs", deploy_port=8490 + sim_slot))  # fmt: skip
         made = fingerprint(paramiko.PKey.from_path(host.host_key))  # as read off the board's console
         assert main(["fleet", "trust", "field-1", "--fingerprint", made, "-f", str(root / "fleet.yaml")]) == 0
         yield Field(load_fleet(root / "fleet.yaml"), host, image)
