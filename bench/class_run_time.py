@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "tune"))  # Loopback boards and small fleets of the tuning tests
 
 from fleets import V3, make_fleet, mlp
-from loopback_boards import Loopback
+from loopback_boards import class_boards
 
 import edgetune
 from edgetune.tune.tuner import TuneOptions, tune_fleet
@@ -38,25 +38,18 @@ def main() -> None:
     parser.add_argument("--boards", type=int, default=1)
     args = parser.parse_args()
     tuned_s, again_s = [], []
-    with tempfile.TemporaryDirectory(prefix="edgetune-class-run-") as scratch:
-        boards = Loopback(Path(scratch))
-        try:
-            for index in range(args.boards):
-                boards.start_board(f"a-{index}", "classa")
-            boards.wait_registered(args.boards)
-            for run in range(args.runs):
-                workdir = Path(tempfile.mkdtemp(prefix=f"run-{run}-", dir=scratch))
-                fleet = make_fleet(workdir, boards.port, {"classa": V3}, {"classa": args.boards}, (mlp(),),
-                                   args.trials, 8, args.trials)
-                for into in (tuned_s, again_s):
-                    started = time.monotonic()
-                    result = tune_fleet(fleet, TuneOptions())
-                    into.append(time.monotonic() - started)
-                    assert result.ok, [c.error for c in result.classes]
-                print(f"run {run + 1}: {tuned_s[-1]:.2f} s for {args.trials} trials, {again_s[-1]:.2f} s again",
-                      flush=True)
-        finally:
-            boards.close()
+    with (tempfile.TemporaryDirectory(prefix="edgetune-class-run-") as scratch,
+          class_boards(Path(scratch), "classa", args.boards) as boards):
+        for run in range(args.runs):
+            workdir = Path(tempfile.mkdtemp(prefix=f"run-{run}-", dir=scratch))
+            fleet = make_fleet(workdir, boards.port, {"classa": V3}, {"classa": args.boards}, (mlp(),),
+                               args.trials, 8, args.trials)
+            for into in (tuned_s, again_s):
+                started = time.monotonic()
+                result = tune_fleet(fleet, TuneOptions())
+                into.append(time.monotonic() - started)
+                assert result.ok, [c.error for c in result.classes]
+            print(f"run {run + 1}: {tuned_s[-1]:.2f} s for {args.trials} trials, {again_s[-1]:.2f} s again", flush=True)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown CPU")
     print(f"\nedgetune from {Path(edgetune.__file__).parent.parent}; {cpu}, {os.cpu_count()} cores, "

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "tune"))  # Loopback boards and small fleets of the tuning tests
 
 from fleets import V3, make_fleet, mlp
-from loopback_boards import Loopback
+from loopback_boards import Loopback, class_boards
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.inventory.schema import RayCompute
@@ -99,24 +99,18 @@ def workers_of(config: str) -> int:
 def main() -> None:
     args = parse_args()
     samples = {config: Samples() for config in CONFIGS}
-    with tempfile.TemporaryDirectory(prefix="edgetune-scale-out-") as scratch:
-        boards = Loopback(Path(scratch))
-        try:
-            for index in range(args.boards):
-                boards.start_board(f"a-{index}", "classa")
-            boards.wait_registered(args.boards)
-            with compute_for("local") as compute:  # the first run in a process pays TVM's imports: not counted
-                tune_once(compute, boards, args, Path(tempfile.mkdtemp(prefix="warm-up-", dir=scratch)))
-            for round_index in range(args.rounds):
-                order = CONFIGS if round_index % 2 == 0 else tuple(reversed(CONFIGS))
-                for config in order:
-                    with compute_for(config) as compute:
-                        workdir = Path(tempfile.mkdtemp(prefix=f"{config}-", dir=scratch))
-                        wall, trials, split = tune_once(compute, boards, args, workdir)
-                    print(f"round {round_index + 1} {config}: {trials} trials in {wall:.1f} s", flush=True)
-                    record(samples[config], wall, trials, split)
-        finally:
-            boards.close()
+    with (tempfile.TemporaryDirectory(prefix="edgetune-scale-out-") as scratch,
+          class_boards(Path(scratch), "classa", args.boards) as boards):
+        with compute_for("local") as compute:  # the first run in a process pays TVM's imports: not counted
+            tune_once(compute, boards, args, Path(tempfile.mkdtemp(prefix="warm-up-", dir=scratch)))
+        for round_index in range(args.rounds):
+            order = CONFIGS if round_index % 2 == 0 else tuple(reversed(CONFIGS))
+            for config in order:
+                with compute_for(config) as compute:
+                    workdir = Path(tempfile.mkdtemp(prefix=f"{config}-", dir=scratch))
+                    wall, trials, split = tune_once(compute, boards, args, workdir)
+                print(f"round {round_index + 1} {config}: {trials} trials in {wall:.1f} s", flush=True)
+                record(samples[config], wall, trials, split)
     report(args, samples)
 
 

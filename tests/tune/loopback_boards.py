@@ -10,6 +10,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -98,6 +100,20 @@ class Loopback:
     def close(self) -> None:
         for process in [*self.servers.values(), self.tracker]:
             _kill_group(process)
+
+
+@contextmanager
+def class_boards(directory: Path, key: str, count: int) -> Iterator[Loopback]:
+    """A loopback tracker with `count` boards of the class `key` registered (`key-0`, ...),
+    all stopped on leaving."""
+    boards = Loopback(directory)
+    try:
+        for index in range(count):
+            boards.start_board(f"{key}-{index}", key)
+        boards.wait_registered(count)
+        yield boards
+    finally:
+        boards.close()
 
 
 def _kill_group(process: subprocess.Popen) -> None:
