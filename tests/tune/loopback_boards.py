@@ -42,19 +42,22 @@ class Loopback:
                                                "--port", str(self.port), "--port-end", str(self.port + 1)])
         _wait_port(self.port)
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "w")
         return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=None if env is None else {**os.environ, **env})
 
     def start_board(self, name: str, key: str) -> None:
         """The rpc_server `fleet up` runs on a board (board_rpc_server), on a port of its own: two
         started at once on TVM's default range both bind 9090 (SO_REUSEADDR) and the second dies
-        at listen() with EADDRINUSE."""
+        at listen() with EADDRINUSE. With one runtime thread, as `fleet up` starts it for the
+        small fleets' profiles (`runtime_threads` 1): with TVM's default of a thread per host core,
+        every candidate with a parallel loop paid ~5 us to wake the second one."""
         port = _free_port()
         self.servers[name] = self._spawn(name, [
             "edgetune.fleet.board_rpc_server", "--tracker", f"127.0.0.1:{self.port}", "--key", key,
-            "--host", "127.0.0.1", "--custom-addr", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)])
+            "--host", "127.0.0.1", "--custom-addr", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+            env={"TVM_NUM_THREADS": "1"})
 
     def wait_registered(self, count: int, timeout_s: float = 60.0) -> None:
         """Wait until `count` rpc_servers are registered with the tracker; say why not."""
