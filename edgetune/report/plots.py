@@ -34,7 +34,8 @@ def curve_png(title: str, summary: dict) -> str:
 
 def _curve_png(title: str, summary: dict) -> str:
     curve = [CurvePoint(int(t), float(s)) for t, s in summary.get("curve") or []]
-    early = [EarlyPoint(int(t), float(s), int(n)) for t, s, n in summary.get("early_curve") or []]
+    early = [EarlyPoint(int(p[0]), float(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0)  # 3 before untuned times
+             for p in summary.get("early_curve") or []]
     knee = summary.get("knee")
     knee_point = CurvePoint(int(knee["trials"]), float(knee["latency_s"])) if knee else None
     return _data_uri(curve_figure(title, curve, knee_point, early))

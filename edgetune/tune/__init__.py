@@ -10,7 +10,8 @@ Modules, one role each:
   builds of candidates on the host), `runner` (the RPCRunner on the class's boards, with
   `index_inputs` for kernels that index with a runtime input), `scheduler` (which task measures
   next), `monitor` (progress, cost model, stop), `borrow` (seeding from a donor class),
-  `native_log` (TVM's and onnxruntime's console warnings to the run's log);
+  `untuned` (each kernel's time without a schedule, where the curve starts), `native_log`
+  (TVM's and onnxruntime's console warnings to the run's log);
 - `database`, `report`: the class databases, and the reports computed from them;
 - `on_ray`: the class runs and candidate builds on a Ray cluster (`compute: {ray: ...}`), the
   one place that imports Ray.

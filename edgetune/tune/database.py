@@ -8,6 +8,9 @@ Layout under `<fleet.workdir>/databases/<class>/`:
 - `cost_model.tar`: the class's XGBoost cost model, saved after every batch;
 - `runs.jsonl`: one line per run that measured trials (schema_version, trials, seconds,
   boards), from which the plan tells how long the next run takes;
+- `untuned.jsonl`: one line per kernel, its time without a schedule on the class's boards
+  (schema_version, workload_hash, seconds; None where that measurement failed), from which the
+  tuning curve starts (`untuned.py`);
 - `logs/`: MetaSchedule's per-task logs.
 
 TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
@@ -32,7 +35,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -45,7 +48,9 @@ from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
 
 RUNS_VERSION = 1
+UNTUNED_VERSION = 1
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class ClassDatabasePaths:
     @property
     def runs(self) -> Path:
         return self.directory / "runs.jsonl"
+
+    @property
+    def untuned(self) -> Path:
+        return self.directory / "untuned.jsonl"
 
     @property
     def logs(self) -> Path:
@@ -215,21 +224,45 @@ def throughput(paths: ClassDatabasePaths) -> Throughput | None:
     """The trial rate of the class's logged runs; None before any run measured a trial. A
     line that is not a run of this version (torn by a crash, edited, written by a newer
     edgetune) is skipped: the rate is an estimate, and the next run logs a good line."""
-    runs = [r for r in _run_lines(paths.runs) if r.trials > 0 and r.seconds > 0]
+    runs = [r for r in _lines(paths.runs, RunLine) if r.trials > 0 and r.seconds > 0]
     if not runs:
         return None
     return Throughput(sum(r.trials for r in runs), sum(r.seconds for r in runs), len(runs), runs[-1].boards)
 
 
-def _run_lines(path: Path) -> list[RunLine]:
+@dataclass(frozen=True)
+class UntunedLine:
+    """One line of `untuned.jsonl`: a kernel's time without a schedule (None: its measurement
+    failed, and it is not measured again)."""
+
+    workload_hash: str
+    seconds: float | None = rule(minimum=0)
+    schema_version: int = rule(UNTUNED_VERSION, allowed=(UNTUNED_VERSION,))
+
+
+def append_untuned(paths: ClassDatabasePaths, times: dict[str, float | None]) -> None:
+    """Record kernels' untuned times, a line each (a torn last line is skipped when read)."""
+    with open(paths.untuned, "a") as log:
+        for workload_hash, seconds in times.items():
+            log.write(json.dumps({"schema_version": UNTUNED_VERSION, "workload_hash": workload_hash,
+                                  "seconds": seconds}) + "\n")
+
+
+def untuned_times(paths: ClassDatabasePaths) -> dict[str, float | None]:
+    """Each kernel's recorded untuned time by workload hash (the latest line of a kernel wins);
+    a line that is not one of this version is skipped, as in `throughput`."""
+    return {line.workload_hash: line.seconds for line in _lines(paths.untuned, UntunedLine)}
+
+
+def _lines(path: Path, cls: type[T]) -> list[T]:
     if not path.exists():
         return []
-    return [run for run in map(_run_line, path.read_bytes().split(b"\n")) if run is not None]
+    return [line for line in (_line(cls, raw) for raw in path.read_bytes().split(b"\n")) if line is not None]
 
 
-def _run_line(line: bytes) -> RunLine | None:
+def _line(cls: type[T], raw: bytes) -> T | None:
     try:
-        return decode(RunLine, json.loads(line))
+        return decode(cls, json.loads(raw))
     except (ValueError, SchemaError):
         return None
 

@@ -5,9 +5,9 @@ Everything is computed from the class database (the trials in the order they wer
 so a report is the same whether the trials came from one run or several resumed ones.
 The model latency estimate is the sum over its kernels of calls x best measured latency;
 it exists once every kernel of the model has a measured schedule. Before that, the early curve
-(`early_curve`) counts each kernel not measured yet at its first measured latency, the time of the
-first schedule the search found for it (the database holds no untuned time per kernel): the
-curve starts at the first trial, its early part marked as such.
+(`early_curve`) counts each kernel not measured yet at its untuned time (measured on the boards
+at the class run's start, `untuned.py`), or, where that measurement failed, at its first
+measured latency: the curve starts at trial 0, the untuned model, its early part marked as such.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Iterator, Mapping
 
 import matplotlib
@@ -43,8 +44,9 @@ class CurvePoint:
 @dataclass(frozen=True)
 class EarlyPoint:
     trials: int
-    latency_s: float  # with the kernels not measured yet at their first measured latency
+    latency_s: float  # with the kernels not measured yet at their untuned (or first measured) latency
     stand_ins: int  # how many kernels were not measured yet
+    untuned: int = 0  # how many of those count at their untuned time
 
 
 @dataclass(frozen=True)
@@ -69,21 +71,35 @@ def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRec
             for spent, best in _best_after_each_trial(calls, trials) if len(best) == len(calls)]
 
 
-def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[EarlyPoint]:
-    """The estimate after each trial before every kernel of the model was measured, each kernel
-    not measured yet counted at its first measured latency; kernels never measured are left out."""
+def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord],
+                untuned: Mapping[str, float | None] = MappingProxyType({})) -> list[EarlyPoint]:
+    """The estimate before every kernel of the model was measured: at trial 0 when every kernel
+    has an untuned time, then after each trial. A kernel not measured yet counts at its untuned
+    time, or without one at its first measured latency; kernels with neither are left out."""
     calls = _model_calls(tasks, model)
-    first: dict[str, float] = {}
+    at_untuned = {h: s for h, s in untuned.items() if h in calls and s is not None}
+    stand_in = dict(at_untuned)
     for trial in trials:
         if trial.workload_hash in calls and trial.latency_s is not None:
-            first.setdefault(trial.workload_hash, trial.latency_s)
+            stand_in.setdefault(trial.workload_hash, trial.latency_s)
     curve = []
+    if len(at_untuned) == len(calls):
+        curve.append(EarlyPoint(0, sum(calls[h] * at_untuned[h] for h in calls), len(calls), len(calls)))
     for spent, best in _best_after_each_trial(calls, trials):
         if len(best) == len(calls):
             break
-        known = {h: best.get(h, first[h]) for h in first}
-        curve.append(EarlyPoint(spent, sum(calls[h] * known[h] for h in known), len(first) - len(best)))
+        waiting = [h for h in stand_in if h not in best]
+        latency = sum(calls[h] * best.get(h, stand_in[h]) for h in stand_in)
+        curve.append(EarlyPoint(spent, latency, len(waiting), sum(h in at_untuned for h in waiting)))
     return curve
+
+
+def untuned_latency(tasks: tuple[KernelTask, ...], model: str, untuned: Mapping[str, float | None]) -> float | None:
+    """The model at every kernel's untuned time; None unless each has one."""
+    calls = _model_calls(tasks, model)
+    if any(untuned.get(h) is None for h in calls):
+        return None
+    return sum(calls[h] * untuned[h] for h in calls)
 
 
 def _model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
@@ -157,13 +173,15 @@ def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecor
 
 
 def write_model_report(
-    directory: Path, model: str, tasks: tuple[KernelTask, ...], trials: list[TrialRecord], run: RunInfo
+    directory: Path, model: str, tasks: tuple[KernelTask, ...], trials: list[TrialRecord], run: RunInfo,
+    untuned: Mapping[str, float | None] = MappingProxyType({}),
 ) -> Path:
-    """Write table.txt, curve.png and summary.json for one model; return the summary path."""
+    """Write table.txt, curve.png and summary.json for one model; return the summary path.
+    `untuned`: the kernels' untuned times by workload hash (`database.untuned_times`)."""
     directory.mkdir(parents=True, exist_ok=True)
     rows = task_rows(tasks, model, trials, run.task_stops)
     curve = model_curve(tasks, model, trials)
-    early = early_curve(tasks, model, trials)
+    early = early_curve(tasks, model, trials, untuned)
     summary_path = directory / "summary.json"
     previous = read_summary(summary_path) if summary_path.exists() else {}
     knee_point = knee(curve)
@@ -180,9 +198,10 @@ def write_model_report(
         "tasks_total": len(rows),
         "tasks_tuned": sum(1 for r in rows if r["best_latency_s"] is not None),
         "estimated_latency_s": curve[-1].latency_s if curve else None,
+        "untuned_latency_s": untuned_latency(tasks, model, untuned),
         "tasks": rows,
         "curve": [[p.trials, p.latency_s] for p in curve],
-        "early_curve": [[p.trials, p.latency_s, p.stand_ins] for p in early],
+        "early_curve": [[p.trials, p.latency_s, p.stand_ins, p.untuned] for p in early],
         "knee": {"trials": knee_point.trials, "latency_s": knee_point.latency_s} if knee_point else None,
         "trials_to_within_10pct": trials_to_within(curve),
         "borrowed_from": run.borrowed_from or previous.get("borrowed_from"),  # kept by later runs
@@ -248,14 +267,13 @@ def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: Curv
 
 
 def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | None, early: list[EarlyPoint]):
-    """The tuning curve: the early part (kernels not measured yet at their first measured
-    latency) dashed, the whole-model estimate solid, the knee marked."""
+    """The tuning curve: the early part (kernels not measured yet at their untuned or first
+    measured latency) dashed, the whole-model estimate solid, the knee marked."""
     figure, axes = plt.subplots(figsize=(6, 4))
     if early:
         xs = [p.trials for p in early] + ([curve[0].trials] if curve else [])
         ys = [p.latency_s * 1e3 for p in early] + ([curve[0].latency_s * 1e3] if curve else [])
-        axes.plot(xs, ys, drawstyle="steps-post", linestyle="--", color="tab:gray",
-                  label="kernels not measured yet at their first measured time")
+        axes.plot(xs, ys, drawstyle="steps-post", linestyle="--", color="tab:gray", label=_early_label(early))
     if curve:
         axes.plot([p.trials for p in curve], [p.latency_s * 1e3 for p in curve], drawstyle="steps-post")
     if knee_point:
@@ -270,6 +288,14 @@ def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | N
         axes.legend(loc="lower left", fontsize="small")  # the curve falls from the upper left
     figure.tight_layout()
     return figure
+
+
+def _early_label(early: list[EarlyPoint]) -> str:
+    if all(p.untuned == p.stand_ins for p in early):
+        return "kernels not measured yet at their untuned time"
+    if any(p.untuned for p in early):
+        return "kernels not measured yet at their untuned (or first measured) time"
+    return "kernels not measured yet at their first measured time"
 
 
 def progress_line(

@@ -1,7 +1,8 @@
 """Tune every selected device class: its models' deduplicated kernels, measured on its boards.
 
 Per class (in its own process, so classes tune concurrently and a crash stays in its class):
-extract the tasks, plan the budget (resume: trials already in the database count), seed the
+extract the tasks, plan the budget (resume: trials already in the database count), measure the
+untuned time of each kernel not yet measured so (where the tuning curve starts), seed the
 search from a donor class where the inventory allows borrowing (the borrowed trials count
 against their tasks' shares and train the cost model), then run MetaSchedule's tuning loop
 under edgetune's budget scheduler (`scheduler.py`) with the evolutionary search, the XGBoost
@@ -49,6 +50,7 @@ from edgetune.tune.database import (
     locked_database,
     read_trials,
     throughput,
+    untuned_times,
 )
 from edgetune.tune.index_inputs import IndexBounds, class_index_bounds, index_notes
 from edgetune.tune.monitor import (
@@ -72,6 +74,7 @@ from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
 from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
+from edgetune.tune.untuned import measure_untuned
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +250,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, target, paths, options.search, plan.trials_per_iter)
             cost_model = _cost_model(paths, options.search)
+            measure_untuned(device_class, {t.workload_hash: tasks.extracted[t.workload_hash] for t in selected},
+                            target, builder, runner, paths)
             donor = plan.borrow_from if options.borrow else None
             seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
             borrowed = sum(seeded.values())
@@ -422,8 +427,9 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
         task_stops=task_stops,
     )
     directory = Workdir(fleet.workdir).reports(device_class)
+    untuned = untuned_times(paths)
     return tuple(
-        str(write_model_report(directory / model, model, tasks.tasks, trials, run))
+        str(write_model_report(directory / model, model, tasks.tasks, trials, run, untuned))
         for model in plan.models
     )
 

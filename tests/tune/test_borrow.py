@@ -18,7 +18,7 @@ from fleets import V2, V3, make_fleet, mlp
 from loopback_boards import Loopback
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.tune.database import ClassDatabasePaths, read_trials
+from edgetune.tune.database import ClassDatabasePaths, read_trials, untuned_times
 from edgetune.tune.monitor import load_cost_model
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
@@ -60,6 +60,11 @@ def _measurements_on_board(fleet, board: str) -> int:
     return (fleet.workdir / f"{board}.log").read_text().count("load_module")
 
 
+def _untuned(fleet, device_class: str) -> int:
+    """Kernels the class measured untuned (once each, before its first round)."""
+    return len(untuned_times(ClassDatabasePaths.of(fleet.workdir, device_class)))
+
+
 def _summary(result) -> dict:
     return json.loads(open(result.summaries[0]).read())
 
@@ -76,9 +81,11 @@ def test_borrower_starts_from_the_donors_best_schedules_measured_on_its_own_boar
         assert trace in [t for t, _ in donor_runs]  # one of classa's schedules,
         assert run_secs not in [s for _, s in donor_runs]  # measured again,
         assert target["mcpu"] == V2["mcpu"] and max(run_secs) < 1.0  # for classb, successfully
-    # ... on classb's board: it ran every classb trial, classa's board none of them
-    assert _measurements_on_board(fleet, "classb") == results["classb"].trials_run
-    assert _measurements_on_board(fleet, "classa") == results["classa"].trials_run == len(donor)
+    # ... on classb's board: it ran every classb trial (and measured each kernel untuned before
+    # them), classa's board none of them
+    assert _measurements_on_board(fleet, "classb") == results["classb"].trials_run + _untuned(fleet, "classb")
+    assert _measurements_on_board(fleet, "classa") == results["classa"].trials_run + _untuned(fleet, "classa")
+    assert results["classa"].trials_run == len(donor)
 
 
 def test_borrowed_trials_count_against_the_budget_and_a_rerun_spends_none(borrowing):

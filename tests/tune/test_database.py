@@ -12,6 +12,7 @@ import pytest
 
 from edgetune.errors import TuneError
 from edgetune.tune.database import (
+    append_untuned,
     ClassDatabasePaths,
     exclusive,
     locked_database,
@@ -19,6 +20,7 @@ from edgetune.tune.database import (
     read_trials,
     repair_lines,
     snapshot,
+    untuned_times,
 )
 
 RECORD = json.dumps([0, [[[], []], [1e-5, 2e-5], {"kind": "llvm"}, []]])
@@ -161,3 +163,14 @@ def test_snapshot_of_a_growing_database_never_points_past_its_workloads(tmp_path
         tuner.kill()
         tuner.wait()
     assert taken > 1
+
+
+def test_untuned_times_are_read_back_the_latest_per_kernel_and_a_bad_line_is_skipped(tmp_path):
+    paths = ClassDatabasePaths(tmp_path)
+    append_untuned(paths, {"a": 2.5e-3, "b": None})
+    append_untuned(paths, {"b": 4e-3})  # measured again after a failure: the latest line wins
+    with paths.untuned.open("a") as file:
+        file.write('{"schema_version": 2, "workload_hash": "c", "seconds": 1.0}\n')  # a newer edgetune's
+        file.write('{"schema_version": 1, "workload_hash": "d", "seconds": -1}\n')  # not a time
+        file.write('{"schema_version": 1, "workload_hash": "e", "sec')  # torn by a crash
+    assert untuned_times(paths) == {"a": 2.5e-3, "b": 4e-3}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import cloudpickle
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
@@ -21,7 +22,7 @@ from tvm.script import tirx as T
 import edgetune.tune.runner
 from edgetune.fleet.tracker import RpcEndpoint
 from edgetune.inventory.schema import Model, ModelInput
-from edgetune.tune.database import ClassDatabasePaths, read_trials
+from edgetune.tune.database import ClassDatabasePaths, read_trials, untuned_times
 from edgetune.tune.index_inputs import ZEROS, InRangeArguments, index_bounds, signature
 from edgetune.tune.monitor import BoardGuardRunner
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
@@ -115,38 +116,48 @@ def test_a_model_that_gathers_by_an_input_tunes_every_task_without_losing_a_boar
 
 @dataclass(frozen=True)
 class CrashingOnce:
-    """`f_alloc_argument` that, the first time it allocates for a kernel that indexes with an
-    input (once over all measurement workers: `marker` is created exclusively), points that input
-    far outside the table: the candidate then reads unmapped memory and its session dies of SIGSEGV."""
+    """`f_alloc_argument` that, the `nth` time it allocates for a kernel that indexes with an
+    input (counted over all measurement workers: `marker`.N files are created exclusively),
+    points that input far outside the table: the candidate then reads unmapped memory and its
+    session dies of SIGSEGV."""
 
     in_range: InRangeArguments
     marker: str
+    nth: int
 
     def __call__(self, session, device, args_info, alloc_repeat):
         repeated = self.in_range(session, device, args_info, alloc_repeat)
         bounds = self.in_range.bounds.get(signature(args_info))
-        if bounds is not None and self._first_time():
+        if bounds is not None and self._count() == self.nth:
             for args in repeated:
                 for tensor, bound in zip(args, bounds):
                     if bound is not None:
                         tensor.copyfrom(np.full(tensor.shape, WILD_INDEX, str(tensor.dtype)))
         return repeated
 
-    def _first_time(self) -> bool:
-        try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            return False
-        return True
+    def _count(self) -> int:
+        """This allocation's number (1, 2, ...)."""
+        count = 1
+        while True:
+            try:
+                os.close(os.open(f"{self.marker}.{count}", os.O_CREAT | os.O_EXCL))
+                return count
+            except FileExistsError:
+                count += 1
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the measurement workers cannot import tests
 
 
-def test_a_candidate_that_crashes_its_session_costs_one_trial_and_the_run_spends_its_budget(loopback, tmp_path, monkeypatch):
+@pytest.mark.parametrize("crash_at", ["untuned", "trial"])
+def test_a_candidate_that_crashes_its_session_costs_one_trial_and_the_run_spends_its_budget(
+        loopback, tmp_path, monkeypatch, crash_at):
+    """The gather kernel is measured first untuned (before the first round), then in trials: a
+    crash there costs its untuned time, a crash in a trial that trial; the run goes on either way."""
     fleet, paths = _one_board_fleet(loopback, tmp_path, trials=BUDGET)
-    marker = str(tmp_path / "crashed")
-    monkeypatch.setattr(edgetune.tune.runner, "InRangeArguments", lambda bounds: CrashingOnce(InRangeArguments(bounds), marker))
+    nth = 1 if crash_at == "untuned" else 2
+    monkeypatch.setattr(edgetune.tune.runner, "InRangeArguments",
+                        lambda bounds: CrashingOnce(InRangeArguments(bounds), str(tmp_path / "allocated"), nth))
     tuned = tune_class(fleet, "classa", TuneOptions(search=SEARCH))  # in this process: the hook stays in place
     board_log = (loopback.directory / "a1.log").read_text()
     assert "exited unsuccessfully with error code -11" in board_log  # a real segfault of the session
@@ -154,8 +165,15 @@ def test_a_candidate_that_crashes_its_session_costs_one_trial_and_the_run_spends
     assert tuned.ok and tuned.stopped is None, tuned
     trials = read_trials(paths)
     assert len(trials) == tuned.trials_run == BUDGET  # the run went on to spend its budget
-    assert sum(t.latency_s is None for t in trials) == 1  # the crash cost one trial
     assert len({t.workload_hash for t in trials}) == 3
+    untuned = untuned_times(paths)
+    assert len(untuned) == 3
+    if crash_at == "untuned":
+        assert [seconds is None for seconds in untuned.values()].count(True) == 1  # the gather's
+        assert all(t.latency_s is not None for t in trials)
+    else:
+        assert all(seconds is not None for seconds in untuned.values())
+        assert sum(t.latency_s is None for t in trials) == 1  # the crash cost one trial
 
 
 def test_a_class_whose_boards_do_not_come_back_fails_its_batch_after_the_grace_period(loopback):

@@ -35,7 +35,7 @@ from edgetune.compiler.prepare import (
 )
 from edgetune.compiler.target import build_target
 from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
-from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials
+from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, untuned_times
 from edgetune.tune.native_log import NATIVE_LOG
 from edgetune.tune.tuner import TuneOptions, tune_fleet
 
@@ -95,6 +95,28 @@ def test_reports_are_written(tuned):
             assert summary["trials"] > 0 and summary["tasks_tuned"] == summary["tasks_total"]
             assert summary["curve"] and summary["estimated_latency_s"] > 0
             assert (fleet.workdir / "reports" / result.device_class / summary["model"] / "curve.png").exists()
+
+
+def test_each_kernel_was_measured_untuned_once_and_the_curve_starts_there(tuned):
+    """Before its first round a class run measures each kernel built without a schedule; the
+    re-run measured none again; tuned, each model beats its untuned estimate (mlp's first layer
+    by far: the small conv net's kernels are within a few tenths of a microsecond either way),
+    and the report's curve starts at trial 0 with the untuned model."""
+    fleet, first, _, _ = tuned
+    for result in first.classes:
+        paths = ClassDatabasePaths.of(fleet.workdir, result.device_class)
+        untuned = untuned_times(paths)
+        assert set(untuned) == {t.workload_hash for t in read_trials(paths)}  # every kernel of the class
+        assert all(seconds is not None and seconds > 0 for seconds in untuned.values()), untuned
+        assert len(paths.untuned.read_text().splitlines()) == len(untuned)  # once: the second run added none
+        for path in result.summaries:
+            summary = json.loads(open(path).read())
+            kernels = len(summary["tasks"])
+            assert summary["early_curve"][0] == [0, summary["untuned_latency_s"], kernels, kernels]
+            assert summary["estimated_latency_s"] < summary["untuned_latency_s"]
+            if summary["model"] == "mlp":  # its first layer: ~150 us untuned, a few us tuned
+                heaviest = max(summary["tasks"], key=lambda row: row["flops"])
+                assert heaviest["best_latency_s"] < untuned[heaviest["workload_hash"]] / 2, heaviest
 
 
 def test_tuned_build_is_faster_than_untuned(tuned):
