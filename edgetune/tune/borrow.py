@@ -12,13 +12,13 @@ schedules become the parents of the first round, ranked by a cost model that has
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, open_database, snapshot
+from edgetune.tune.runner import build_and_measure
 
 log = logging.getLogger(__name__)
 
@@ -78,30 +78,9 @@ def _replay(mod: tvm.IRModule, trace: tvm.s_tir.schedule.Trace) -> tvm.s_tir.Sch
 def _measure(schedules, target, builder, runner) -> list[list[float]]:
     """Build the schedules on the host and run them on the class's boards; a schedule that
     fails to build or run gets FAILED_RUN_SECS (and its error is logged)."""
-    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
-    inputs = [
-        ms.runner.RunnerInput(
-            result.artifact_path,
-            device_type=_device_type(target),
-            args_info=ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
-        )
-        for sch, result in zip(schedules, built)
-        if result.error_msg is None
-    ]
-    futures = iter(runner.run(inputs))
     run_secs = []
-    for result in built:
-        measured = next(futures).result() if result.error_msg is None else None
-        error = result.error_msg or measured.error_msg
-        if error:
-            log.warning("a borrowed schedule failed here: %s", error.strip().splitlines()[-1])
-        run_secs.append(FAILED_RUN_SECS if error else [float(s) for s in measured.run_secs])
-        if result.artifact_path:
-            shutil.rmtree(Path(result.artifact_path).parent, ignore_errors=True)
+    for measured in build_and_measure([sch.mod for sch in schedules], target, builder, runner):
+        if measured.error:
+            log.warning("a borrowed schedule failed here: %s", measured.error.strip().splitlines()[-1])
+        run_secs.append(measured.run_secs or FAILED_RUN_SECS)
     return run_secs
-
-
-def _device_type(target: tvm.target.Target) -> str:
-    """The device the runner opens on the board ("cpu" for llvm); TVM's runtime does not
-    accept the target kind's name ("llvm") as a device any more."""
-    return tvm.runtime.device(target.get_target_device_type()).type

@@ -82,9 +82,8 @@ def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRec
     for trial in trials:
         if trial.workload_hash in calls and trial.latency_s is not None:
             stand_in.setdefault(trial.workload_hash, trial.latency_s)
-    curve = []
-    if len(at_untuned) == len(calls):
-        curve.append(EarlyPoint(0, sum(calls[h] * at_untuned[h] for h in calls), len(calls), len(calls)))
+    start = untuned_latency(tasks, model, untuned)
+    curve = [] if start is None else [EarlyPoint(0, start, len(calls), len(calls))]
     for spent, best in _best_after_each_trial(calls, trials):
         if len(best) == len(calls):
             break

@@ -11,9 +11,13 @@ gather or an embedding lookup is measured instead of crashing the board's sessio
 from __future__ import annotations
 
 import gc
+import shutil
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.support.popen_pool import PopenPoolExecutor
 
@@ -93,3 +97,44 @@ def make_runner(
     )
     runner.pool = CollectingPool(runner.pool)
     return runner
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One module measured outside the tuning loop: its run_secs, or why it has none."""
+
+    run_secs: list[float] | None
+    error: str | None
+
+
+def build_and_measure(mods: Sequence[tvm.IRModule], target: tvm.target.Target, builder: ms.builder.Builder,
+                      runner: ms.runner.Runner) -> list[Measured]:
+    """Build modules with the run's builder and measure them in one batch with its runner,
+    outside the tuning loop (borrowed schedules, untuned kernels), in order. A module that fails
+    to build or run comes back with its error, never raised; the builds' files are removed."""
+    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods])
+    try:
+        futures = iter(runner.run([
+            ms.runner.RunnerInput(result.artifact_path, device_type=_device_type(target),
+                                  args_info=ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True))
+            for mod, result in zip(mods, built) if result.error_msg is None
+        ]))
+        return [_measured(result.error_msg, None if result.error_msg else next(futures).result()) for result in built]
+    finally:
+        for result in built:  # each candidate has a directory of its own (SharedLibraryExport)
+            if result.artifact_path:
+                shutil.rmtree(Path(result.artifact_path).parent, ignore_errors=True)
+
+
+def _measured(build_error: str | None, result: ms.runner.RunnerResult | None) -> Measured:
+    if build_error:
+        return Measured(None, build_error)
+    if result.error_msg or not result.run_secs:
+        return Measured(None, result.error_msg or "no timing returned")
+    return Measured([float(s) for s in result.run_secs], None)
+
+
+def _device_type(target: tvm.target.Target) -> str:
+    """The device the runner opens on the board ("cpu" for llvm); TVM's runtime does not
+    accept the target kind's name ("llvm") as a device any more."""
+    return tvm.runtime.device(target.get_target_device_type()).type

@@ -13,20 +13,16 @@ tried again: the curve then counts it at its first measured time, as before any 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from collections.abc import Mapping
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderInput
-from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from edgetune.tune.database import ClassDatabasePaths, append_untuned, untuned_times
+from edgetune.tune.runner import build_and_measure
 
 log = logging.getLogger(__name__)
-DEVICE_TYPE = "cpu"  # every edgetune target is an llvm one
 
 
 def measure_untuned(
@@ -53,23 +49,6 @@ def measure_untuned(
 def _measure(kernels: list[tuple[str, ms.ExtractedTask]], target: tvm.target.Target, builder: ms.builder.Builder,
              runner: ms.runner.Runner) -> tuple[dict[str, float | None], dict[str, str]]:
     """Times by workload hash (None where it failed), and the failures' messages."""
-    times: dict[str, float | None] = {h: None for h, _ in kernels}
-    built = builder.build([BuilderInput(task.dispatched[0], target) for _, task in kernels])
-    errors = {h: result.error_msg for (h, _), result in zip(kernels, built) if result.error_msg is not None}
-    runnable = [(h, task.dispatched[0], result.artifact_path)
-                for (h, task), result in zip(kernels, built) if result.error_msg is None]
-    try:
-        futures = runner.run([
-            RunnerInput(artifact, DEVICE_TYPE, ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True))
-            for _, mod, artifact in runnable
-        ])
-        for (workload_hash, _, _), future in zip(runnable, futures):
-            result = future.result()
-            if result.error_msg is None and result.run_secs:
-                times[workload_hash] = sum(float(s) for s in result.run_secs) / len(result.run_secs)
-            else:
-                errors[workload_hash] = result.error_msg or "no timing returned"
-    finally:
-        for _, _, artifact in runnable:  # each candidate has a directory of its own (SharedLibraryExport)
-            shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
-    return times, errors
+    measured = build_and_measure([task.dispatched[0] for _, task in kernels], target, builder, runner)
+    times = {h: None if m.run_secs is None else sum(m.run_secs) / len(m.run_secs) for (h, _), m in zip(kernels, measured)}
+    return times, {h: m.error for (h, _), m in zip(kernels, measured) if m.error}
