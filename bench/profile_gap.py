@@ -70,7 +70,7 @@ def main() -> None:
     )
     from edgetune.compiler.target import build_target
     from edgetune.inventory.loader import load_profile
-    from edgetune.tune.database import ClassDatabasePaths, open_database
+    from edgetune.tune.database import ClassDatabasePaths, open_for_build
 
     int8 = args.model.endswith(real_models.INT8_SUFFIX)
     (real,) = real_models.by_name([args.model.removesuffix(real_models.INT8_SUFFIX)])
@@ -83,8 +83,9 @@ def main() -> None:
     args.layout = imported.layout.layout
     say(f"{real.name}: layout {imported.layout.line}")
     prepared = prepare(imported.mod, target)
-    database = open_database(ClassDatabasePaths(args.database)) if args.database else ms.database.MemoryDatabase()
-    coverage = count_tuned_tasks(prepared, database, target)
+    records = open_for_build(ClassDatabasePaths(args.database)) if args.database else None  # as `edgetune build`
+    database = records.database if records else ms.database.MemoryDatabase()
+    coverage = count_tuned_tasks(prepared, database, target, records.kept_untuned if records else frozenset())
     say(f"{real.name}: building the bytecode VM ({coverage.tuned}/{coverage.total} kernels with a record)")
     vm = relax.VirtualMachine(apply_database_and_build(prepared, database, target, exec_mode="bytecode"), tvm.cpu())
     inputs = reference_inputs(model)

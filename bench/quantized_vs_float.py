@@ -122,12 +122,13 @@ def build(fleet, model, workdir: Path) -> Path:
         prepare,
     )
     from edgetune.compiler.target import build_target
-    from edgetune.tune.database import ClassDatabasePaths, open_database
+    from edgetune.tune.database import ClassDatabasePaths, open_for_build
 
     target = build_target(fleet.device_class(CLASS).profile)
     prepared = prepare(load_model(model), target)
-    database = open_database(ClassDatabasePaths.of(fleet.workdir, CLASS))
-    coverage = count_tuned_tasks(prepared, database, target)
+    records = open_for_build(ClassDatabasePaths.of(fleet.workdir, CLASS))  # what `edgetune build` applies
+    database = records.database
+    coverage = count_tuned_tasks(prepared, database, target, records.kept_untuned)
     say(f"building {model.name}: {coverage.tuned}/{coverage.total} kernels have a record")
     library = workdir / f"{model.name}.so"
     apply_database_and_build(prepared, database, target).export_library(str(library))

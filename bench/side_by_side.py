@@ -213,17 +213,19 @@ def tuned_library(fleet, model, workdir: Path) -> Path:
     )
     from edgetune.compiler.target import build_target
     from edgetune.tune.candidate_builder import SharedLibraryExport
-    from edgetune.tune.database import ClassDatabasePaths, open_database
+    from edgetune.tune.database import ClassDatabasePaths, open_for_build
 
     profile = fleet.device_class(CLASS).profile
     target = build_target(profile)
     prepared = prepare(load_model(model), target)
-    database = open_database(ClassDatabasePaths.of(fleet.workdir, CLASS))
-    coverage = count_tuned_tasks(prepared, database, target)
-    say(f"building {model.name}: tuned ({coverage.tuned}/{coverage.total} kernels with a record)")
+    records = open_for_build(ClassDatabasePaths.of(fleet.workdir, CLASS))  # what `edgetune build` applies
+    coverage = count_tuned_tasks(prepared, records.database, target, records.kept_untuned)
+    say(f"building {model.name}: tuned ({coverage.tuned}/{coverage.total} kernels with their record, "
+        f"{len(coverage.kept_untuned)} kept unscheduled: faster so on the board)")
     out = workdir / "libs" / model.name
     out.mkdir(parents=True, exist_ok=True)
-    return Path(SharedLibraryExport(str(out), profile.cross_compiler)(apply_database_and_build(prepared, database, target)))
+    built = apply_database_and_build(prepared, records.database, target)
+    return Path(SharedLibraryExport(str(out), profile.cross_compiler)(built))
 
 
 def seed_database(source: Path, into: Path) -> None:
@@ -231,8 +233,9 @@ def seed_database(source: Path, into: Path) -> None:
 
     paths, target = ClassDatabasePaths(source), ClassDatabasePaths(into)
     into.mkdir(parents=True, exist_ok=True)
-    for name in ("workload", "tuning_record"):
-        shutil.copyfile(getattr(paths, name), getattr(target, name))
+    for name in ("workload", "tuning_record", "untuned"):
+        if getattr(paths, name).exists():
+            shutil.copyfile(getattr(paths, name), getattr(target, name))
     say(f"database seeded from {source}")
 
 

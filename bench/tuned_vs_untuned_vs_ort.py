@@ -176,7 +176,7 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
     )
     from edgetune.compiler.target import build_target
     from edgetune.tune.candidate_builder import SharedLibraryExport
-    from edgetune.tune.database import ClassDatabasePaths, open_database
+    from edgetune.tune.database import ClassDatabasePaths, open_for_build
 
     say(f"building {model.name}: tuned and untuned")
     profile = fleet.device_class(CLASS).profile
@@ -184,8 +184,9 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
     imported = import_model(model)
     mod = imported.mod
     prepared = prepare(mod, target)
-    database = open_database(ClassDatabasePaths.of(fleet.workdir, CLASS))
-    coverage = count_tuned_tasks(prepared, database, target)
+    records = open_for_build(ClassDatabasePaths.of(fleet.workdir, CLASS))  # what `edgetune build` applies
+    database = records.database
+    coverage = count_tuned_tasks(prepared, database, target, records.kept_untuned)
     out = workdir / "libs" / model.name
     out.mkdir(parents=True, exist_ok=True)
     export = SharedLibraryExport(str(out), profile.cross_compiler)

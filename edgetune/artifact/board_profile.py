@@ -48,7 +48,7 @@ from edgetune.artifact.profile import (
     tvm_kernel_kinds,
 )
 from edgetune.artifact.store import ArtifactStore, StoredVersion
-from edgetune.artifact.tuning_inputs import open_database
+from edgetune.artifact.tuning_inputs import build_records
 from edgetune.artifact_format.codec import sha256_hex
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import (
@@ -185,7 +185,7 @@ def profile_artifact(
     _check_model_unchanged(fleet, stored, imported.mod)
     target = build_target(device_class.profile)
     prepared = prepare(imported.mod, target)
-    applied = apply_database(prepared, open_database(stored.path / DATABASE_DIR), target)
+    applied = apply_database(prepared, build_records(stored.path / DATABASE_DIR).database, target)
     kernels = library_kernels(applied)
     kinds = tvm_kernel_kinds(prepared, imported.layout.layout)
     inputs = read_npz(stored.path / REFERENCE_INPUT_NAME)

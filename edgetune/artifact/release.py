@@ -334,13 +334,16 @@ def _build_and_measure(
     unlinkable = missing_cross_compiler(profile)
     if unlinkable:
         raise ArtifactError(unlinkable)
-    database = tuning_inputs.open_database(database_dir)
+    records = tuning_inputs.build_records(database_dir)
     prepared = prepare(pair.mod, target)
-    coverage = count_tuned_tasks(prepared, database, target)
-    log.info(f"  {coverage.tuned}/{coverage.total} kernels have a tuning record; building")
+    coverage = count_tuned_tasks(prepared, records.database, target, records.kept_untuned)
+    log.info(f"  {coverage.tuned + len(coverage.kept_untuned)}/{coverage.total} kernels have a tuning record; building")
+    if coverage.kept_untuned:
+        log.info(f"  {len(coverage.kept_untuned)} of them built without their schedule, measured faster so on the "
+                 f"class's boards: {', '.join(coverage.kept_untuned)}")
     export = SharedLibraryExport(str(pair.work), profile.cross_compiler)
     library = staging.path / LIBRARY_NAME
-    shutil.move(export(apply_database_and_build(prepared, database, target)), library)
+    shutil.move(export(apply_database_and_build(prepared, records.database, target)), library)
     log.info(f"  {library_size(pair.model, library)}")
     untuned = Path(export(build_untuned(prepared, target)))
     expected = {f"output{i}": out for i, out in enumerate(reference_outputs(pair.model, pair.ref_inputs))}
@@ -356,7 +359,8 @@ def _build_and_measure(
         entry=Entry(function=entry_function(pair.mod), inputs=tuple(pair.fed_inputs)),
         files=(),
         tuning=tuning,
-        record_hits=RecordHits(tasks_with_record=coverage.tuned, tasks_without_record=coverage.missing),
+        record_hits=RecordHits(tasks_with_record=coverage.tuned + len(coverage.kept_untuned),
+                               tasks_without_record=coverage.missing),
         reference=Reference(
             source="onnxruntime" if pair.model.onnx is not None else "tvm-untuned-host",
             output_sha256=sha256_hex(npz_bytes(expected)),

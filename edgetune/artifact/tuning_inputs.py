@@ -1,7 +1,7 @@
 """What an artifact takes from tuning: a snapshot of the class database and the tuning report.
 
-The build works on a snapshot (the two JSON files of the class database, copied records first
-and repaired: `tune.database.snapshot`), never on the live database, so the artifact is built
+The build works on a snapshot (the class database's files, copied records first and repaired:
+`tune.database.snapshot`), never on the live database, so the artifact is built
 from exactly the records it ships and whose digest it states, even if tuning appends to the
 class database meanwhile.
 """
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-
-from tvm.s_tir import meta_schedule as ms
 
 from edgetune.artifact_format.manifest import TuningStats
 from edgetune.errors import ArtifactError, TuneError
@@ -36,8 +34,10 @@ def snapshot_database(fleet: Fleet, device_class: str, dest: Path) -> Path:
     return tune_db.snapshot(live, dest).directory
 
 
-def open_database(snapshot_dir: Path) -> ms.database.JSONDatabase:
-    return tune_db.open_database(tune_db.ClassDatabasePaths(snapshot_dir))
+def build_records(snapshot_dir: Path) -> tune_db.BuildRecords:
+    """The records a build of the snapshot applies (`tune.database.open_for_build`): the
+    artifact's build and `edgetune profile`'s rebuild of its kernels apply the same ones."""
+    return tune_db.open_for_build(tune_db.ClassDatabasePaths(snapshot_dir))
 
 
 def report_dir(fleet: Fleet, device_class: str, model: str) -> Path:

@@ -29,6 +29,7 @@ _PUBLIC = {
     "apply_database_and_build": "prepare",
     "build_untuned": "prepare",
     "count_tuned_tasks": "prepare",
+    "kernel_hash": "prepare",
     "build_target": "target",
     "check_targets": "target",
     "class_task_list": "tasks",

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
@@ -36,9 +37,10 @@ from edgetune.compiler.schedule_rules.integer import annotate_integer_convolutio
 class TaskCoverage:
     """How many of a prepared module's tuning tasks have a record in a database."""
 
-    tuned: int
+    tuned: int  # built with their record's schedule
     total: int
     missing: tuple[str, ...]  # task names without a record (they build naive, serial loops)
+    kept_untuned: tuple[str, ...] = ()  # task names with a record, built unscheduled: faster so on the boards
 
     @property
     def complete(self) -> bool:
@@ -65,6 +67,11 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
     """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel)."""
     return list(ms.relax_integration.extract_tasks(prepared, target))
+
+
+def kernel_hash(kernel: tvm.IRModule) -> str:
+    """A kernel's identity in a class database: the structural hash its workload line starts with."""
+    return str(tvm_ffi.structural_hash(kernel))
 
 
 def apply_database_and_build(
@@ -99,13 +106,18 @@ def build_untuned(prepared: tvm.IRModule, target: tvm.target.Target, exec_mode: 
 
 
 def count_tuned_tasks(
-    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target
+    prepared: tvm.IRModule, database: ms.Database, target: tvm.target.Target,
+    kept_untuned: frozenset[str] = frozenset(),
 ) -> TaskCoverage:
-    """How many of the prepared module's tasks have a valid record in `database`."""
+    """How many of the prepared module's tasks have a valid record in `database`; those whose
+    kernel hash is in `kept_untuned` (left out of `database` on purpose) are counted apart."""
     tasks = extract_tasks(prepared, target)
+    kept = tuple(task.task_name for task in tasks if kernel_hash(task.dispatched[0]) in kept_untuned)
     missing = tuple(
         task.task_name
         for task in tasks
-        if database.query_tuning_record(task.dispatched[0], target, task.task_name) is None
+        if task.task_name not in kept
+        and database.query_tuning_record(task.dispatched[0], target, task.task_name) is None
     )
-    return TaskCoverage(tuned=len(tasks) - len(missing), total=len(tasks), missing=missing)
+    return TaskCoverage(tuned=len(tasks) - len(missing) - len(kept), total=len(tasks), missing=missing,
+                        kept_untuned=kept)

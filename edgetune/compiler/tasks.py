@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from edgetune.compiler.models import load_model
-from edgetune.compiler.prepare import extract_tasks, prepare
+from edgetune.compiler.prepare import extract_tasks, kernel_hash, prepare
 from edgetune.compiler.target import build_target
 from edgetune.inventory.schema import Fleet, Model
 
@@ -48,7 +47,7 @@ class ClassTasks:
 
 
 def workload_hash(task: ms.ExtractedTask) -> str:
-    return str(tvm_ffi.structural_hash(task.dispatched[0]))
+    return kernel_hash(task.dispatched[0])
 
 
 def class_tasks(models: tuple[Model, ...], target: tvm.target.Target) -> ClassTasks:

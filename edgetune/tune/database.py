@@ -10,7 +10,8 @@ Layout under `<fleet.workdir>/databases/<class>/`:
   boards), from which the plan tells how long the next run takes;
 - `untuned.jsonl`: one line per kernel, its time without a schedule on the class's boards
   (schema_version, workload_hash, seconds; None where that measurement failed), from which the
-  tuning curve starts (`untuned.py`);
+  tuning curve starts (`untuned.py`), and by which a build keeps a kernel unscheduled where
+  that is faster than its best record (`open_for_build`);
 - `logs/`: MetaSchedule's per-task logs.
 
 TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
@@ -23,6 +24,12 @@ flock on `<class dir>/.lock` (which holds its PID), so a repair never cuts a lin
 process is still writing. Readers do not lock: reports read complete lines only, and builds and
 borrowing classes work on a `snapshot`, copied records first: records refer to workloads by
 line number, and a workload line is always written before any record that refers to it.
+
+A build applies the records `open_for_build` gives: the best of each kernel, except where the
+kernel measured faster on the class's boards without any schedule (a small transpose or
+element-wise kernel whose few trials all lost to the plain loop nest, say). There the build keeps
+the kernel as the untuned build has it, so a tuned build is never slower kernel by kernel than
+what was measured.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from edgetune.artifact_format.codec import SchemaError, decode, rule
 from edgetune.compiler import intrinsics  # noqa: F401  (registers VNNI_DOT, which records may name)
+from edgetune.compiler.prepare import kernel_hash
 from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
@@ -175,9 +183,46 @@ def snapshot(live: ClassDatabasePaths, into: Path) -> ClassDatabasePaths:
     into.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(live.tuning_record, copy.tuning_record)
     shutil.copyfile(live.workload, copy.workload)
+    if live.untuned.exists():
+        shutil.copyfile(live.untuned, copy.untuned)
     for path in (copy.tuning_record, copy.workload):
         repair_lines(path)
     return copy
+
+
+@dataclass(frozen=True)
+class BuildRecords:
+    """What a build applies: `database` holds every kernel's records but those of `kept_untuned`
+    (workload hashes), which measured faster without a schedule than with their best record."""
+
+    database: ms.database.Database
+    kept_untuned: frozenset[str]
+
+
+def open_for_build(paths: ClassDatabasePaths) -> BuildRecords:
+    """The records a build of a (snapshot) class database applies (`BuildRecords`)."""
+    database = open_database(paths)
+    kept = faster_untuned(paths)
+    if not kept:
+        return BuildRecords(database, kept)
+    applied = ms.database.MemoryDatabase()
+    for record in database.get_all_tuning_records():
+        if kernel_hash(record.workload.mod) not in kept:
+            applied.commit_workload(record.workload.mod)
+            applied.commit_tuning_record(record)
+    return BuildRecords(applied, kept)
+
+
+def faster_untuned(paths: ClassDatabasePaths) -> frozenset[str]:
+    """The workload hashes whose recorded untuned time is shorter than their best trial's.
+    Both were measured on the class's boards by the same runner; the best trial is the least of
+    many noisy measurements, so noise favours the tuned kernel, not the untuned one."""
+    best: dict[str, float] = {}
+    for trial in read_trials(paths):
+        if trial.latency_s is not None:
+            best[trial.workload_hash] = min(trial.latency_s, best.get(trial.workload_hash, trial.latency_s))
+    return frozenset(h for h, seconds in untuned_times(paths).items()
+                     if seconds is not None and h in best and seconds < best[h])
 
 
 def read_trials(paths: ClassDatabasePaths) -> list[TrialRecord]:

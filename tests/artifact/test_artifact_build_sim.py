@@ -1,6 +1,7 @@
 """Integration: build, verify and reuse artifacts from a small tuned database on the simulated
 fleet (`built_release`, `sim_fleet`, tests/conftest.py), run an artifact's library on a board, refuse a
-tuned build that is no faster than the untuned one, and take an ONNX model the whole way."""
+tuned build that is no faster than the untuned one, keep unscheduled a kernel measured faster so, and take
+an ONNX model the whole way."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import yaml
+from tvm_ffi import structural_equal
 from inventory_dump import fleet_to_dict
 from onnx_samples import conv_model
 
@@ -21,6 +23,7 @@ from edgetune.artifact import release
 from edgetune.artifact.measure import compare_on_board
 from edgetune.artifact.release import board_speedups, build_artifacts
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact.tuning_inputs import build_records
 from edgetune.artifact_format.manifest import (
     EXPECTED_OUTPUT_NAME,
     LIBRARY_NAME,
@@ -32,9 +35,12 @@ from edgetune.artifact_format.signing import init_keys, load_public_key
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.cli import main
 from edgetune.compiler.models import entry_function, load_model
+from edgetune.compiler.prepare import apply_database, count_tuned_tasks, extract_tasks, kernel_hash, prepare
+from edgetune.compiler.target import build_target
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 from edgetune.inventory.schema import ArtifactSettings
 from edgetune.inventory.workdir import Workdir
+from edgetune.tune.database import ClassDatabasePaths, append_untuned, snapshot, untuned_times
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
 CLASS = "gw-fast"
@@ -186,3 +192,28 @@ def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet
     np.testing.assert_allclose(read_npz(stored.path / EXPECTED_OUTPUT_NAME)["output0"], answer, rtol=1e-5, atol=1e-6)
     assert sorted(b.board for b in stored.manifest.boards) == ["fast-1", "fast-2"]
     assert all(b.max_abs_error < 1e-4 for b in stored.manifest.boards)
+
+
+def test_a_kernel_measured_faster_untuned_is_built_unscheduled(built, tmp_path):
+    """mlp's class run measured each kernel untuned on the boards (untuned.jsonl). Say one had
+    measured faster so than its best record: the build leaves that kernel as the untuned
+    build has it, applies every other kernel's schedule, and counts it apart."""
+    fleet, *_ = built
+    target = build_target(fleet.device_class(CLASS).profile)
+    prepared = prepare(load_model(fleet.models[0]), target)
+    tasks = extract_tasks(prepared, target)
+    database = snapshot(ClassDatabasePaths.of(fleet.workdir, CLASS), tmp_path / "database")
+    assert set(untuned_times(database)) == {kernel_hash(t.dispatched[0]) for t in tasks}  # measured by the run
+    before = build_records(database.directory)
+    kept = next(t for t in tasks if kernel_hash(t.dispatched[0]) not in before.kept_untuned)
+    append_untuned(database, {kernel_hash(kept.dispatched[0]): 1e-9})
+    records = build_records(database.directory)
+    assert records.kept_untuned == before.kept_untuned | {kernel_hash(kept.dispatched[0])}
+    coverage = count_tuned_tasks(prepared, records.database, target, records.kept_untuned)
+    assert kept.task_name in coverage.kept_untuned and not coverage.missing
+    assert coverage.tuned + len(coverage.kept_untuned) == coverage.total == len(tasks)
+    applied = apply_database(prepared, records.database, target)
+    names = {gv.name_hint for gv in applied.get_global_vars()}
+    for task in tasks:  # a scheduled kernel differs, or was renamed with its weights pre-packed
+        unscheduled = task.task_name in names and structural_equal(applied[task.task_name], prepared[task.task_name])
+        assert unscheduled == (task.task_name in coverage.kept_untuned), task.task_name

@@ -11,12 +11,17 @@ from pathlib import Path
 import pytest
 
 from edgetune.errors import TuneError
+import tvm
+
+from edgetune.compiler.prepare import kernel_hash
 from edgetune.tune.database import (
     append_untuned,
     ClassDatabasePaths,
     exclusive,
+    faster_untuned,
     locked_database,
     open_database,
+    open_for_build,
     read_trials,
     repair_lines,
     snapshot,
@@ -25,6 +30,7 @@ from edgetune.tune.database import (
 
 RECORD = json.dumps([0, [[[], []], [1e-5, 2e-5], {"kind": "llvm"}, []]])
 FAILED = json.dumps([0, [[[], []], [1e10], {"kind": "llvm"}, []]])
+TARGET = tvm.target.Target({"kind": "llvm"})
 
 MAKE_DATABASE = """
 import sys
@@ -40,9 +46,11 @@ for k in (1.0, 2.0):
     func = te.create_prim_func([a, te.compute((16,), lambda i: a[i] * k, name="b")])
     mod = tvm.IRModule({"main": func})
     workload = db.commit_workload(mod)
+    schedule = s_tir.Schedule(mod)
+    schedule.get_sblock("b")  # TVM's queries skip a record whose trace is empty
     for seconds in (1e-5, 2e-5):
         db.commit_tuning_record(ms.database.TuningRecord(
-            s_tir.Schedule(mod).trace, workload, [seconds], tvm.target.Target({"kind": "llvm"}),
+            schedule.trace, workload, [seconds], tvm.target.Target({"kind": "llvm"}),
             ms.arg_info.ArgInfo.from_prim_func(func)))
 """
 
@@ -174,3 +182,22 @@ def test_untuned_times_are_read_back_the_latest_per_kernel_and_a_bad_line_is_ski
         file.write('{"schema_version": 1, "workload_hash": "d", "seconds": -1}\n')  # not a time
         file.write('{"schema_version": 1, "workload_hash": "e", "sec')  # torn by a crash
     assert untuned_times(paths) == {"a": 2.5e-3, "b": 4e-3}
+
+
+def test_a_build_keeps_unscheduled_the_kernels_measured_faster_so(real_database, tmp_path):
+    """The real database's two kernels have best records of 10 us. One measured 5 us untuned:
+    a build leaves its records out; the other's untuned 30 us does not (nor does a failed
+    untuned measurement, or a time for a kernel with no record). A snapshot carries the times."""
+    live = _copy(real_database, tmp_path / "live")
+    hashes = [json.loads(line)[0] for line in live.workload.read_text().splitlines()]
+    append_untuned(live, {hashes[0]: 5e-6, hashes[1]: 3e-5, "no-record": 1e-9})
+    copy = snapshot(live, tmp_path / "snapshot")
+    assert untuned_times(copy) == untuned_times(live)
+    records = open_for_build(copy)
+    assert records.kept_untuned == {hashes[0]} == faster_untuned(copy)
+    workloads = {kernel_hash(r.workload.mod): r.workload.mod for r in open_database(copy).get_all_tuning_records()}
+    assert records.database.query_tuning_record(workloads[hashes[0]], TARGET, "main") is None
+    assert records.database.query_tuning_record(workloads[hashes[1]], TARGET, "main").run_secs[0].value == pytest.approx(1e-5)
+    append_untuned(copy, {hashes[0]: None})  # measured again and failed: the latest line wins
+    assert faster_untuned(copy) == frozenset()
+    assert open_for_build(copy).kept_untuned == frozenset()
