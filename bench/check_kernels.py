@@ -39,7 +39,6 @@ from edgetune.compiler.models import load_model  # noqa: E402
 from edgetune.compiler.prepare import extract_tasks, prepare  # noqa: E402
 from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
-from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.database import ClassDatabasePaths, open_database  # noqa: E402
 
 
@@ -56,8 +55,7 @@ def main() -> int:
         os.environ["TVM_NUM_THREADS"] = "1"
 
     (real,) = real_models.by_name([args.model])
-    model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
-                  onnx=real_models.fetch(real), layout=args.layout)  # fmt: skip
+    model = real.spec(real_models.fetch(real), args.layout)  # its inputs' value ranges included
     target = build_target(load_profile(PROFILE_AVX512))
     database = open_database(ClassDatabasePaths(args.database))
     rng = np.random.default_rng(0)

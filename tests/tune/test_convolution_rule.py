@@ -182,10 +182,25 @@ def test_every_row_over_three_pixels_gets_tiles_that_leave_the_fewest_pixels_idl
         assert tiles == []
         return
     assert tiles and set(tiles) <= set(counts)
-    if divisors:
-        assert tiles == divisors
     idle = {rows: -width % rows for rows in counts}  # pixels of the last tile past the row's end
+    if divisors:  # and the longer tiles that leave at most 1/32 of the row idle
+        assert tiles[:len(divisors)] == divisors
+        longer = tiles[len(divisors):]
+        assert all(rows > max(divisors) and idle[rows] * 32 <= width for rows in longer)
+        assert len(longer) == sum(rows > max(divisors) and idle[rows] * 32 <= width for rows in counts)
+        return
     assert {idle[rows] for rows in tiles} == {min(idle.values())} and min(idle.values()) < MIN_ROWS
+
+
+def test_a_long_row_only_short_tiles_divide_also_gets_longer_tiles_under_a_predicate(tmp_path):
+    """132 rows: 4 and 6 divide them; tiles of 7 and 8 leave 1 and 4 rows idle (at most 1/32)."""
+    marked, _ = marked_tasks(prepare(load_model(dense_layers(tmp_path, tokens=132)), AVX512), AVX512)
+    for task in marked:  # the second layer's 37 of 48 output channels are a predicate of their own
+        predicates = [(int(sch.get(sch.get_loops(sch.get_sblock("conv2d_nhwc"))[-4]).extent),
+                       sch.mod.script().count("T.where")) for sch in design_spaces(task, AVX512)]
+        assert {rows for rows, _ in predicates} == {4, 6, 7, 8}
+        divided = {count for rows, count in predicates if rows in (4, 6)}
+        assert len(divided) == 1 and all(count > max(divided) for rows, count in predicates if rows in (7, 8))
 
 
 def dense_layers(tmp_path, tokens: int = 10) -> Model:
@@ -211,7 +226,7 @@ def test_dense_layers_are_pointwise_kernels_of_the_rule_their_odd_outputs_padded
             assert lane.kind == tvm.tirx.ForKind.VECTORIZED and int(lane.extent) == 16
 
 
-@pytest.mark.parametrize("tokens", [10, 13])  # 13 rows: tiles of 7, the last under a predicate
+@pytest.mark.parametrize("tokens", [13, 132])  # 13 rows: tiles of 7, the last under a predicate; 132: 4 to 8
 def test_dense_layers_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_path, tokens):
     model = dense_layers(tmp_path, tokens)
     prepared = prepare(load_model(model), HOST)
