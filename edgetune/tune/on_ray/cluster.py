@@ -118,15 +118,23 @@ def check_nodes(fleet: Fleet, classes: list[str]) -> list[str]:
     token_path = fleet.workdir / WORKDIR_TOKEN
     token_path.parent.mkdir(parents=True, exist_ok=True)
     token_path.write_text(token)
-    checks = ray.get([
-        _check_node.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(trackers, str(token_path), token)
-        for n in nodes
-    ])
+    refs = {n["NodeID"]: _check_node.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+        n["NodeID"], soft=False)).remote(trackers, str(token_path), token) for n in nodes}
+    checks = [check for check in (_checked(node, ref) for node, ref in refs.items()) if check is not None]
     for check in checks:
         if check.problem:
             raise TuneError(f"Ray node {check.node} {check.problem} (docs/compute.md); nothing was tuned")
     return [check.node for check in checks]
+
+
+def _checked(node_id: str, ref) -> NodeCheck | None:
+    """A node's check; None for a node that left the cluster after it was listed alive (Ray
+    still lists a node it lost for a while): nothing is scheduled on it."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.TaskUnschedulableError:
+        log.warning("Ray node %s left the cluster while it was checked; nothing runs on it", node_id[:8])
+        return None
 
 
 @ray.remote(num_cpus=0)
