@@ -322,6 +322,7 @@ class SimSettings:
 
 MAX_RAY_CPUS = 1024.0
 MAX_BUILD_WORKERS = 1024
+MAX_SHARDS = 256
 MAX_RAY_CONNECT_S = 3600.0
 
 
@@ -329,13 +330,16 @@ MAX_RAY_CONNECT_S = 3600.0
 class RayCompute:
     """`compute: {ray: ...}`: tune on an existing Ray cluster (docs/compute.md). Each class's
     run is a Ray task of `cpus_per_class` CPUs (its search and cost model); its candidate builds
-    are Ray tasks of `cpus_per_build` CPUs, at most `build_workers` of a class at a time."""
+    are Ray tasks of `cpus_per_build` CPUs, at most `build_workers` of a class at a time. With
+    `shards_per_class` above 1, a class run splits its search into that many Ray tasks of
+    `cpus_per_class` CPUs, each searching its share of the tasks (at most one per task)."""
 
     address: str = rule(check=ray_address_problem)  # the head's HOST:PORT (`ray start --head --port`), or ray://HOST:PORT
     cpus_per_class: float = rule(1.0, positive=True, maximum=MAX_RAY_CPUS)
     build_workers: int = rule(4, positive=True, maximum=MAX_BUILD_WORKERS)
     cpus_per_build: float = rule(1.0, positive=True, maximum=MAX_RAY_CPUS)
     connect_timeout_s: float = rule(60.0, positive=True, maximum=MAX_RAY_CONNECT_S)
+    shards_per_class: int = rule(1, positive=True, maximum=MAX_SHARDS)
 
 
 @dataclass(frozen=True)

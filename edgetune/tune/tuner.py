@@ -48,7 +48,9 @@ from edgetune.tune.database import (
     ClassDatabasePaths,
     append_run,
     locked_database,
+    open_database,
     read_trials,
+    snapshot,
     throughput,
     untuned_times,
 )
@@ -73,6 +75,19 @@ from edgetune.tune.plan import (
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
+from edgetune.tune.shard import (
+    SHARD_LOST,
+    RecordStream,
+    ShardOutcome,
+    ShardPlacement,
+    commit_records,
+    merge_states,
+    placement,
+    retrain_cost_model,
+    seeded_database,
+    shard_hashes,
+    split_state,
+)
 from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
 from edgetune.tune.untuned import measure_untuned
 
@@ -126,6 +141,7 @@ class ClassResult:
     stopped: str | None = None  # why the run stopped before spending its budget
     error: str | None = None  # the class could not tune (others went on)
     search_time_s: float = 0.0  # from the first round to the last measured (what time_limit_s bounds)
+    shards: tuple[ShardPlacement, ...] = ()  # where each shard of a split search ran (compute.ray.shards_per_class)
 
     @property
     def ok(self) -> bool:
@@ -226,6 +242,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     spent = borrowed = 0
     searched_s = 0.0
     stopped = None
+    shards: tuple[ShardPlacement, ...] = ()
     ledgers: list[TaskLedger] = []
     if plan.remaining > 0:
         endpoint = rpc_endpoint(fleet, device_class)
@@ -248,7 +265,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             bounds = _index_bounds(device_class, tasks)
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive)
             selected = _searched_tasks(plan)
-            contexts = _tune_contexts(selected, tasks, target, paths, options.search, plan.trials_per_iter)
+            contexts = _tune_contexts(selected, tasks, target, paths.logs, options.search, plan.trials_per_iter)
             cost_model = _cost_model(paths, options.search)
             measure_untuned(device_class, {t.workload_hash: tasks.extracted[t.workload_hash] for t in selected},
                             target, builder, runner, paths)
@@ -256,7 +273,11 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
             borrowed = sum(seeded.values())
             state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths))
-            spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
+            if _shards(fleet, selected) > 1:
+                spent, stopped, shards = _search_in_shards(fleet, options, plan, selected, contexts, database,
+                                                           cost_model, paths, state)
+            else:
+                spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
             searched_s = state.searched_s()
             ledgers = state.ledgers
             if spent + borrowed:
@@ -267,7 +288,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     return ClassResult(
         device_class, plan.budget, plan.done, spent + borrowed, borrowed,
         time.monotonic() - started, summaries, stopped=stopped,
-        error=f"class {device_class}: {stopped}" if stopped == NO_BOARDS else None, search_time_s=searched_s,
+        error=f"class {device_class}: {stopped}" if stopped in (NO_BOARDS, SHARD_LOST) else None,
+        search_time_s=searched_s, shards=shards,
     )
 
 
@@ -309,13 +331,14 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
 
 
 def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
-                   paths: ClassDatabasePaths, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
+                   logs: Path, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
-    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare)."""
+    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare).
+    MetaSchedule's per-task logs go to `logs`."""
     load_cpu_intrinsics(target)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],
-        work_dir=str(paths.logs),
+        work_dir=str(logs),
         strategy=ms.search_strategy.EvolutionarySearch(
             population_size=search.population_for(trials_per_iter),
             init_measured_ratio=search.init_measured_ratio,
@@ -386,25 +409,99 @@ def _search(plan: ClassPlan, selected: list[TaskPlan], contexts, database, build
     """Run MetaSchedule's tuning loop under the budget scheduler; return (trials, stop reason)."""
     if state.run_budget <= 0 or not selected:
         return 0, None
-    monitor = RunMonitor(state, runner, cost_model, paths.cost_model)
+    _tune_loop(selected, contexts, database, builder, runner, cost_model, paths.cost_model, paths.directory, state)
+    if state.stopped:
+        log.info("[%s] stopped: %s", plan.device_class, state.stopped)
+    return state.spent, state.stopped
+
+
+def _tune_loop(selected: list[TaskPlan], contexts, database, builder, runner, cost_model, cost_model_path: Path,
+               work_dir: Path, state: RunState, *callbacks: ms.measure_callback.MeasureCallback) -> None:
+    """MetaSchedule's tuning loop over `contexts` under the budget scheduler of `state`; the
+    cost model saved to `cost_model_path` after every round and at the end."""
     ms.tune.tune_tasks(
         tasks=contexts,
         task_weights=[t.weight for t in selected],
-        work_dir=str(paths.directory),
+        work_dir=str(work_dir),
         max_trials_global=state.run_budget,
         max_trials_per_task=max(max(ledger.ceiling, ledger.share) for ledger in state.ledgers),
-        num_trials_per_iter=plan.trials_per_iter,
+        num_trials_per_iter=state.trials_per_iter,
         builder=builder,
         runner=runner,
         database=database,
         cost_model=cost_model,
-        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
+        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                           RunMonitor(state, runner, cost_model, cost_model_path), *callbacks],
         task_scheduler=BudgetScheduler(state),
     )
+    save_cost_model(cost_model, cost_model_path)
+
+
+def _shards(fleet: Fleet, selected: list[TaskPlan]) -> int:
+    """How many shards the class run's search is split into: `compute.ray.shards_per_class`,
+    at most one per searched task; 1 (no split) on this host alone."""
+    return 1 if fleet.compute is None else min(fleet.compute.shards_per_class, len(selected))
+
+
+def _search_in_shards(
+    fleet: Fleet, options: TuneOptions, plan: ClassPlan, selected: list[TaskPlan], contexts, database, cost_model,
+    paths: ClassDatabasePaths, state: RunState,
+) -> tuple[int, str | None, tuple[ShardPlacement, ...]]:
+    """The search split into shards on the Ray cluster (edgetune.tune.shard), their records
+    committed to the class database as they come; then the cost model retrained on them all.
+    Returns (trials, stop reason, where each shard ran)."""
+    from edgetune.tune.on_ray.shards import run_shards
+
+    if state.run_budget <= 0:
+        return 0, None, ()
+    by_hash = {t.workload_hash: t for t in selected}
+    states = split_state(state, _shards(fleet, selected))
+    log.info("[%s] searching in %d shards on the Ray cluster: %s", plan.device_class, len(states),
+             "; ".join(f"{len(s.ledgers)} tasks" for s in states))
+    outcomes = run_shards(
+        fleet, plan.device_class, [(fleet, plan, options, [by_hash[h] for h in shard_hashes(s)], s) for s in states],
+        search_shard, lambda records: commit_records(database, records),
+    )
+    problems = merge_states(state, outcomes)
+    started = time.monotonic()
+    trained = retrain_cost_model(cost_model, contexts, database)
     save_cost_model(cost_model, paths.cost_model)
+    log.info("[%s] cost model retrained on the %d records of every searched task in %.1f s", plan.device_class,
+             trained, time.monotonic() - started)
+    state.stopped = next((p for p in problems if p in (SHARD_LOST, NO_BOARDS)), problems[0] if problems else None)
     if state.stopped:
         log.info("[%s] stopped: %s", plan.device_class, state.stopped)
-    return state.spent, state.stopped
+    return state.spent, state.stopped, tuple(placement(s, o) for s, o in zip(states, outcomes))
+
+
+def search_shard(fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: list[TaskPlan], state: RunState,
+                 send) -> ShardOutcome:
+    """One shard of a class run's search (run by edgetune.tune.on_ray.shards on a node): its
+    tasks searched with its own contexts, a copy of the class's cost model and the class's
+    records of its tasks; `send` takes every measured record to the class run."""
+    _console_progress()
+    quiet_meta_schedule_logger()
+    device_class = plan.device_class
+    profile = fleet.device_class(device_class).profile
+    target = build_target(profile)
+    tasks = class_tasks(select_models(fleet, options.models), target)
+    paths = ClassDatabasePaths.of(fleet.workdir, device_class)
+    endpoint = rpc_endpoint(fleet, device_class)
+    boards = len(fleet.boards_of(device_class))
+    with (
+        tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-shard-") as scratch,
+        closing(_candidate_builder(fleet, scratch, profile.cross_compiler)) as builder,
+    ):
+        work = Path(scratch)
+        runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement,
+                                                                _index_bounds(device_class, tasks)),
+                                  measures_exclusively(fleet, device_class, options))
+        contexts = _tune_contexts(selected, tasks, target, work / "logs", options.search, plan.trials_per_iter)
+        database = seeded_database(open_database(snapshot(paths, work / "database")), contexts)
+        cost_model = _cost_model(paths, options.search)
+        _tune_loop(selected, contexts, database, builder, runner, cost_model, work / "cost_model.tar", work, state,
+                   RecordStream(send, work / "sent"))
+    return ShardOutcome(tuple(state.ledgers), state.stopped)
 
 
 def _task_stops(plan: ClassPlan, ledgers: list[TaskLedger]) -> dict[str, str]:

@@ -29,9 +29,9 @@ def test_without_compute_or_with_local_everything_runs_on_this_host(tmp_path):
 def test_a_ray_cluster_takes_its_address_and_defaults(tmp_path):
     fleet = load_fleet(fleet_with(tmp_path, {"ray": {"address": "10.0.0.5:6379"}}))
     assert fleet.compute == RayCompute(address="10.0.0.5:6379", cpus_per_class=1.0, build_workers=4,
-                                       cpus_per_build=1.0, connect_timeout_s=60.0)
+                                       cpus_per_build=1.0, connect_timeout_s=60.0, shards_per_class=1)
     given = {"address": "ray://head.example:10001", "cpus_per_class": 2, "build_workers": 8,
-             "cpus_per_build": 0.5, "connect_timeout_s": 5}
+             "cpus_per_build": 0.5, "connect_timeout_s": 5, "shards_per_class": 3}
     assert load_fleet(fleet_with(tmp_path, {"ray": given})).compute == RayCompute(**given)
 
 
@@ -39,7 +39,7 @@ def test_a_ray_cluster_takes_its_address_and_defaults(tmp_path):
     ("ray", "compute: 'ray' is not allowed (allowed: local, or a mapping ray: {address: HOST:PORT, ...}"),
     (7, "compute: must be a mapping with keys ray, got int 7"),
     ({"local": True}, "compute.local: unknown key; allowed here: ray"),
-    ({"ray": None}, "compute.ray: must be a mapping with keys address, cpus_per_class, build_workers, cpus_per_build, connect_timeout_s, got nothing"),
+    ({"ray": None}, "compute.ray: must be a mapping with keys address, cpus_per_class, build_workers, cpus_per_build, connect_timeout_s, shards_per_class, got nothing"),
     ({"ray": "10.0.0.5:6379"}, "compute.ray: must be a mapping with keys address, cpus_per_class"),
     ({"ray": {"cpus_per_class": 1}}, "compute.ray.address: required field is missing"),
     ({"ray": {"address": "10.0.0.5"}}, "compute.ray.address: '10.0.0.5' is not a Ray cluster address: HOST:PORT"),
@@ -50,6 +50,8 @@ def test_a_ray_cluster_takes_its_address_and_defaults(tmp_path):
     ({"ray": {"address": "h:1", "build_workers": 1.5}}, "compute.ray.build_workers: must be an integer, got float 1.5"),
     ({"ray": {"address": "h:1", "build_workers": 5000}}, "compute.ray.build_workers: must be at most 1024, got 5000"),
     ({"ray": {"address": "h:1", "shards": 2}}, "compute.ray.shards: unknown key"),
+    ({"ray": {"address": "h:1", "shards_per_class": 0}}, "compute.ray.shards_per_class: must be positive, got 0"),
+    ({"ray": {"address": "h:1", "shards_per_class": "2"}}, "compute.ray.shards_per_class: must be an integer, got str '2'"),
 ])
 def test_bad_compute_settings_exit_2_naming_file_and_field(tmp_path, capsys, compute, expected):
     path = fleet_with(tmp_path, compute)

@@ -106,3 +106,35 @@ def test_a_rerun_resumes_with_nothing_left_to_do(tuned):
     assert second.ok
     assert second.trials_run == 0
     assert [c.done_before for c in second.classes] == [c.trials_run for c in first.classes]
+
+
+@starts_fleet
+def test_a_class_searched_in_two_shards_keeps_every_trial_in_its_database_and_resumes(cluster, tmp_path):
+    """One class, `shards_per_class: 2`: its two searches run as Ray tasks of one CPU each (the
+    workers have three: a class run, a shard and a build fit one), every record of both lands in
+    the class database (none twice), the class's cost model is retrained on them, and a re-run
+    has nothing left to do."""
+    boards = Loopback(tmp_path)
+    try:
+        boards.start_board("c-1", "classc")
+        boards.wait_registered(1)
+        fleet = make_fleet(tmp_path, boards.port, {"classc": V3}, {"classc": 1}, (mlp(),), TRIALS, 8, 16)
+        fleet = fleet.replace(compute=RayCompute(address=cluster.address, cpus_per_class=1, build_workers=2,
+                                                 shards_per_class=2))
+        paths = ClassDatabasePaths.of(fleet.workdir, "classc")
+        first = tune_fleet(fleet, TuneOptions(borrow=False))
+        trained = paths.cost_model.stat().st_mtime
+        second = tune_fleet(fleet, TuneOptions(borrow=False))
+    finally:
+        boards.close()
+    (result,) = first.classes
+    assert first.ok, result.error
+    trials = read_trials(paths)
+    assert TRIALS <= result.trials_run == len(trials) < TRIALS + 8  # every shard's trial in the database, once
+    assert len(result.shards) == 2 and all(s.node and s.tasks and s.trials for s in result.shards), result.shards
+    assert sum(s.trials for s in result.shards) == result.trials_run
+    assert len({t.workload_hash for t in trials}) == sum(s.tasks for s in result.shards)  # each shard its own tasks
+    assert {s.node.split()[1] for s in result.shards} <= {w.node_id[:8] for w in cluster.workers}
+    assert sum(t.latency_s is not None for t in trials) >= TRIALS // 2
+    assert second.ok and second.trials_run == 0 and second.classes[0].done_before == result.trials_run
+    assert paths.cost_model.stat().st_mtime == trained  # nothing searched again, nothing retrained
