@@ -15,7 +15,6 @@ head retrains the class's cost model on the merged records of every searched tas
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,9 +29,7 @@ from edgetune.tune import database as database_files
 from edgetune.tune.budget import UNBOUNDED_TRIALS, TaskLedger
 from edgetune.tune.monitor import RunState
 
-log = logging.getLogger(__name__)
-
-FAILED_RUN_SECS = 1e10  # how MetaSchedule's AddToDatabase records a candidate that failed
+FAILED_RECORD_SECS = 1e10  # how MetaSchedule's AddToDatabase records a candidate that failed
 SHARD_LOST = ("a shard of the search was lost with its node or process; every trial it measured is in the class "
               "database: re-run `edgetune tune` to resume")
 
@@ -98,7 +95,8 @@ def merge_states(state: RunState, outcomes: Sequence[ShardOutcome | None]) -> li
             for outcome in outcomes if outcome is None or outcome.stopped]
 
 
-def seeded_database(class_database: ms.database.Database, contexts: Sequence[ms.TuneContext]) -> ms.database.MemoryDatabase:
+def seeded_database(class_database: ms.database.Database,
+                    contexts: Sequence[ms.TuneContext]) -> ms.database.MemoryDatabase:
     """An in-memory database with the class's records of the shard's tasks (the evolutionary
     search starts from a task's best measured schedules)."""
     seeded = ms.database.MemoryDatabase()
@@ -160,7 +158,7 @@ class RecordStream(PyMeasureCallback):
 
 def _run_secs(built: ms.builder.BuilderResult, ran: RunnerResult) -> list[float]:
     if built.error_msg is not None or ran.error_msg is not None or not ran.run_secs:
-        return [FAILED_RUN_SECS]
+        return [FAILED_RECORD_SECS]
     return [float(s) for s in ran.run_secs]
 
 
@@ -179,7 +177,8 @@ def retrain_cost_model(cost_model: ms.cost_model.XGBModel, contexts: Sequence[ms
     trained = 0
     records = records_by_task(database)
     for context in contexts:
-        valid = [r for r in records.get(kernel_hash(context.mod), []) if float(r.run_secs[0]) < database_files.FAILED_RUN_SECS]
+        valid = [r for r in records.get(kernel_hash(context.mod), [])
+                 if float(r.run_secs[0]) < database_files.FAILED_RUN_SECS]
         if valid:
             cost_model.update(context, [r.as_measure_candidate() for r in valid],
                               [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in valid])

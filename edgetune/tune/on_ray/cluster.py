@@ -118,8 +118,9 @@ def check_nodes(fleet: Fleet, classes: list[str]) -> list[str]:
     token_path = fleet.workdir / WORKDIR_TOKEN
     token_path.parent.mkdir(parents=True, exist_ok=True)
     token_path.write_text(token)
-    refs = {n["NodeID"]: _check_node.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote(trackers, str(token_path), token) for n in nodes}
+    on = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+    refs = {n["NodeID"]: _check_node.options(scheduling_strategy=on(n["NodeID"], soft=False)).remote(
+        trackers, str(token_path), token) for n in nodes}
     checks = [check for check in (_checked(node, ref) for node, ref in refs.items()) if check is not None]
     for check in checks:
         if check.problem:
