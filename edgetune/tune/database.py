@@ -206,11 +206,23 @@ def open_for_build(paths: ClassDatabasePaths) -> BuildRecords:
     if not kept:
         return BuildRecords(database, kept)
     applied = ms.database.MemoryDatabase()
-    for record in database.get_all_tuning_records():
-        if kernel_hash(record.workload.mod) not in kept:
-            applied.commit_workload(record.workload.mod)
-            applied.commit_tuning_record(record)
+    for workload_hash, records in records_by_kernel(database).items():
+        if workload_hash not in kept:
+            applied.commit_workload(records[0].workload.mod)
+            for record in records:
+                applied.commit_tuning_record(record)
     return BuildRecords(applied, kept)
+
+
+def records_by_kernel(database: ms.database.Database) -> dict[str, list[ms.database.TuningRecord]]:
+    """Every record of an open database by its kernel's hash, failed ones included (TVM's
+    `get_top_k` of a JSON database gives only the Pareto front of a kernel's records)."""
+    by_hash: dict[str, list[ms.database.TuningRecord]] = {}
+    hashes: dict[int, str] = {}  # a workload's hash, computed once per workload object
+    for record in database.get_all_tuning_records():
+        key = hashes.setdefault(record.workload.__chandle__(), kernel_hash(record.workload.mod))
+        by_hash.setdefault(key, []).append(record)
+    return by_hash
 
 
 def faster_untuned(paths: ClassDatabasePaths) -> frozenset[str]:

@@ -100,23 +100,12 @@ def seeded_database(class_database: ms.database.Database,
     """An in-memory database with the class's records of the shard's tasks (the evolutionary
     search starts from a task's best measured schedules)."""
     seeded = ms.database.MemoryDatabase()
-    records = records_by_task(class_database)
+    records = database_files.records_by_kernel(class_database)
     for context in contexts:
         workload = seeded.commit_workload(context.mod)
         for record in records.get(kernel_hash(context.mod), []):
             seeded.commit_tuning_record(_rebound(record, workload))
     return seeded
-
-
-def records_by_task(database: ms.database.Database) -> dict[str, list[ms.database.TuningRecord]]:
-    """Every record of the database by its kernel's hash, failed ones included (TVM's `get_top_k`
-    of a JSON database gives only the Pareto front of a task's records)."""
-    by_hash: dict[str, list[ms.database.TuningRecord]] = {}
-    hashes: dict[int, str] = {}
-    for record in database.get_all_tuning_records():
-        key = hashes.setdefault(record.workload.__chandle__(), kernel_hash(record.workload.mod))
-        by_hash.setdefault(key, []).append(record)
-    return by_hash
 
 
 def _rebound(record: ms.database.TuningRecord, workload: ms.database.Workload) -> ms.database.TuningRecord:
@@ -175,7 +164,7 @@ def retrain_cost_model(cost_model: ms.cost_model.XGBModel, contexts: Sequence[ms
     """Train `cost_model` on the class database's valid records of every context's task (the
     shards trained copies of it on their own tasks only); returns the records it trained on."""
     trained = 0
-    records = records_by_task(database)
+    records = database_files.records_by_kernel(database)
     for context in contexts:
         valid = [r for r in records.get(kernel_hash(context.mod), [])
                  if float(r.run_secs[0]) < database_files.FAILED_RUN_SECS]
