@@ -17,6 +17,7 @@ import hashlib
 import shlex
 from pathlib import Path
 
+import numpy as np
 import paramiko
 import pytest
 from artifact_server import RunningServer
@@ -189,6 +190,29 @@ def test_tune_and_build_measure_on_the_field_board(field, built):
     assert report.ok, report.failures()
     manifest = ArtifactStore(field.fleet.artifacts.dir).latest(MODEL, "field-x86").manifest
     assert [b.board for b in manifest.boards] == ["field-1"]
+
+
+def test_a_board_without_onnxruntime_runs_the_build_without_comparing_against_it(field, built, tmp_path):
+    from onnx_samples import qdq_model
+
+    from edgetune.artifact.measure import OnnxRuntimeModel, compare_on_board, onnxruntime_on_board
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.artifact_format.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
+    from edgetune.artifact_format.reference import read_npz
+    from edgetune.fleet.tracker import board_sessions, rpc_endpoint
+
+    fleet = field.fleet
+    stored = ArtifactStore(fleet.artifacts.dir).latest(MODEL, "field-x86")
+    args = list(read_npz(stored.path / REFERENCE_INPUT_NAME).values())
+    onnx = OnnxRuntimeModel(qdq_model(tmp_path / "vad-int8.onnx"), {"x": np.zeros((1, 512), np.float32)})
+    measurement = fleet.device_class("field-x86").profile.measurement
+    with board_sessions(rpc_endpoint(fleet, "field-x86"), fleet.boards) as (sessions, failed):
+        assert not failed, failed
+        assert onnxruntime_on_board(sessions["field-1"]) == ""  # the board image has no onnxruntime
+        runs = compare_on_board(sessions["field-1"], {"tuned": stored.path / LIBRARY_NAME}, stored.manifest.entry.function,
+                                args, measurement, onnx)  # fmt: skip
+    assert list(runs) == ["tuned"] and runs["tuned"].timing.samples > 0
+    assert all(board.onnxruntime is None for board in stored.manifest.boards)
 
 
 def agent(fleet, verb: str, *args: str) -> dict:

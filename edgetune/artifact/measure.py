@@ -14,6 +14,13 @@ one `time_evaluator` call of `invoke_stateful`: a discarded warm-up call, then `
 samples, each the mean of as many calls as fill `min_repeat_ms` (the profile's
 `measurement.compare`).
 
+Where the model came as an ONNX file and the board's Python has onnxruntime, the board also runs
+that file with onnxruntime (`OnnxRuntimeModel`; the board's rpc_server offers it as
+`edgetune.onnxruntime.*`, board_rpc_server.py) at the board's runtime threads, and it takes its
+turn in the same interleaved rounds, timed the same way (a warm-up call, then `repeat` samples
+each filling `min_repeat_ms`) by the board's Python around `InferenceSession.run`. A board
+without onnxruntime is simply not compared.
+
 No cache flush: TVM's `cache_flush_cpu_non_first_arg` flushes the call's arguments after the
 first, and for `invoke_stateful` the only argument is the function name (measured: no effect);
 its `cache_flush_bytes` evicts once per repeat, which over a repeat of hundreds of calls is
@@ -22,6 +29,8 @@ noise. The timing is warm-cache, steady-state latency.
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +58,19 @@ class RunResult:
 
     timing: Timing
     outputs: dict[str, np.ndarray]  # "output0", "output1", ... in the function's return order
+    runtime: str = ""  # for ONNXRUNTIME: "onnxruntime <version>, <n> threads"; "" for a library
+
+
+ONNXRUNTIME = "onnxruntime"  # the label of onnxruntime's run in a board's results
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeModel:
+    """The model's ONNX file and every input its graph takes (fixed ones included), for the
+    boards that have onnxruntime to run next to the libraries."""
+
+    path: Path
+    inputs: Mapping[str, np.ndarray]
 
 
 def output_dict(result: object) -> dict[str, np.ndarray]:
@@ -64,6 +86,7 @@ def run_on_boards(
     entry: str,
     args: Sequence[np.ndarray],
     measurement: Measurement,
+    onnx: OnnxRuntimeModel | None = None,
 ) -> GroupResult[dict[str, RunResult]]:
     """Every library (label -> .so) run and timed against the others on every board
     (`compare_on_board`), one board at a time; per-board results as data."""
@@ -71,7 +94,7 @@ def run_on_boards(
     with board_sessions(endpoint, boards) as (sessions, failed):
         for name, session in sessions.items():
             try:
-                succeeded[name] = compare_on_board(session, libraries, entry, args, measurement)
+                succeeded[name] = compare_on_board(session, libraries, entry, args, measurement, onnx)
             except (EdgetuneError, RuntimeError, ValueError, OSError) as err:  # TVM raises RuntimeError subclasses
                 failed[name] = f"{name}: running the library failed: {err}"
                 continue
@@ -85,29 +108,42 @@ def compare_on_board(
     entry: str,
     args: Sequence[np.ndarray],
     measurement: Measurement,
+    onnx: OnnxRuntimeModel | None = None,
 ) -> dict[str, RunResult]:
     """Upload and load every library, run each once for its outputs, then time them all in
-    `measurement.compare.rounds` interleaved rounds; the uploads are removed afterwards."""
+    `measurement.compare.rounds` interleaved rounds; the uploads are removed afterwards. With
+    `onnx` and a board that has onnxruntime, its run takes part too, as `ONNXRUNTIME`."""
     remote_names = {label: f"edgetune-{sha256_file(path)[:16]}.so" for label, path in libraries.items()}
     uploaded: list[str] = []
+
+    def upload(data: bytes, name: str) -> None:
+        session.upload(bytearray(data), target=name)
+        uploaded.append(name)
+
     try:
         for label, path in libraries.items():
             if remote_names[label] not in uploaded:
-                session.upload(str(path), target=remote_names[label])
-                uploaded.append(remote_names[label])
+                upload(path.read_bytes(), remote_names[label])
         dev = session.cpu()
         tensors = [tvm.runtime.tensor(a, dev) for a in args]
-        outputs, vms = {}, {}
+        outputs, timers = {}, {}
         for label, remote_name in remote_names.items():
-            vms[label] = relax.VirtualMachine(session.load_module(remote_name), dev)
-            vms[label].set_input(entry, *tensors)
-            vms[label].invoke_stateful(entry)
-            outputs[label] = output_dict(vms[label].get_outputs(entry))
-        timings = time_interleaved(vms, dev, entry, measurement)
+            vm = relax.VirtualMachine(session.load_module(remote_name), dev)
+            vm.set_input(entry, *tensors)
+            vm.invoke_stateful(entry)
+            outputs[label] = output_dict(vm.get_outputs(entry))
+            timers[label] = _round_timer(vm, dev, entry, measurement)
+        loaded = _load_onnxruntime(session, onnx, upload) if onnx is not None else None
+        runtime = ""
+        if loaded is not None:
+            runtime, outputs[ONNXRUNTIME] = loaded
+            timers[ONNXRUNTIME] = _onnxruntime_timer(session, measurement)
+        samples = interleave(timers, measurement.compare.rounds)
     finally:
         for remote_name in uploaded:
             session.remove(remote_name)
-    return {label: RunResult(timings[label], outputs[label]) for label in libraries}
+    return {label: RunResult(Timing.from_samples_s(samples[label]), outputs[label],
+                             runtime if label == ONNXRUNTIME else "") for label in timers}  # fmt: skip
 
 
 def time_interleaved(
@@ -118,6 +154,49 @@ def time_interleaved(
     timers = {label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()}
     samples = interleave(timers, measurement.compare.rounds)
     return {label: Timing.from_samples_s(values) for label, values in samples.items()}
+
+
+def onnxruntime_on_board(session: rpc.RPCSession) -> str:
+    """The board's onnxruntime version; "" where its Python has none, or its rpc_server is not
+    edgetune's (started by something else, or before it offered onnxruntime)."""
+    try:
+        return str(session.get_function("edgetune.onnxruntime.version")())
+    except (RuntimeError, AttributeError):  # TVM: the remote has no such function
+        return ""
+
+
+def _load_onnxruntime(session: rpc.RPCSession, onnx: OnnxRuntimeModel, upload) -> tuple[str, dict] | None:
+    """Upload the ONNX file and its inputs, open them on the board and run them once: what runs
+    them ("onnxruntime <version>, <n> threads") and the outputs; None where the board has no
+    onnxruntime or it cannot run the file there (said in the log: the build goes on without)."""
+    version = onnxruntime_on_board(session)
+    if not version:
+        return None
+    model_name, inputs_name = f"edgetune-{sha256_file(onnx.path)[:16]}.onnx", "edgetune-onnxruntime-inputs.npz"
+    buffer = io.BytesIO()
+    np.savez(buffer, **onnx.inputs)
+    try:
+        upload(onnx.path.read_bytes(), model_name)
+        upload(buffer.getvalue(), inputs_name)
+        threads = int(session.get_function("edgetune.onnxruntime.load")(model_name, inputs_name))
+        outputs = _npz(session.get_function("edgetune.onnxruntime.outputs")())
+    except RuntimeError as err:  # the remote's exception, its traceback in the message
+        log.warning("  onnxruntime %s on the board cannot run %s, so it is not compared there: %s",
+                    version, onnx.path.name, str(err).strip().splitlines()[-1])  # fmt: skip
+        return None
+    count = "its default threads" if threads == 0 else f"{threads} thread" + ("s" if threads > 1 else "")
+    return f"onnxruntime {version}, {count}", outputs
+
+
+def _onnxruntime_timer(session: rpc.RPCSession, measurement: Measurement) -> Callable[[], list[float]]:
+    turn = session.get_function("edgetune.onnxruntime.turn")
+    compare = measurement.compare
+    return lambda: json.loads(turn(compare.repeat, float(compare.min_repeat_ms), float(measurement.cooldown_ms)))
+
+
+def _npz(data: bytes | bytearray) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(bytes(data))) as loaded:
+        return {name: loaded[name] for name in loaded.files}
 
 
 def interleave(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int) -> dict[str, tuple[float, ...]]:

@@ -12,6 +12,9 @@ For each pair (`plan_builds`, pure), `build_pair`:
    checks the tuned outputs on the reference input against the host reference (onnxruntime
    for ONNX models, an untuned host build otherwise) within `reference.output_tolerance`
    (wider for quantized models, by how far onnxruntime's own int8 kernels lie from the graph);
+   where the model is an ONNX file and a board's Python has onnxruntime, onnxruntime runs that
+   file on the board in the same rounds: recorded in the manifest (the build against the
+   runtime the board would otherwise run), never a reason to refuse;
 4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
    on every board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
    `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
@@ -29,6 +32,7 @@ import dataclasses
 import importlib.metadata
 import logging
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,7 +46,7 @@ from tabulate import tabulate
 
 from edgetune import __version__
 from edgetune.artifact import tuning_inputs
-from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
+from edgetune.artifact.measure import ONNXRUNTIME, OnnxRuntimeModel, RunResult, firmware_fingerprint, run_on_boards
 from edgetune.artifact.store import ArtifactStore, Staging
 from edgetune.artifact_format.codec import canonical_bytes, sha256_hex
 from edgetune.artifact_format.files import tree_digest
@@ -56,6 +60,7 @@ from edgetune.artifact_format.manifest import (
     BuildInputs,
     Entry,
     Manifest,
+    OnnxRuntimeRun,
     RecordHits,
     Reference,
     Tolerance,
@@ -115,6 +120,7 @@ class BuildOutcome:
     untuned_ms: float | None = None
     tuned_ms: float | None = None
     least_speedup: float | None = None  # the lowest interval bound of untuned/tuned over the boards
+    vs_onnxruntime: float | None = None  # onnxruntime / tuned, the median over the boards that ran it
     trials: int | None = None
     tasks_without_record: tuple[str, ...] = ()
     tasks_total: int | None = None
@@ -132,6 +138,7 @@ class BuildOutcome:
     ) -> "BuildOutcome":
         hits = manifest.record_hits
         speedups = board_speedups(manifest.boards)
+        against_ort = onnxruntime_ratios(manifest.boards)
         return cls(
             model=manifest.inputs.model,
             device_class=manifest.inputs.device_class,
@@ -141,6 +148,7 @@ class BuildOutcome:
             untuned_ms=manifest.untuned_median_ms(),
             tuned_ms=manifest.tuned_median_ms(),
             least_speedup=min(e.low for e in speedups.values()) if speedups else None,
+            vs_onnxruntime=statistics.median(e.ratio for e in against_ort.values()) if against_ort else None,
             trials=manifest.tuning.trials,
             tasks_without_record=hits.tasks_without_record,
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
@@ -159,7 +167,8 @@ class BuildReport:
         return all(o.status in ("built", "unchanged") for o in self.outcomes)
 
     def table(self) -> str:
-        """model x class: untuned ms, tuned ms, speed-up, trials, records, library size, artifact version."""
+        """model x class: untuned ms, tuned ms, speed-up, against onnxruntime (on the boards that
+        have it), trials, records, library size, artifact version."""
         rows = [
             [
                 o.model,
@@ -167,6 +176,7 @@ class BuildReport:
                 _ms(o.untuned_ms),
                 _ms(o.tuned_ms),
                 _speedup(o),
+                "" if o.vs_onnxruntime is None else f"{ratio_text(o.vs_onnxruntime)}x",
                 "" if o.trials is None else o.trials,
                 _records(o),
                 "" if o.library_mb is None else f"{o.library_mb:.2f}",
@@ -176,7 +186,7 @@ class BuildReport:
             for o in self.outcomes
         ]
         headers = [
-            "model", "class", "untuned ms", "tuned ms", "speed-up (min)", "trials", "records", "library MB", "artifact", "status"
+            "model", "class", "untuned ms", "tuned ms", "speed-up (min)", "vs onnxruntime", "trials", "records", "library MB", "artifact", "status"
         ]
         return tabulate(rows, headers=headers, disable_numparse=True)
 
@@ -295,6 +305,13 @@ def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
     return {b.board: ratio_of_medians(b.untuned.samples_ms, b.tuned.samples_ms) for b in boards}
 
 
+def onnxruntime_ratios(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
+    """Per board that ran onnxruntime: onnxruntime / tuned time, the ratio of medians with its
+    bootstrap interval (above 1: the tuned build is faster)."""
+    return {b.board: ratio_of_medians(b.onnxruntime.timing.samples_ms, b.tuned.samples_ms)
+            for b in boards if b.onnxruntime is not None}  # fmt: skip
+
+
 def gate_refusal(manifest: Manifest, fleet_path: Path, emulated: Collection[str] = ()) -> str | None:
     """Why the tuned build must not be published (None: it may). It must be faster than the
     untuned build beyond noise on every board: the interval of untuned / tuned above
@@ -382,9 +399,10 @@ def _measure(
         f"  measuring on {len(boards)} boards: tuned and untuned in {compare_settings.rounds} interleaved rounds "
         f"of {compare_settings.repeat} samples (>= {compare_settings.min_repeat_ms} ms each)"
     )
+    onnx = OnnxRuntimeModel(pair.model.onnx, pair.ref_inputs) if pair.model.onnx is not None else None
     runs = run_on_boards(
         rpc_endpoint(fleet, device_class.name), boards, libraries, entry_function(pair.mod), pair.args,
-        device_class.profile.measurement,
+        device_class.profile.measurement, onnx,
     )  # fmt: skip
     problems = list(runs.failed.values())
     results = []
@@ -410,7 +428,10 @@ def _board_result(
         f"{board}: tuned output differs from the reference ({check.detail}): the tuned build is wrong "
         "for this board; check its TVM runtime and target, then re-tune the class"
     )  # fmt: skip
-    result = BoardResult(board, firmware, tuned.timing, runs["untuned"].timing, check.max_abs_error)
+    ort = runs.get(ONNXRUNTIME)
+    onnxruntime = None if ort is None else OnnxRuntimeRun(
+        ort.runtime, ort.timing, check_outputs(ort.outputs, expected, tolerance).max_abs_error)  # fmt: skip
+    result = BoardResult(board, firmware, tuned.timing, runs["untuned"].timing, check.max_abs_error, onnxruntime)
     return result, problem
 
 

@@ -109,9 +109,11 @@ def _check_plain(value: Any, where: str) -> None:
 
 
 def to_json(value: Any) -> Any:
-    """Plain JSON data (dict, list, str, int, float, bool, None) for `value`."""
+    """Plain JSON data (dict, list, str, int, float, bool, None) for `value`; an `added_field`
+    left at None is not written."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get(_ADDED) and getattr(value, f.name) is None)}  # fmt: skip
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, Mapping):
@@ -205,6 +207,15 @@ def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSI
     `max_items` of a list or mapping, and `check` (a function returning what is wrong with a value, or None). `factory` makes the
     default, as `dataclasses.field`'s default_factory."""
     return dataclasses.field(default=default, default_factory=factory, metadata={"rule": Rule(**limits)})
+
+
+_ADDED = "added"
+
+
+def added_field() -> Any:
+    """A field added to a record after files of it were written (and signed): None by default
+    and then not written at all, so that such a file read back serializes to its very bytes."""
+    return dataclasses.field(default=None, metadata={_ADDED: True})
 
 
 def join_path(path: str, key: str | int) -> str:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from edgetune.artifact_format.codec import canonical_bytes, load_versioned, sha256_hex
+from edgetune.artifact_format.codec import added_field, canonical_bytes, load_versioned, sha256_hex
 from edgetune.artifact_format.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
@@ -102,15 +102,28 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class OnnxRuntimeRun:
+    """onnxruntime running the model's ONNX file on a board that has it, timed in the same
+    interleaved rounds as the tuned and untuned builds (`measure.py`)."""
+
+    runtime: str  # "onnxruntime <version>, <n> threads"
+    timing: Timing
+    max_abs_error: float  # its output vs the expected output, on the reference input
+
+
+@dataclass(frozen=True)
 class BoardResult:
     """The artifact measured and checked on one board of its class. `tuned` and `untuned`
-    were timed in the same interleaved rounds, so their samples compare directly."""
+    were timed in the same interleaved rounds, so their samples compare directly; so were
+    `onnxruntime`'s, where the board has it and the model is an ONNX file (else None, and the
+    key absent: manifests from before it read back as they were signed)."""
 
     board: str
     firmware: str  # the output of the profile's firmware_command on that board
     tuned: Timing
     untuned: Timing
     max_abs_error: float  # tuned output vs the expected output, on the reference input
+    onnxruntime: OnnxRuntimeRun | None = added_field()
 
 
 @dataclass(frozen=True)

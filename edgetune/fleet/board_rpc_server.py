@@ -8,8 +8,15 @@ peer"). The process lives on but is no longer registered, so the board is lost t
 until someone restarts it. Here a watchdog asks the tracker every CHECK_PERIOD_S whether this
 server is registered and, after MISSING_CHECKS misses in a row, starts a fresh one.
 
+Besides TVM's own functions, a session can time the model's ONNX file with onnxruntime where
+the board's Python has it (`edgetune.onnxruntime.*`, below): the artifact build compares the
+tuned library against the runtime the board would otherwise run, on the board itself, timed the
+way TVM's `time_evaluator` times the libraries and in the same interleaved rounds. Each RPC
+session is a process of its own, so what a session loads is its own.
+
 `board.start_server` uploads this file to the board and runs it as a script, so it uses only
-the standard library and the TVM runtime, nothing of edgetune:
+the standard library, numpy and the TVM runtime (and onnxruntime when the board has it),
+nothing of edgetune:
 
     python edgetune-rpc-server.py --tracker HOST:PORT --key KEY --host ADDR --custom-addr ADDR --port 9090
 """
@@ -52,12 +59,91 @@ def wait_until_dropped(tracker: tuple[str, int], key: str, address: tuple[str, i
             missing = 0 if state else missing + 1
 
 
+def register_onnxruntime() -> None:
+    """Register `edgetune.onnxruntime.*` in this process. TVM's rpc.Server runs in a process of
+    its own (a PopenWorker), so this is its `server_init_callback`: TVM sends it there by value
+    (cloudpickle), and it must hold everything it uses."""
+    import io
+    import json
+    import os
+    import time
+
+    import tvm
+
+    loaded: dict[str, object] = {}  # this session's (a forked process): "session", "feed", "number"
+
+    @tvm.register_global_func("edgetune.onnxruntime.version", override=True)
+    def version() -> str:
+        """The board's onnxruntime version; "" where its Python has none."""
+        try:
+            import onnxruntime
+        except ImportError:
+            return ""
+        return onnxruntime.__version__
+
+    @tvm.register_global_func("edgetune.onnxruntime.load", override=True)
+    def load(model_file: str, inputs_file: str) -> int:
+        """Open the uploaded ONNX file with the uploaded inputs (.npz, every input the graph
+        takes) as the host's reference opens it, but at this board's runtime threads
+        (TVM_NUM_THREADS, as `fleet up` starts this server; else onnxruntime's default);
+        return that thread count."""
+        import numpy as np
+        import onnxruntime
+
+        workpath = tvm.get_global_func("tvm.rpc.server.workpath")
+        threads = int(os.environ.get("TVM_NUM_THREADS", "0"))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(workpath(model_file), options, providers=["CPUExecutionProvider"])
+        with np.load(workpath(inputs_file)) as inputs:
+            feed = {name: inputs[name] for name in inputs.files}
+        loaded.update(session=session, feed=feed, number=1)
+        return threads
+
+    @tvm.register_global_func("edgetune.onnxruntime.outputs", override=True)
+    def outputs() -> bytearray:
+        """The loaded model's outputs on its inputs, as .npz bytes ("output0", "output1", ...)."""
+        import numpy as np
+
+        values = loaded["session"].run(None, loaded["feed"])
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"output{i}": np.asarray(value) for i, value in enumerate(values)})
+        return bytearray(buffer.getvalue())
+
+    @tvm.register_global_func("edgetune.onnxruntime.turn", override=True)
+    def turn(repeat: int, min_repeat_ms: float, cooldown_ms: float) -> str:
+        """One turn of the loaded model, as TVM's time_evaluator makes one: a discarded warm-up
+        call, then `repeat` samples, each the mean of as many calls as fill `min_repeat_ms`
+        (the count grown as time_evaluator grows it, and kept for the next turn), a pause of
+        `cooldown_ms` after each. A JSON list of seconds."""
+        session, feed = loaded["session"], loaded["feed"]
+        session.run(None, feed)
+        samples = []
+        for _ in range(repeat):
+            number = loaded["number"]
+            while True:
+                start = time.perf_counter()
+                for _ in range(number):
+                    session.run(None, feed)
+                elapsed_ms = (time.perf_counter() - start) * 1e3
+                if elapsed_ms >= min_repeat_ms:
+                    break
+                number = int(max(min_repeat_ms / (max(elapsed_ms, 1e-6) / number) + 1, number * 1.618))
+            loaded["number"] = number
+            samples.append(elapsed_ms / 1e3 / number)
+            time.sleep(cooldown_ms / 1e3)
+        return json.dumps(samples)
+
+
 def serve(args: argparse.Namespace) -> None:
     host, port = args.tracker.rsplit(":", 1)
     tracker = (host, int(port))
     while True:
         server = rpc.Server(args.host, args.port, args.port_end, key=args.key, tracker_addr=tracker,
-                            custom_addr=args.custom_addr)  # fmt: skip
+                            custom_addr=args.custom_addr, server_init_callback=register_onnxruntime)  # fmt: skip
         log.info("rpc_server on %s:%d registers with %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
         wait_until_dropped(tracker, args.key, (args.custom_addr, server.port))
         log.warning("the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",

@@ -175,19 +175,32 @@ def _versions_section(rows: list[VersionRow]) -> str:
     body = "".join(_version_tr(r) for r in rows)
     return (f"<section id=versions><h2>Artifacts per model and class</h2>"
             f"<p>Speed-up: untuned / tuned time, the median over the class's boards; in brackets the lowest and "
-            f"highest bound of the boards' 95 % intervals (the build's gate).</p>{_table('versions', headers, body)}</section>")
+            f"highest bound of the boards' 95 % intervals (the build's gate). Against onnxruntime: onnxruntime / tuned "
+            f"time, the same way, over the boards whose Python has onnxruntime (timed on the board, in the same "
+            f"rounds); above 1, the tuned build is faster.</p>{_table('versions', headers, body)}</section>")
+
+
+def _ratio_text(ratio: float | None, interval: tuple[float, float] | None) -> str:
+    text = "-" if ratio is None else f"{ratio:.2f}x"
+    return text + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+
+
+def _onnxruntime_td(r: VersionRow) -> str:
+    if r.vs_onnxruntime is None:
+        return "<td class=missing title=\"no board of the class has onnxruntime, or the model is no ONNX file\">" \
+               "not measured</td>"
+    return (f'<td class="num vs-onnxruntime" data-sort="{r.vs_onnxruntime}" title="{escape(r.onnxruntime)}">'
+            f"{escape(_ratio_text(r.vs_onnxruntime, r.vs_onnxruntime_interval))}</td>")
 
 
 def _version_tr(r: VersionRow) -> str:
-    speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-    if r.speedup_interval:
-        speedup += f" [{r.speedup_interval[0]:.2f}, {r.speedup_interval[1]:.2f}]"
+    speedup = _ratio_text(r.speedup, r.speedup_interval)
     boards = ", ".join(r.boards[:BOARD_NAMES_SHOWN])
     if len(r.boards) > BOARD_NAMES_SHOWN:
         boards += f" and {len(r.boards) - BOARD_NAMES_SHOWN} more"
     cells = [_td(r.model), _td(r.device_class), _num(f"v{r.version}", r.version), _td(r.created),
              _num(_ms(r.tuned_ms), r.tuned_ms), _num(_ms(r.untuned_ms), r.untuned_ms), _num(speedup, r.speedup),
-             "<td class=missing>not measured</td>",
+             _onnxruntime_td(r),
              _num("-" if r.library_mb is None else f"{r.library_mb:.2f}", r.library_mb), _num(str(r.trials), r.trials),
              _td(r.key_id or "unreadable"), f"<td data-sort={len(r.boards)}>{len(r.boards)}: {escape(boards)}</td>"]  # fmt: skip
     return f"<tr>{''.join(cells)}</tr>"

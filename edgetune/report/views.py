@@ -8,8 +8,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from edgetune.artifact.release import board_speedups
+from edgetune.artifact.release import board_speedups, onnxruntime_ratios
 from edgetune.artifact_format.manifest import LIBRARY_NAME
+from edgetune.artifact_format.timing_stats import RatioEstimate
 from edgetune.report.sources import Sources, Version
 from edgetune.tune.budget import time_is_the_budget
 from edgetune.tune.plan import class_budget
@@ -118,6 +119,9 @@ class VersionRow:
     untuned_ms: float | None
     speedup: float | None  # untuned / tuned, the median over the boards
     speedup_interval: tuple[float, float] | None  # the lowest and highest interval bound over the boards
+    vs_onnxruntime: float | None  # onnxruntime / tuned, the median over the boards that ran it
+    vs_onnxruntime_interval: tuple[float, float] | None  # as speedup_interval
+    onnxruntime: str  # what ran it on how many boards, "" where no board did
     library_mb: float | None
     key_id: str | None
     trials: int
@@ -130,16 +134,25 @@ def version_rows(sources: Sources) -> list[VersionRow]:
 
 def _version_row(sources: Sources, v: Version) -> VersionRow:
     m = v.manifest
-    speedups = board_speedups(m.boards)
     of_class = {b.name for b in sources.fleet.boards if b.device_class == v.device_class}
     running = tuple(sorted(board for board, models in sources.deployed.items()
                            if board in of_class and models.get(v.model) == v.version))  # fmt: skip
+    runtimes = sorted({b.onnxruntime.runtime for b in m.boards if b.onnxruntime is not None})
+    ran_ort = sum(b.onnxruntime is not None for b in m.boards)
     return VersionRow(
         v.model, v.device_class, v.version, m.created, m.tuned_median_ms(), m.untuned_median_ms(),
-        statistics.median(e.ratio for e in speedups.values()) if speedups else None,
-        (min(e.low for e in speedups.values()), max(e.high for e in speedups.values())) if speedups else None,
+        *_over_boards(board_speedups(m.boards)), *_over_boards(onnxruntime_ratios(m.boards)),
+        f"{'; '.join(runtimes)} on {ran_ort} of {len(m.boards)} boards" if ran_ort else "",
         next((f.size / 1e6 for f in m.files if f.path == LIBRARY_NAME), None), v.key_id, m.tuning.trials, running,
     )  # fmt: skip
+
+
+def _over_boards(estimates: dict[str, RatioEstimate]) -> tuple[float | None, tuple[float, float] | None]:
+    """The median ratio over the boards, and the lowest and highest bound of their intervals."""
+    if not estimates:
+        return None, None
+    values = estimates.values()
+    return statistics.median(e.ratio for e in values), (min(e.low for e in values), max(e.high for e in values))
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,26 @@ def test_npz_bytes_are_deterministic_and_loadable(tmp_path):
     (tmp_path / "r.npz").write_bytes(first)
     with np.load(tmp_path / "r.npz") as loaded:
         np.testing.assert_array_equal(loaded["x"], arrays["x"])
+
+
+def test_onnxruntime_on_a_board_round_trips_and_its_absence_leaves_the_signed_bytes_as_they_were(make_manifest):
+    from edgetune.artifact.release import onnxruntime_ratios
+    from edgetune.artifact_format.manifest import OnnxRuntimeRun
+
+    plain = make_manifest()
+    raw = json.loads(plain.to_bytes())
+    assert "onnxruntime" not in raw["boards"][0]  # a manifest written before the field read back byte for byte
+    assert Manifest.from_bytes(plain.to_bytes()).to_bytes() == plain.to_bytes()
+    assert onnxruntime_ratios(plain.boards) == {}
+
+    ort = OnnxRuntimeRun("onnxruntime 1.32.0, 1 thread", Timing.from_samples_ms([0.52, 0.50, 0.48]), 2e-6)
+    measured = replace(plain, boards=(replace(plain.boards[0], onnxruntime=ort),))
+    again = Manifest.from_bytes(measured.to_bytes())
+    assert again == measured and again.boards[0].onnxruntime.timing.samples_ms == (0.52, 0.50, 0.48)
+    ratio = onnxruntime_ratios(again.boards)["gw-a1"]
+    assert ratio.ratio == pytest.approx(0.50 / 0.25) and ratio.low <= ratio.ratio <= ratio.high
+
+    raw = json.loads(measured.to_bytes())
+    raw["boards"][0]["onnxruntime"]["timing"] = "fast"
+    with pytest.raises(ArtifactError, match=r"boards\[0\]\.onnxruntime\.timing: .*mapping"):
+        Manifest.from_bytes(json.dumps(raw).encode())
