@@ -84,9 +84,9 @@ def register_onnxruntime() -> None:
     @tvm.register_global_func("edgetune.onnxruntime.load", override=True)
     def load(model_file: str, inputs_file: str) -> int:
         """Open the uploaded ONNX file with the uploaded inputs (.npz, every input the graph
-        takes) as the host's reference opens it, but at this board's runtime threads
-        (TVM_NUM_THREADS, as `fleet up` starts this server; else onnxruntime's default);
-        return that thread count."""
+        takes) as an application would (onnxruntime's default graph optimizations, its CPU
+        provider) at this board's runtime threads (TVM_NUM_THREADS, as `fleet up` starts this
+        server; else onnxruntime's default), one operator at a time; return that thread count."""
         import numpy as np
         import onnxruntime
 
