@@ -404,6 +404,9 @@ def _measure(
         rpc_endpoint(fleet, device_class.name), boards, libraries, entry_function(pair.mod), pair.args,
         device_class.profile.measurement, onnx,
     )  # fmt: skip
+    if onnx is not None and not any(ONNXRUNTIME in board_runs for board_runs in runs.succeeded.values()):
+        log.info(f"  not compared against onnxruntime: no board of {device_class.name} has it in its Python "
+                 f"(with `{boards[0].python} -m pip install onnxruntime` on a board, the next version built is)")
     problems = list(runs.failed.values())
     results = []
     for board in boards:
