@@ -1,7 +1,8 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
+1. `prepare`: pad the output channels of convolutions no full vector divides
+   (edgetune.compiler.channel_padding), legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
    reorders first: edgetune.compiler.prepack), and mark the kernels
@@ -26,6 +27,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.compiler.channel_padding import pad_output_channels
 from edgetune.compiler.fast_math import legalize_fast_math
 from edgetune.compiler.prepack import drop_reordered_layout_free_weights
 from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
@@ -48,11 +50,13 @@ class TaskCoverage:
 
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """Step 1: legalize, fuse, mark weights layout-free (needs weights bound as constants) and
-    mark NHWC convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
+    """Step 1: pad the output channels of narrow-vector convolutions (`channel_padding`),
+    legalize, fuse, mark weights layout-free (needs weights bound as constants) and mark NHWC
+    convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
+                pad_output_channels(target),
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
                 legalize_fast_math(),

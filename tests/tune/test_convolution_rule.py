@@ -92,8 +92,9 @@ def test_nchw_models_are_not_marked(tmp_path):
     assert sum("conv2d" in t.task_name for t in extract_tasks(prepared, AVX512)) == 3
 
 
-@pytest.mark.parametrize("channels_out, kernel, stride, lanes, register", [
-    (32, 1, 1, 16, "zmm"), (24, 3, 2, 8, "ymm"), (40, 3, 1, 8, "ymm"), (36, 1, 1, 4, "xmm")])  # fmt: skip
+@pytest.mark.parametrize("channels_out, kernel, stride, lanes, register", [  # 24, 40, 36: padded to 32, 48, 48
+    (32, 1, 1, 16, "zmm"), (24, 3, 2, 16, "zmm"), (40, 3, 1, 16, "zmm"), (36, 1, 1, 16, "zmm"), (8, 3, 1, 8, "ymm"),
+    (4, 1, 1, 4, "xmm")])  # fmt: skip
 def test_the_rule_spaces_are_register_tiled_micro_kernels_of_the_widest_vectors_that_fit(
     tmp_path, channels_out, kernel, stride, lanes, register
 ):
@@ -240,3 +241,35 @@ def test_dense_layers_of_one_row_stay_matmuls_that_stock_meta_schedule_tunes(tmp
     had RewriteLayout pre-pack the weight wrongly (edgetune.compiler.layout), so it is left alone."""
     names = [task.task_name for task in extract_tasks(prepare(load_model(dense_layers(tmp_path, tokens=1)), AVX512), AVX512)]
     assert sum("matmul" in name for name in names) == 2 and not any("conv2d" in name for name in names), names
+
+
+AVX2 = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})  # 8 lanes: every x86 CI machine has it
+
+
+def marked_weights(model: Model, target: tvm.target.Target) -> list[tuple[int, ...]]:
+    marked, _ = marked_tasks(prepare(load_model(model), target), target)
+    return sorted(tuple(int(d) for d in task.dispatched[0]["main"].params[1].shape[:1]) for task in marked)
+
+
+def test_output_channels_no_full_vector_divides_are_computed_padded_then_sliced_off(tmp_path):
+    model = convolutions(tmp_path, 8, (24, 3, 1), (12, 1, 1), (32, 1, 1))
+    assert marked_weights(model, AVX512) == [(16,), (32,), (32,)]  # 24: 3 vectors of 8 become 2 of 16; 12: 3 of 4, 1
+    assert marked_weights(model, AVX2) == [(16,), (24,), (32,)]  # 24 is 3 full vectors of 8 already; 12: 3 of 4, 2 of 8
+    assert marked_weights(model, HOST) == [(12,), (24,), (32,)]  # 4 lanes divide them all
+    marked, _ = marked_tasks(prepare(load_model(model), AVX512), AVX512)
+    assert sum("strided_slice" in task.task_name for task in marked) == 2
+
+
+def test_a_row_no_register_tile_fits_is_not_padded(tmp_path):
+    """Stock MetaSchedule, not the rule, tunes it: padded and sliced, such a kernel once had its
+    weight pre-packed wrongly (edgetune.compiler.layout)."""
+    names = [t.task_name for t in extract_tasks(prepare(load_model(convolutions(tmp_path, 8, (24, 3, 1), size=3)), AVX512), AVX512)]
+    assert any("conv2d" in name for name in names) and not any("strided_slice" in name for name in names), names
+
+
+def test_padded_convolutions_tuned_with_the_rule_answer_what_onnxruntime_answers(tmp_path):
+    model = convolutions(tmp_path, 8, (12, 3, 1), (20, 1, 1))  # padded to 16 and 24 on AVX2
+    prepared = prepare(load_model(model), AVX2)
+    tasks, _ = marked_tasks(prepared, AVX2)
+    assert sorted(int(t.dispatched[0]["main"].params[1].shape[0]) for t in tasks) == [16, 24]
+    assert_answers_like_onnxruntime(model, prepared, tune_briefly(tasks, AVX2, tmp_path), AVX2, tuned_tasks=2)

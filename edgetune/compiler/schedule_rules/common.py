@@ -113,8 +113,9 @@ def lone_convolution(
 ) -> s_tir.SBlockRV | None:
     """The function's reduction block if the function is one reduction with only input blocks
     (as `is_input_block` says) before it and element-wise blocks over its output after it,
-    the last of them writing the function's only output (the last may also be a leading slice
-    of it: a dense layer's output channels padded to a vector, edgetune.compiler.layout)."""
+    the last of them writing the function's only output. One of them may be a leading slice of
+    it, those after it element-wise over the slice: output channels padded to a vector (a dense
+    layer's, edgetune.compiler.layout; a convolution's, edgetune.compiler.channel_padding)."""
     blocks = top_blocks(sch)
     reductions = [b for b in blocks if has_reduction(sch, b)]
     if len(reductions) != 1:
@@ -123,14 +124,23 @@ def lone_convolution(
     out_shape = shape(sch.get(conv).writes[0].source)
     position = _position(sch, blocks, conv)
     producers, consumers = blocks[:position], blocks[position + 1 :]
-    if not all(is_input_block(sch, b) for b in producers):
-        return None
-    if not all(is_elementwise(sch, b, out_shape) for b in consumers[:-1]):
-        return None
-    if consumers and not (is_elementwise(sch, consumers[-1], out_shape) or is_leading_slice(sch, consumers[-1], out_shape)):
+    if not all(is_input_block(sch, b) for b in producers) or not _epilogue(sch, consumers, out_shape):
         return None
     outputs = [b for b in blocks if writes_parameter(sch, b, params)]
     return conv if len(outputs) == 1 and sch.get(outputs[0]).same_as(sch.get(blocks[-1])) else None
+
+
+def _epilogue(sch: s_tir.Schedule, blocks: list[s_tir.SBlockRV], shape_: tuple[int, ...]) -> bool:
+    """Element-wise blocks over the reduction's `shape_`, then at most one leading slice of it
+    and element-wise blocks over the slice's shape."""
+    for position, block in enumerate(blocks):
+        if is_elementwise(sch, block, shape_):
+            continue
+        if not is_leading_slice(sch, block, shape_):
+            return False
+        sliced = shape(sch.get(block).writes[0].source)
+        return all(is_elementwise(sch, b, sliced) for b in blocks[position + 1 :])
+    return True
 
 
 def convolution_shapes(block: tvm.s_tir.SBlock) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:

@@ -13,7 +13,8 @@ schedule space, so that a handful of trials only chooses among sane kernels:
   output channels, accumulated in registers over the whole reduction (the kh, kw, ci loops
   around the tile); one design space per (rows, vectors) pair that fits the target's vector
   registers. The vectors are the widest of the target's (on AVX-512: 16, 8 or 4 float32
-  lanes) that divide the output channels;
+  lanes) that divide the output channels (channels no full vector divides are padded to one
+  first where that saves vectors: edgetune.compiler.channel_padding);
 - the tiles above it (pixels, channels) are sampled with `sample_perfect_tile`, so the
   evolutionary search mutates them; the stock ParallelizeVectorizeUnroll rule still annotates
   the function, which parallelizes the outer tile loops on multi-core targets; the stock
