@@ -131,11 +131,8 @@ def main() -> None:
             for arm, padded in (("plain", False), ("padded", True)):
                 task_name, kernel = rule_kernel(shape, padded, target, work)
                 say(f"{text} {arm}: {task_name}, {args.trials} trials")
-                records = rule_kernels.tune(kernel, target, args.trials, work / f"{text}-{arm}")
-                kernels[arm] = rule_kernels.Kernel(rule_kernels.best_after(records, args.trials), target)
-            for _ in range(args.rounds):
-                for timed in kernels.values():
-                    timed.time_once()
+                kernels[arm] = rule_kernels.tuned_kernel(kernel, target, args.trials, work / f"{text}-{arm}")
+            rule_kernels.time_in_rounds(kernels, args.rounds)
             rows.append((text, shape, kernels, task_name))
     finally:
         shutil.rmtree(work, ignore_errors=True)

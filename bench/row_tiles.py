@@ -75,12 +75,9 @@ def main() -> None:
             for arm, tiles in (("divisors", divisors_only), ("longer", common.row_tiles)):
                 convolution.row_tiles = tiles  # what the rule's design spaces read
                 say(f"{name} {task_name} (output {output}) {arm}: tiles of {tiles(int(width), tail=True)} pixels")
-                records = rule_kernels.tune(kernel, target, args.trials, work / f"{task_name}-{arm}")
-                kernels[arm] = rule_kernels.Kernel(rule_kernels.best_after(records, args.trials), target)
+                kernels[arm] = rule_kernels.tuned_kernel(kernel, target, args.trials, work / f"{task_name}-{arm}")
             convolution.row_tiles = common.row_tiles
-            for _ in range(args.rounds):
-                for timed in kernels.values():
-                    timed.time_once()
+            rule_kernels.time_in_rounds(kernels, args.rounds)
             rows.append((name, task_name, width, kernels))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +201,18 @@ def best_after(records: list[ms.database.TuningRecord], trials: int) -> ms.datab
     return min(records[:trials], key=lambda r: float(np.mean([float(s) for s in r.run_secs])))
 
 
+def tuned_kernel(mod: tvm.IRModule, target, trials: int, work: Path) -> Kernel:
+    """The best of `trials` trials of `mod` on this host (`tune`), built to be timed."""
+    return Kernel(best_after(tune(mod, target, trials, work), trials), target)
+
+
+def time_in_rounds(kernels: Mapping[str, Kernel], rounds: int) -> None:
+    """A sample of every kernel per round, taking turns in the same order each round."""
+    for _ in range(rounds):
+        for kernel in kernels.values():
+            kernel.time_once()
+
+
 class Kernel:
     """A record's schedule built for this host, with random arguments, timed on demand."""
 
@@ -253,9 +265,7 @@ def main() -> None:
             best_rule_records.setdefault(found.model.name, (found, []))[1].append(best_after(records["rule"], args.trials))
             for trials in sorted({TRIALS_PER_ROUND, args.trials}):
                 kernels = {arm: Kernel(best_after(records[arm], trials), target) for arm in records}
-                for _ in range(args.rounds):  # interleaved: stock, rule, stock, rule, ...
-                    for kernel in kernels.values():
-                        kernel.time_once()
+                time_in_rounds(kernels, args.rounds)  # interleaved: stock, rule, stock, rule, ...
                 rows.append((shape, trials, kernels))
         for found, records in best_rule_records.values():
             check_against_onnxruntime(found.model, found.prepared, records, target)
