@@ -1,12 +1,14 @@
 """`edgetune tune-fleet`, the job behind `make tune-fleet`, end to end on a simulated fleet of
 its own (one board per class): boards created, tuned, artifacts built, signed and verifiable,
-everything taken down; a second run reuses the databases and artifacts."""
+everything taken down; a second run reuses the databases and artifacts: no trial, no build, no
+board timed. (Its wall time is not compared with the first's: both pay the same start-up of the
+fleet and of the imports, about 27 s of the second's 27-28 s and the first's 55 s here, so their
+ratio said more about the machine's load than about the job.)"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from edgetune.inventory import load_fleet
@@ -40,9 +42,7 @@ def test_tune_fleet_runs_the_whole_job_and_is_idempotent(spare_fleet_yaml):
     one_board_per_class(spare_fleet_yaml)
     fleet = load_fleet(spare_fleet_yaml)
     assert [(b.name, b.simulated.cpu_quota) for b in fleet.boards] == [("fast-1", 1.0), ("slow-1", 0.5)]
-    started = time.monotonic()
     first = tune_fleet(spare_fleet_yaml)
-    first_s = time.monotonic() - started
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = table_rows(first.stdout)
     assert set(rows) == {"gw-fast", "gw-slow"}
@@ -59,11 +59,9 @@ def test_tune_fleet_runs_the_whole_job_and_is_idempotent(spare_fleet_yaml):
         )
         assert verify.returncode == 0 and "signature valid" in verify.stdout, verify.stdout + verify.stderr
 
-    started = time.monotonic()
     second = tune_fleet(spare_fleet_yaml)
-    second_s = time.monotonic() - started
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "gw-fast: 0 trials this run" in second.stderr and "gw-slow: 0 trials this run" in second.stderr
     assert all(row[-2:] == ["v1", "unchanged"] for row in table_rows(second.stdout).values())
-    assert second_s < first_s / 2
+    assert "measuring on" in first.stderr and "measuring on" not in second.stderr  # nothing built, nothing timed
     assert leftovers(fleet) == []
