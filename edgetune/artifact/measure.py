@@ -138,12 +138,12 @@ def compare_on_board(
         if loaded is not None:
             runtime, outputs[ONNXRUNTIME] = loaded
             timers[ONNXRUNTIME] = _onnxruntime_timer(session, measurement)
-        samples = interleave(timers, measurement.compare.rounds)
+        timings = _timed(timers, measurement.compare.rounds)
     finally:
         for remote_name in uploaded:
             session.remove(remote_name)
-    return {label: RunResult(Timing.from_samples_s(samples[label]), outputs[label],
-                             runtime if label == ONNXRUNTIME else "") for label in timers}  # fmt: skip
+    return {label: RunResult(timing, outputs[label], runtime if label == ONNXRUNTIME else "")
+            for label, timing in timings.items()}  # fmt: skip
 
 
 def time_interleaved(
@@ -151,9 +151,13 @@ def time_interleaved(
 ) -> dict[str, Timing]:
     """Time VMs already loaded on one board, their inputs set (`vm.set_input(entry, ...)`), in
     `measurement.compare.rounds` interleaved rounds; every sample kept, per label."""
-    timers = {label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()}
-    samples = interleave(timers, measurement.compare.rounds)
-    return {label: Timing.from_samples_s(values) for label, values in samples.items()}
+    return _timed({label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()},
+                  measurement.compare.rounds)  # fmt: skip
+
+
+def _timed(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int) -> dict[str, Timing]:
+    """Every timer's samples of `rounds` interleaved rounds (`interleave`), as a Timing per label."""
+    return {label: Timing.from_samples_s(values) for label, values in interleave(timers, rounds).items()}
 
 
 def onnxruntime_on_board(session: rpc.RPCSession) -> str:

@@ -138,7 +138,6 @@ class BuildOutcome:
     ) -> "BuildOutcome":
         hits = manifest.record_hits
         speedups = board_speedups(manifest.boards)
-        against_ort = onnxruntime_ratios(manifest.boards)
         return cls(
             model=manifest.inputs.model,
             device_class=manifest.inputs.device_class,
@@ -148,7 +147,7 @@ class BuildOutcome:
             untuned_ms=manifest.untuned_median_ms(),
             tuned_ms=manifest.tuned_median_ms(),
             least_speedup=min(e.low for e in speedups.values()) if speedups else None,
-            vs_onnxruntime=statistics.median(e.ratio for e in against_ort.values()) if against_ort else None,
+            vs_onnxruntime=over_boards(onnxruntime_ratios(manifest.boards))[0],
             trials=manifest.tuning.trials,
             tasks_without_record=hits.tasks_without_record,
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
@@ -310,6 +309,15 @@ def onnxruntime_ratios(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate
     bootstrap interval (above 1: the tuned build is faster)."""
     return {b.board: ratio_of_medians(b.onnxruntime.timing.samples_ms, b.tuned.samples_ms)
             for b in boards if b.onnxruntime is not None}  # fmt: skip
+
+
+def over_boards(estimates: dict[str, RatioEstimate]) -> tuple[float | None, tuple[float, float] | None]:
+    """The median ratio over the boards, and the lowest and highest bound of their intervals
+    (None, None without a board)."""
+    if not estimates:
+        return None, None
+    values = estimates.values()
+    return statistics.median(e.ratio for e in values), (min(e.low for e in values), max(e.high for e in values))
 
 
 def gate_refusal(manifest: Manifest, fleet_path: Path, emulated: Collection[str] = ()) -> str | None:

@@ -5,12 +5,10 @@ no file is read here, no HTML written.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
-from edgetune.artifact.release import board_speedups, onnxruntime_ratios
+from edgetune.artifact.release import board_speedups, onnxruntime_ratios, over_boards
 from edgetune.artifact_format.manifest import LIBRARY_NAME
-from edgetune.artifact_format.timing_stats import RatioEstimate
 from edgetune.report.sources import Sources, Version
 from edgetune.tune.budget import time_is_the_budget
 from edgetune.tune.plan import class_budget
@@ -141,18 +139,10 @@ def _version_row(sources: Sources, v: Version) -> VersionRow:
     ran_ort = sum(b.onnxruntime is not None for b in m.boards)
     return VersionRow(
         v.model, v.device_class, v.version, m.created, m.tuned_median_ms(), m.untuned_median_ms(),
-        *_over_boards(board_speedups(m.boards)), *_over_boards(onnxruntime_ratios(m.boards)),
+        *over_boards(board_speedups(m.boards)), *over_boards(onnxruntime_ratios(m.boards)),
         f"{'; '.join(runtimes)} on {ran_ort} of {len(m.boards)} boards" if ran_ort else "",
         next((f.size / 1e6 for f in m.files if f.path == LIBRARY_NAME), None), v.key_id, m.tuning.trials, running,
     )  # fmt: skip
-
-
-def _over_boards(estimates: dict[str, RatioEstimate]) -> tuple[float | None, tuple[float, float] | None]:
-    """The median ratio over the boards, and the lowest and highest bound of their intervals."""
-    if not estimates:
-        return None, None
-    values = estimates.values()
-    return statistics.median(e.ratio for e in values), (min(e.low for e in values), max(e.high for e in values))
 
 
 @dataclass(frozen=True)
