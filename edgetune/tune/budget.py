@@ -201,7 +201,8 @@ def round_fits(elapsed_s: float, limit_s: float | None, round_s: float | None, r
     """Whether a round started now ends within the limit: it ends after the rounds still
     measuring, each taking the run's mean round so far (`round_s`; None before the first round
     ended: it starts while the limit is not reached). A run so stops within a round of its
-    limit, and the limit is never overrun by more than a round."""
+    limit, and overruns it by less than its longest round (a round slower than the mean, as on
+    a host busy with other work, ends past the limit by what it took beyond the mean)."""
     if limit_s is None:
         return True
     if round_s is None:

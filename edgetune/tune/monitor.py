@@ -115,14 +115,19 @@ class RunState:
     # model, borrowing) is a class's own, not a share of the search
     first_round_started: float | None = None
     rounds_measured: int = 0
+    # from a round's hand-over to TVM to its recording: what a time limit may be overrun by
+    longest_round_s: float | None = None
+    round_started_at: dict[int, float] = field(default_factory=dict)  # task id -> its round in flight
 
     @property
     def spent(self) -> int:
         return sum(ledger.spent for ledger in self.ledgers)
 
-    def round_started(self) -> None:
+    def round_started(self, task_id: int) -> None:
+        now = time.monotonic()
         if self.first_round_started is None:
-            self.first_round_started = time.monotonic()
+            self.first_round_started = now
+        self.round_started_at[task_id] = now
 
     def searched_s(self) -> float:
         """Seconds since the first round started (0 before it)."""
@@ -143,6 +148,9 @@ class RunState:
 
     def record(self, task_id: int, results: list[RunnerResult]) -> None:
         self.rounds_measured += 1
+        started = self.round_started_at.pop(task_id, None)
+        if started is not None:
+            self.longest_round_s = max(time.monotonic() - started, self.longest_round_s or 0.0)
         latencies = [_latency(result) for result in results]
         ledger = self.ledgers[task_id]
         ledger.record(latencies)

@@ -43,7 +43,7 @@ class BudgetScheduler(PyTaskScheduler):
         if self._tasks()[task_id].runner_futures is not None:
             self._outer().join_running_task(task_id)
         self.state.ledgers[task_id].rounds += 1
-        self.state.round_started()
+        self.state.round_started(task_id)
         self.latest = task_id
         return task_id
 

@@ -72,7 +72,7 @@ def split_state(state: RunState, shards: int) -> list[RunState]:
     return [
         replace(state, device_class=f"{state.device_class} shard {n + 1}/{len(groups)}",
                 ledgers=[state.ledgers[i] for i in group], names=[state.names[i] for i in group],
-                run_budget=UNBOUNDED_TRIALS if state.time_is_the_budget else budget, best={})
+                run_budget=UNBOUNDED_TRIALS if state.time_is_the_budget else budget, best={}, round_started_at={})
         for n, (group, budget) in enumerate(zip(groups, budgets))
     ]
 

@@ -142,6 +142,9 @@ class ClassResult:
     error: str | None = None  # the class could not tune (others went on)
     search_time_s: float = 0.0  # from the first round to the last measured (what time_limit_s bounds)
     shards: tuple[ShardPlacement, ...] = ()  # where each shard of a split search ran (compute.ray.shards_per_class)
+    # from a round's hand-over to its recording, the longest of the run (a time limit is overrun
+    # by less); None where no round was searched on this host (none run, or all in shards)
+    longest_round_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -240,7 +243,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     tasks = class_tasks(models, target)
     plan = plan_class(fleet, device_class, models, tasks.tasks, read_trials(paths), throughput(paths))
     spent = borrowed = 0
-    searched_s = 0.0
+    searched_s, longest_round_s = 0.0, None
     stopped = None
     shards: tuple[ShardPlacement, ...] = ()
     ledgers: list[TaskLedger] = []
@@ -278,7 +281,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                                                            cost_model, paths, state)
             else:
                 spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
-            searched_s = state.searched_s()
+            searched_s, longest_round_s = state.searched_s(), state.longest_round_s
             ledgers = state.ledgers
             if spent + borrowed:
                 append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
@@ -289,7 +292,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         device_class, plan.budget, plan.done, spent + borrowed, borrowed,
         time.monotonic() - started, summaries, stopped=stopped,
         error=f"class {device_class}: {stopped}" if stopped in (NO_BOARDS, SHARD_LOST) else None,
-        search_time_s=searched_s, shards=shards,
+        search_time_s=searched_s, shards=shards, longest_round_s=longest_round_s,
     )
 
 

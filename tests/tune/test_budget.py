@@ -147,9 +147,12 @@ def test_a_time_budget_ends_the_run_within_a_round_of_its_limit_with_its_report(
     assert summary["stopped"] == third.stopped and summary["trials"] > 0
     run = read_trials(runs["paths"])[runs["after_second"]:]
     assert len(run) == third.trials_run > 0  # every trial measured was recorded
+    # not before the last two rounds' worth of the limit, and past it by less than its longest
+    # round (the mean decides; a round slowed by the host's other work overruns by its excess)
     mean_round = third.search_time_s / len(_batches(run))
-    assert TIME_LIMIT_S - 2 * mean_round <= third.search_time_s <= TIME_LIMIT_S + mean_round, \
-        (third.search_time_s, mean_round)
+    assert third.longest_round_s is not None
+    assert TIME_LIMIT_S - 2 * mean_round <= third.search_time_s <= TIME_LIMIT_S + third.longest_round_s, \
+        (third.search_time_s, mean_round, third.longest_round_s)
 
 
 def test_a_time_budget_measures_every_task_before_any_second_round(runs):
