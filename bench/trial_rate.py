@@ -1,19 +1,23 @@
 """Trials per minute of a class run, before and after the trial-rate work, on one simulated
 fleet, same model, same budget: A, MetaSchedule's evolutionary search at a fixed population of
 128 with TVM's LocalBuilder (a fresh pool of build processes, each importing TVM, for every
-batch); B, edgetune's defaults (the population sized to the round,
-`SearchSettings.population_for`, and `PooledBuilder`, whose build processes last the run).
+batch), its runner's session per candidate, one search thread; B, the population sized to the
+round (`SearchSettings.population_for`) and `PooledBuilder` (build processes kept for the run);
+C, B with the runner's workers keeping their board's session across a batch
+(`runner.HeldSession`); D, edgetune's defaults: C searching on every core the class has
+(`SearchSettings.threads`; one class here, so all of the host's).
 
 What it does, through edgetune's own library:
 1. writes the bench's small ONNX CNN and brings up its own 1-class simulated fleet (2 boards,
    cpu quota 1.0 each, device_profiles/x86-64-v3.yaml);
-2. tunes the class `--turns` times from an empty database each time, A and B taking turns
-   (A B B A A B ...), each turn `tune_class` in this process (so MetaSchedule's profiler sees
+2. tunes the class `--turns` times from an empty database each time, the settings taking turns
+   (A B C D D C B A ...), each turn `tune_class` in this process (so MetaSchedule's profiler sees
    it) with `--trials-per-task` trials per task in rounds of `--trials-per-iter`;
 3. prints, per setting, the median trials per minute of the class runs (class start to reports
-   written) with min-max, where one run of each spent its time (MetaSchedule's profiler: search,
-   cost model, builds, measurement), and the start-up a class process pays before it tunes
-   (a spawned process importing the tuner), measured once.
+   written) with min-max, the median of the model's best estimated latency at the end (what the
+   trials bought: the sum of its tasks' best measured times), where one run of each spent its
+   time (MetaSchedule's profiler: search, cost model, builds, measurement), and the start-up a
+   class process pays before it tunes (a spawned process importing the tuner), measured once.
 
 Run: .venv/bin/python bench/trial_rate.py [--turns 4] [--trials-per-task 16] [--population-a 128]
 Needs root (network namespaces, cgroups); holds /tmp/edgetune-bench.lock while running.
@@ -26,7 +30,7 @@ import multiprocessing
 import shutil
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -62,6 +66,7 @@ def main() -> None:
 def run(args: argparse.Namespace, workdir: Path) -> None:
     from edgetune.inventory import load_fleet
     from edgetune.tune.candidate_builder import make_builder
+    from edgetune.tune.runner import make_runner
     from edgetune.tune.tuner import SearchSettings
 
     facts = machine_facts()
@@ -71,26 +76,41 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     tuning = {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter, "early_stop": None}
     boards = [BoardSpec("rate-1", CLASS, 1.0, 11), BoardSpec("rate-2", CLASS, 1.0, 12)]
     fleet = load_fleet(write_fleet_yaml(workdir, "bench-rate", {CLASS: PROFILE}, boards, models, tuning))
-    settings = {"A": Setting(SearchSettings(population_size=args.population_a), _local_builder),
-                "B": Setting(SearchSettings(), make_builder)}
-    order = [("A", "B") if turn % 2 == 0 else ("B", "A") for turn in range(args.turns)]
-    rates: dict[str, list[float]] = {"A": [], "B": []}
+    one_thread = SearchSettings(num_threads=1)
+    settings = {"A": Setting(replace(one_thread, population_size=args.population_a), _local_builder, _session_per_candidate),
+                "B": Setting(one_thread, make_builder, _session_per_candidate),
+                "C": Setting(one_thread, make_builder, make_runner),
+                "D": Setting(SearchSettings(), make_builder, make_runner)}
+    order = [tuple(settings) if turn % 2 == 0 else tuple(reversed(settings)) for turn in range(args.turns)]
+    rates: dict[str, list[float]] = {label: [] for label in settings}
+    estimates: dict[str, list[float]] = {label: [] for label in settings}
     profiles: dict[str, dict[str, float]] = {}
     start_up_s = _process_start_up_s()
     with running_fleet(fleet):
         for pair in order:
             for label in pair:
-                trials, seconds, profile = _one_run(fleet, settings[label])
+                trials, seconds, estimate_s, profile = _one_run(fleet, settings[label])
                 rates[label].append(trials / seconds * 60)
+                estimates[label].append(estimate_s * 1000)
                 profiles.setdefault(label, profile)
                 say(f"{label}: {trials} trials in {seconds:.0f} s: {rates[label][-1]:.1f} trials/min")
-    _report(args, facts, fleet, settings, rates, profiles, start_up_s)
+    _report(args, facts, fleet, settings, rates, estimates, profiles, start_up_s)
 
 
 @dataclass(frozen=True)
 class Setting:
     search: object  # edgetune's SearchSettings
     builder: Callable  # make_builder's signature: (artifact_dir, cross_compiler, max_workers) -> Builder
+    runner: Callable  # make_runner's signature: (endpoint, boards, measurement, index_bounds) -> RPCRunner
+
+
+def _session_per_candidate(endpoint, boards: int, measurement, index_bounds):
+    """edgetune's runner with MetaSchedule's own session handling: a session per candidate."""
+    from edgetune.tune.runner import make_runner
+
+    runner = make_runner(endpoint, boards, measurement, index_bounds)
+    runner.f_create_session = runner.f_upload_module = runner.f_cleanup = None
+    return runner
 
 
 def _local_builder(artifact_dir: str, cross_compiler: str | None, max_workers: int):
@@ -117,8 +137,11 @@ def _local_builder(artifact_dir: str, cross_compiler: str | None, max_workers: i
                                                 f_export=SharedLibraryExport(artifact_dir, cross_compiler)))
 
 
-def _one_run(fleet, setting: Setting) -> tuple[int, float, dict[str, float]]:
-    """One class run from an empty database: (trials, seconds, profiler seconds by scope)."""
+def _one_run(fleet, setting: Setting) -> tuple[int, float, float, dict[str, float]]:
+    """One class run from an empty database: (trials, seconds, the model's best estimated
+    latency in seconds, profiler seconds by scope)."""
+    import json
+
     from unittest import mock
 
     from tvm.s_tir import meta_schedule as ms
@@ -129,13 +152,15 @@ def _one_run(fleet, setting: Setting) -> tuple[int, float, dict[str, float]]:
 
     shutil.rmtree(ClassDatabasePaths.of(fleet.workdir, CLASS).directory, ignore_errors=True)
     with (tuning(), ms.Profiler() as profiler,  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
-          mock.patch("edgetune.tune.tuner.make_builder", setting.builder)):
+          mock.patch("edgetune.tune.tuner.make_builder", setting.builder),
+          mock.patch("edgetune.tune.tuner.make_runner", setting.runner)):
         result = tune_class(fleet, CLASS, TuneOptions(search=setting.search))
     if stop_requested():
         raise SystemExit("stopped during tuning")
     if not result.ok:
         raise SystemExit(f"tuning failed: {result.error}")
-    return result.trials_run, result.tuning_time_s, {k: float(v) for k, v in profiler.get().items()}
+    estimate_s = json.loads(Path(result.summaries[0]).read_text())["estimated_latency_s"]
+    return result.trials_run, result.tuning_time_s, estimate_s, {k: float(v) for k, v in profiler.get().items()}
 
 
 def _import_tuner() -> None:
@@ -151,22 +176,25 @@ def _process_start_up_s() -> float:
     return time.monotonic() - started
 
 
-def _report(args, facts, fleet, settings, rates, profiles, start_up_s) -> None:
+def _report(args, facts, fleet, settings, rates, estimates, profiles, start_up_s) -> None:
     per_iter = args.trials_per_iter
     print()
     print(f"machine: {facts}; {load_now()}")
     print(f"fleet: class {CLASS}, {len(fleet.boards)} simulated boards (quota 1.0), model cnn "
           f"({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
     print(f"class process start-up (spawn + import of the tuner), once: {start_up_s:.1f} s")
-    print(f"{'setting':<40} {'trials/min median':>18} {'min-max':>14} {'runs':>5}")
+    print(f"{'setting':<84} {'trials/min median':>18} {'min-max':>14} {'runs':>5} {'best est. ms':>13}")
     for label, setting in settings.items():
         values = rates[label]
         search, builder = setting.search, "LocalBuilder" if setting.builder is _local_builder else "PooledBuilder"
-        described = f"{label}: population {search.population_for(per_iter)}, {builder}"
-        print(f"{described:<40} {statistics.median(values):>18.1f} "
-              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5}")
-    ratio = statistics.median(rates["B"]) / statistics.median(rates["A"])
-    print(f"B / A: {ratio:.2f}x trials per minute (medians)")
+        sessions = "session per candidate" if setting.runner is _session_per_candidate else "held sessions"
+        described = (f"{label}: population {search.population_for(per_iter)}, {builder}, {sessions}, "
+                     f"{search.threads()} search threads")
+        print(f"{described:<84} {statistics.median(values):>18.1f} "
+              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} {statistics.median(estimates[label]):>13.3f}")
+    for later, earlier in (("B", "A"), ("C", "B"), ("D", "C"), ("D", "A")):
+        ratio = statistics.median(rates[later]) / statistics.median(rates[earlier])
+        print(f"{later} / {earlier}: {ratio:.2f}x trials per minute (medians)")
     for label, profile in profiles.items():
         total = profile.get("Total", sum(profile.values()))
         print(f"where the first {label} run spent its time (MetaSchedule profiler, {total:.0f} s in its loop):")

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import tvm
@@ -104,13 +105,24 @@ class SearchSettings:
     population_size: int | None = None  # None: sized to the round
     init_measured_ratio: float = 0.2
     genetic_num_iters: int = 3
-    num_threads: int = 1  # host threads per class for the search (classes run in parallel)
+    # host threads per class for the search and the cost model; None: the host's cores, shared
+    # among the classes tuning at once (`for_classes`), or a Ray task's CPUs
+    num_threads: int | None = None
     seed: int = 0
 
     def population_for(self, trials_per_iter: int) -> int:
         if self.population_size is not None:
             return self.population_size
         return min(max(POPULATION_PER_TRIAL * trials_per_iter, MIN_POPULATION), MAX_POPULATION)
+
+    def threads(self) -> int:
+        """The search's threads: `num_threads`, or every core this process may run on."""
+        return self.num_threads or len(os.sched_getaffinity(0))
+
+    def for_classes(self, classes: int, cpus: int) -> SearchSettings:
+        """These settings for one of `classes` classes sharing `cpus` CPUs (an explicit
+        `num_threads` stays)."""
+        return self if self.num_threads else replace(self, num_threads=max(1, cpus // classes))
 
 
 POPULATION_PER_TRIAL = 4
@@ -195,8 +207,10 @@ def _run_stage(fleet: Fleet, stage: list[str], options: TuneOptions) -> dict[str
     if fleet.compute is not None:
         from edgetune.tune.on_ray.cluster import run_classes
 
+        options = replace(options, search=options.search.for_classes(1, int(fleet.compute.cpus_per_class)))
         outcomes = run_classes(fleet, {name: (fleet, name, options) for name in stage}, tune_class_on_node)
     else:
+        options = replace(options, search=options.search.for_classes(len(stage), len(os.sched_getaffinity(0))))
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
                                  initializer=adopt, initargs=(stop_event(),)) as pool:
@@ -265,6 +279,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
                 log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
+            log.info("[%s] searching on %d host threads, a population of %d for rounds of %d", device_class,
+                     options.search.threads(), options.search.population_for(plan.trials_per_iter), plan.trials_per_iter)
             bounds = _index_bounds(device_class, tasks)
             runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive)
             selected = _searched_tasks(plan)
@@ -347,7 +363,7 @@ def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.targ
             init_measured_ratio=search.init_measured_ratio,
             genetic_num_iters=search.genetic_num_iters,
         ),
-        num_threads=search.num_threads,
+        num_threads=search.threads(),
         seed=search.seed,
     )
     return contexts
@@ -355,7 +371,7 @@ def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.targ
 
 def _cost_model(paths: ClassDatabasePaths, search: SearchSettings) -> ms.cost_model.XGBModel:
     """The class's XGBoost cost model, as the last run left it."""
-    cost_model = ms.cost_model.XGBModel(num_tuning_cores=search.num_threads)
+    cost_model = ms.cost_model.XGBModel(num_tuning_cores=search.threads())
     if paths.cost_model.exists():
         load_cost_model(cost_model, paths.cost_model)
     return cost_model

@@ -1,7 +1,8 @@
 """The board runner on a real tracker and rpc_server (loopback): an exclusive runner hands
 MetaSchedule its batch only once it is measured (boards that share the host's CPUs are not timed
-while the host builds the next batch), the plain runner returns at once; and a worker gives its
-board back as soon as its measurement ends, also when the tracker first handed it a dead one."""
+while the host builds the next batch), the plain runner returns at once; a worker measures a
+batch's candidates in one session, each candidate its own library; and a worker gives its board
+back once it is idle, also when the tracker first handed it a dead one."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ MEASURED_AT_LEAST_S = 0.6
 QUICK_MEASUREMENT = Measurement(number=1, repeat=1, min_repeat_ms=1)
 
 
-def _candidate(tmp_path) -> ms.runner.RunnerInput:
-    a = te.placeholder((1024,), "float32", name="a")
-    b = te.compute((1024,), lambda i: a[i] * 2.0, name="b")
+def _candidate(tmp_path, size: int = 1024) -> ms.runner.RunnerInput:
+    a = te.placeholder((size,), "float32", name="a")
+    b = te.compute((size,), lambda i: a[i] * 2.0, name="b")
     func = te.create_prim_func([a, b])
     built = make_builder(str(tmp_path), None, max_workers=1).build(
         [ms.builder.BuilderInput(tvm.IRModule({"main": func}), tvm.target.Target("llvm"))])[0]
@@ -107,3 +108,21 @@ def test_a_worker_that_was_handed_a_dead_board_first_gives_the_live_one_back_whe
             assert _poll(lambda: class_load(endpoint).free == 1, 5.0), class_load(endpoint)
         finally:
             dead.close()
+
+
+def test_a_worker_measures_its_batch_in_one_session_each_candidate_its_own_library(loopback, tmp_path):
+    """Candidates of two sizes, alternating, on one board: one session for the batch (the
+    board's log says each session it served), and each candidate timed as itself (every
+    candidate is a `candidate.so`: a session that loaded the name once would run that library)."""
+    loopback.start_board("a1", "classa")
+    loopback.wait_registered(1)
+    small, large = _candidate(tmp_path, 1024), _candidate(tmp_path, 1 << 22)
+    runner = _runner(loopback, exclusive=True)
+    board_log = loopback.directory / "a1.log"
+    served = board_log.read_text().count("connected from")
+    results = [f.result() for f in runner.run([small, large, small, large, small, large])]
+    assert all(r.error_msg is None for r in results), results
+    seconds = [min(r.run_secs) for r in results]
+    assert min(seconds[1::2]) > 100 * max(seconds[0::2]), seconds  # 4096 times the elements
+    assert board_log.read_text().count("connected from") - served == 1, board_log.read_text()
+    assert _poll(lambda: class_load(runner.endpoint).free == 1, 5.0)  # idle: the board is back

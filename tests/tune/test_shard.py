@@ -1,8 +1,11 @@
 """A class run's search split into shards (edgetune.tune.shard): how tasks and the budget are
-dealt, and how the shards' accounts come back. The shards on a Ray cluster, their records and the
+dealt, and how the shards' accounts come back; the host's cores dealt to the classes that
+search at once. The shards on a Ray cluster, their records and the
 retrained cost model: tests/compute/test_ray_tuning.py (marker ray)."""
 
 from __future__ import annotations
+
+import os
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 from edgetune.tune.budget import UNBOUNDED_TRIALS, TaskLedger
 from edgetune.tune.monitor import RunState
 from edgetune.tune.shard import SHARD_LOST, ShardOutcome, merge_states, placement, split_state
+from edgetune.tune.tuner import SearchSettings
 
 
 def run_state(weights: list[float], shares: list[int], budget: int, time_is_the_budget: bool = False) -> RunState:
@@ -53,3 +57,11 @@ def test_the_shards_accounts_come_back_and_a_lost_shard_is_named():
     assert problems == ["time limit", SHARD_LOST]
     assert state.spent == 8 * len(first.ledgers)  # the lost shard's trials are counted from the database on resume
     assert placement(second, None).trials is None and placement(second, None).tasks == len(second.ledgers)
+
+
+def test_the_search_threads_are_the_hosts_cores_shared_by_the_classes_at_once():
+    alone = SearchSettings()
+    assert alone.threads() == len(os.sched_getaffinity(0))  # a class tuned by itself
+    assert alone.for_classes(2, 8).threads() == 4
+    assert alone.for_classes(3, 2).threads() == 1  # never none
+    assert SearchSettings(num_threads=3).for_classes(2, 8).threads() == 3  # an explicit count stays
