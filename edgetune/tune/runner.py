@@ -8,8 +8,8 @@ Inputs that a kernel indexes with are filled in range (`index_inputs.InRangeArgu
 gather or an embedding lookup is measured instead of crashing the board's session.
 
 A runner worker keeps its board's session from one measurement to the next (`HeldSession`):
-opening one through the tracker (the board forks a process for it) cost about 100 ms here
-against a third of a second of timing per candidate. It gives the board back when it has been
+opening one through the tracker (the board forks a process for it) cost about 90 ms of board
+time per candidate here (bench/trial_rate.py). It gives the board back when it has been
 idle for SESSION_IDLE_S (between rounds, or when the class's other worker waits for the only
 live board) and before a measurement once the session is SESSION_REUSE_S old, so the board's
 own session timeout never ends a session mid-measurement and no worker keeps a board for long.
