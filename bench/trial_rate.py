@@ -20,6 +20,8 @@ What it does, through edgetune's own library:
    class process pays before it tunes (a spawned process importing the tuner), measured once.
 
 Run: .venv/bin/python bench/trial_rate.py [--turns 4] [--trials-per-task 16] [--population-a 128]
+     [--settings ABCD] [--models cnn[,quantized]] [--profile device_profiles/x86-avx512.yaml]
+(`--models cnn,quantized --settings D`: what a float and an integer trial cost with the defaults.)
 Needs root (network namespaces, cgroups); holds /tmp/edgetune-bench.lock while running.
 """
 
@@ -29,6 +31,7 @@ import argparse
 import multiprocessing
 import shutil
 import statistics
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,6 +61,10 @@ def main() -> None:
     parser.add_argument("--trials-per-task", type=int, default=16)
     parser.add_argument("--trials-per-iter", type=int, default=16)
     parser.add_argument("--population-a", type=int, default=128, help="setting A's fixed population")
+    parser.add_argument("--settings", default="ABCD", help="which settings to run, e.g. D for the defaults alone")
+    parser.add_argument("--models", default="cnn",
+                        help="comma-separated: cnn (float), quantized (a QDQ block built with `quantized_weights: integer`)")
+    parser.add_argument("--profile", type=Path, default=PROFILE, help="the class's device profile")
     parser.add_argument("--keep-workdir", action="store_true")
     args = parser.parse_args()
     bench_main("trial-rate", args, run)
@@ -70,31 +77,49 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     from edgetune.tune.tuner import SearchSettings
 
     facts = machine_facts()
-    make_cnn_onnx(workdir / "cnn.onnx")
-    name, shape = ONNX_CNN_INPUT
-    models = [{"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}]
+    models = [_model_entry(model, workdir) for model in args.models.split(",")]
     tuning = {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter, "early_stop": None}
     boards = [BoardSpec("rate-1", CLASS, 1.0, 11), BoardSpec("rate-2", CLASS, 1.0, 12)]
-    fleet = load_fleet(write_fleet_yaml(workdir, "bench-rate", {CLASS: PROFILE}, boards, models, tuning))
+    fleet = load_fleet(write_fleet_yaml(workdir, "bench-rate", {CLASS: args.profile.resolve()}, boards, models, tuning))
     one_thread = SearchSettings(num_threads=1)
-    settings = {"A": Setting(replace(one_thread, population_size=args.population_a), _local_builder, _session_per_candidate),
-                "B": Setting(one_thread, make_builder, _session_per_candidate),
-                "C": Setting(one_thread, make_builder, make_runner),
-                "D": Setting(SearchSettings(), make_builder, make_runner)}
-    order = [tuple(settings) if turn % 2 == 0 else tuple(reversed(settings)) for turn in range(args.turns)]
-    rates: dict[str, list[float]] = {label: [] for label in settings}
-    estimates: dict[str, list[float]] = {label: [] for label in settings}
-    profiles: dict[str, dict[str, float]] = {}
+    every_setting = {
+        "A": Setting(replace(one_thread, population_size=args.population_a), _local_builder, _session_per_candidate),
+        "B": Setting(one_thread, make_builder, _session_per_candidate),
+        "C": Setting(one_thread, make_builder, make_runner),
+        "D": Setting(SearchSettings(), make_builder, make_runner),
+    }
+    settings = {label: every_setting[label] for label in args.settings}
+    runs = [(label, model["name"]) for label in settings for model in models]  # each a row of the report
+    order = [tuple(runs) if turn % 2 == 0 else tuple(reversed(runs)) for turn in range(args.turns)]
+    rates: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    estimates: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    profiles: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
     start_up_s = _process_start_up_s()
     with running_fleet(fleet):
-        for pair in order:
-            for label in pair:
-                trials, seconds, estimate_s, profile = _one_run(fleet, settings[label])
-                rates[label].append(trials / seconds * 60)
-                estimates[label].append(estimate_s * 1000)
-                profiles.setdefault(label, profile)
-                say(f"{label}: {trials} trials in {seconds:.0f} s: {rates[label][-1]:.1f} trials/min")
+        for turn in order:
+            for label, model in turn:
+                trials, seconds, estimate_s, profile = _one_run(fleet, model, settings[label])
+                rates[label, model].append(trials / seconds * 60)
+                estimates[label, model].append(estimate_s * 1000)
+                profiles.setdefault((label, model), (trials, profile))
+                say(f"{label} {model}: {trials} trials in {seconds:.0f} s: {rates[label, model][-1]:.1f} trials/min")
     _report(args, facts, fleet, settings, rates, estimates, profiles, start_up_s)
+
+
+def _model_entry(model: str, workdir: Path) -> dict:
+    """The fleet.yaml entry of the bench's `model`, its ONNX file written into `workdir`."""
+    if model == "cnn":
+        make_cnn_onnx(workdir / "cnn.onnx")
+        name, shape = ONNX_CNN_INPUT
+        return {"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}
+    if model == "quantized":
+        sys.path.insert(0, str(REPO / "tests"))  # the tests' QDQ sample, quantized by onnxruntime
+        from onnx_samples import write_quantized_separable
+
+        write_quantized_separable(workdir / "quantized.onnx")
+        return {"name": "quantized", "onnx": "quantized.onnx", "layout": "NHWC", "quantized_weights": "integer",
+                "inputs": [{"name": "x", "shape": [1, 16, 8, 8], "dtype": "float32"}]}
+    raise SystemExit(f"--models: unknown model {model!r}; known: cnn, quantized")
 
 
 @dataclass(frozen=True)
@@ -137,9 +162,9 @@ def _local_builder(artifact_dir: str, cross_compiler: str | None, max_workers: i
                                                 f_export=SharedLibraryExport(artifact_dir, cross_compiler)))
 
 
-def _one_run(fleet, setting: Setting) -> tuple[int, float, float, dict[str, float]]:
-    """One class run from an empty database: (trials, seconds, the model's best estimated
-    latency in seconds, profiler seconds by scope)."""
+def _one_run(fleet, model: str, setting: Setting) -> tuple[int, float, float, dict[str, float]]:
+    """One class run of `model` from an empty database: (trials, seconds, the model's best
+    estimated latency in seconds, profiler seconds by scope)."""
     import json
 
     from unittest import mock
@@ -154,7 +179,7 @@ def _one_run(fleet, setting: Setting) -> tuple[int, float, float, dict[str, floa
     with (tuning(), ms.Profiler() as profiler,  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
           mock.patch("edgetune.tune.tuner.make_builder", setting.builder),
           mock.patch("edgetune.tune.tuner.make_runner", setting.runner)):
-        result = tune_class(fleet, CLASS, TuneOptions(search=setting.search))
+        result = tune_class(fleet, CLASS, TuneOptions(models=(model,), search=setting.search))
     if stop_requested():
         raise SystemExit("stopped during tuning")
     if not result.ok:
@@ -180,24 +205,29 @@ def _report(args, facts, fleet, settings, rates, estimates, profiles, start_up_s
     per_iter = args.trials_per_iter
     print()
     print(f"machine: {facts}; {load_now()}")
-    print(f"fleet: class {CLASS}, {len(fleet.boards)} simulated boards (quota 1.0), model cnn "
-          f"({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
+    print(f"fleet: class {CLASS} ({args.profile.name}), {len(fleet.boards)} simulated boards (quota 1.0), "
+          f"models {args.models} ({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
     print(f"class process start-up (spawn + import of the tuner), once: {start_up_s:.1f} s")
-    print(f"{'setting':<84} {'trials/min median':>18} {'min-max':>14} {'runs':>5} {'best est. ms':>13}")
-    for label, setting in settings.items():
-        values = rates[label]
+    print(f"{'setting':<84} {'model':>10} {'trials/min median':>18} {'min-max':>14} {'runs':>5} "
+          f"{'best est. ms':>13} {'build s/trial':>14}")
+    for (label, model), values in rates.items():
+        setting = settings[label]
         search, builder = setting.search, "LocalBuilder" if setting.builder is _local_builder else "PooledBuilder"
         sessions = "session per candidate" if setting.runner is _session_per_candidate else "held sessions"
         described = (f"{label}: population {search.population_for(per_iter)}, {builder}, {sessions}, "
                      f"{search.threads()} search threads")
-        print(f"{described:<84} {statistics.median(values):>18.1f} "
-              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} {statistics.median(estimates[label]):>13.3f}")
+        trials, profile = profiles[label, model]
+        print(f"{described:<84} {model:>10} {statistics.median(values):>18.1f} "
+              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} "
+              f"{statistics.median(estimates[label, model]):>13.3f} {profile.get('SendToBuilder', 0.0) / trials:>14.3f}")
     for later, earlier in (("B", "A"), ("C", "B"), ("D", "C"), ("D", "A")):
-        ratio = statistics.median(rates[later]) / statistics.median(rates[earlier])
-        print(f"{later} / {earlier}: {ratio:.2f}x trials per minute (medians)")
-    for label, profile in profiles.items():
+        for model in {model for _, model in rates}:
+            if (later, model) in rates and (earlier, model) in rates:
+                ratio = statistics.median(rates[later, model]) / statistics.median(rates[earlier, model])
+                print(f"{later} / {earlier} ({model}): {ratio:.2f}x trials per minute (medians)")
+    for (label, model), (_, profile) in profiles.items():
         total = profile.get("Total", sum(profile.values()))
-        print(f"where the first {label} run spent its time (MetaSchedule profiler, {total:.0f} s in its loop):")
+        print(f"where the first {label} {model} run spent its time (MetaSchedule profiler, {total:.0f} s in its loop):")
         for scope, seconds in sorted(profile.items(), key=lambda kv: -kv[1])[:PROFILE_ROWS]:
             print(f"  {scope:<50} {seconds:8.1f} s")
 
