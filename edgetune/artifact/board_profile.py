@@ -327,7 +327,7 @@ def _board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> tuple[R
         raise FleetError(f"'{name}' is not a board of class {device_class.name} "
                          f"(its boards: {', '.join(b.name for b in boards) or 'none'})")  # fmt: skip
     endpoint = rpc_endpoint(fleet, device_class.name)
-    if not port_answers(endpoint.host, endpoint.port):  # TVM's connect_tracker would retry for a minute
+    if not port_answers(endpoint.host, endpoint.port):
         raise FleetError(f"the tracker at {endpoint.address} does not answer: run `edgetune fleet up -f {fleet.path}`")
     summary = read_summary(endpoint.host, endpoint.port)
     up = [b for b in boards if summary.registered(device_class.name, network_address(b))]

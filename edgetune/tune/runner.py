@@ -8,8 +8,8 @@ Inputs that a kernel indexes with are filled in range (`index_inputs.InRangeArgu
 gather or an embedding lookup is measured instead of crashing the board's session.
 
 A runner worker keeps its board's session from one measurement to the next (`HeldSession`):
-opening one through the tracker (the board forks a process for it) cost about 90 ms of board
-time per candidate here (bench/trial_rate.py). It gives the board back when it has been
+opening one through TVM's tracker client cost about 90 ms of board time per candidate here
+(bench/trial_rate.py); it is opened through edgetune's (`fleet.tracker.request_session`). It gives the board back when it has been
 idle for SESSION_IDLE_S (between rounds, or when the class's other worker waits for the only
 live board) and before a measurement once the session is SESSION_REUSE_S old, so the board's
 own session timeout never ends a session mid-measurement and no worker keeps a board for long.
@@ -32,7 +32,7 @@ from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from edgetune.fleet.tracker import RpcEndpoint, wait_for_servers
+from edgetune.fleet.tracker import RpcEndpoint, request_session, wait_for_servers
 from edgetune.inventory.schema import Measurement
 from edgetune.tune.index_inputs import IndexBounds, InRangeArguments
 
@@ -97,7 +97,8 @@ class HeldSession:
                                              or not _answers(self.session)):
                 self._give_back()
             if self.session is None:
-                self.session = rpc_config.connect_server()
+                endpoint = RpcEndpoint(rpc_config.tracker_host, rpc_config.tracker_port, rpc_config.tracker_key)
+                self.session = request_session(endpoint, rpc_config.session_timeout_sec)
                 self.opened = time.monotonic()
             return self.session
 
