@@ -79,8 +79,8 @@ def measure_then_collect(measure, *args):
 class HeldSession:
     """The board session of one runner worker process, kept across its measurements (the
     RPCRunner's `f_create_session`, `f_upload_module` and `f_cleanup` below use the worker's
-    one instance). `opened` and `generation` let an idle timer give back only the session it was
-    started for, never one a new measurement has taken meanwhile."""
+    one instance). `opened` dates the session for SESSION_REUSE_S; `generation` counts the
+    measurements, so that an idle timer gives the session back only if none started since."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
