@@ -257,7 +257,6 @@ class _TrackerConnection:
             raise FleetError(f"tracker refused {message[0]}: {value}")
         return value
 
-
     def _acknowledge_at_once(self) -> None:
         """Linux's TCP_QUICKACK (it lasts until the kernel leaves quick-ACK mode again: set it
         before each read); elsewhere the answer waits for the delayed ACK."""

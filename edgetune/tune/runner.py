@@ -115,6 +115,22 @@ class HeldSession:
             if generation == self.generation:
                 self._give_back()
 
+    def upload(self, session: rpc.RPCSession, local_path: str) -> tvm.runtime.Module:
+        """The candidate uploaded under a name of its own in the session, and loaded."""
+        self.uploads += 1
+        self.uploaded = f"{self.uploads}-{Path(local_path).parent.name}.so"
+        session.upload(local_path, self.uploaded)
+        return session.load_module(self.uploaded)
+
+    def clean_up(self, session: rpc.RPCSession | None) -> None:
+        """Remove the candidate's file from the board and start the idle timer."""
+        try:
+            if session is not None and self.uploaded is not None:
+                session.remove(self.uploaded)
+        finally:
+            self.uploaded = None
+            self.idle()
+
     def _give_back(self) -> None:
         """The connection ends, and the board goes back to the tracker, once nothing holds the
         session (the measurement that used it last has returned by now)."""
@@ -145,11 +161,7 @@ def upload_under_own_name(session: rpc.RPCSession, local_path: str, remote_path:
     file name would be handed the library already loaded under it (the dynamic loader looks
     libraries up by name), not the new candidate's."""
     del remote_path
-    _HELD.uploads += 1
-    name = f"{_HELD.uploads}-{Path(local_path).parent.name}.so"
-    session.upload(local_path, name)
-    _HELD.uploaded = name
-    return session.load_module(name)
+    return _HELD.upload(session, local_path)
 
 
 def remove_upload(session: rpc.RPCSession | None, remote_path: str | None) -> None:
@@ -157,12 +169,7 @@ def remove_upload(session: rpc.RPCSession | None, remote_path: str | None) -> No
     (MetaSchedule's cleanup removes the workspace too: the held session could upload no more),
     and start the idle timer."""
     del remote_path
-    try:
-        if session is not None and _HELD.uploaded is not None:
-            session.remove(_HELD.uploaded)
-    finally:
-        _HELD.uploaded = None
-        _HELD.idle()
+    _HELD.clean_up(session)
 
 
 class CollectingPool:

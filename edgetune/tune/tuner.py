@@ -117,12 +117,17 @@ class SearchSettings:
 
     def threads(self) -> int:
         """The search's threads: `num_threads`, or every core this process may run on."""
-        return self.num_threads or len(os.sched_getaffinity(0))
+        return self.num_threads or host_cores()
 
     def for_classes(self, classes: int, cpus: int) -> SearchSettings:
         """These settings for one of `classes` classes sharing `cpus` CPUs (an explicit
         `num_threads` stays)."""
         return self if self.num_threads else replace(self, num_threads=max(1, cpus // classes))
+
+
+def host_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 POPULATION_PER_TRIAL = 4
@@ -210,7 +215,7 @@ def _run_stage(fleet: Fleet, stage: list[str], options: TuneOptions) -> dict[str
         options = replace(options, search=options.search.for_classes(1, int(fleet.compute.cpus_per_class)))
         outcomes = run_classes(fleet, {name: (fleet, name, options) for name in stage}, tune_class_on_node)
     else:
-        options = replace(options, search=options.search.for_classes(len(stage), len(os.sched_getaffinity(0))))
+        options = replace(options, search=options.search.for_classes(len(stage), host_cores()))
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
                                  initializer=adopt, initargs=(stop_event(),)) as pool:
