@@ -1,7 +1,8 @@
 """The pre-pack pipeline: one prepared module per (model, target), tuned and built alike.
 
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
-1. `prepare`: pad the output channels of convolutions no full vector divides
+1. `prepare`: compute large 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3)
+   (edgetune.compiler.winograd), pad the output channels of convolutions no full vector divides
    (edgetune.compiler.channel_padding), legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
@@ -33,6 +34,7 @@ from edgetune.compiler.prepack import drop_reordered_layout_free_weights
 from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
 from edgetune.compiler.schedule_rules.depthwise import annotate_depthwise
 from edgetune.compiler.schedule_rules.integer import annotate_integer_convolutions
+from edgetune.compiler.winograd import winograd_convolutions
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,14 @@ class TaskCoverage:
 
 
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """Step 1: pad the output channels of narrow-vector convolutions (`channel_padding`),
+    """Step 1: rewrite large 3x3 stride-1 convolutions as Winograd's (`winograd`), pad the
+    output channels of narrow-vector convolutions (`channel_padding`),
     legalize, fuse, mark weights layout-free (needs weights bound as constants) and mark NHWC
     convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
+                winograd_convolutions(target),
                 pad_output_channels(target),
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
@@ -69,8 +73,10 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
-    """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel)."""
-    return list(ms.relax_integration.extract_tasks(prepared, target))
+    """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel), but for
+    the kernels `prepare` scheduled itself (Winograd's transforms)."""
+    tasks = ms.relax_integration.extract_tasks(prepared, target)
+    return [task for task in tasks if not task.dispatched[0]["main"].attrs.get("tirx.is_scheduled", False)]
 
 
 def kernel_hash(kernel: tvm.IRModule) -> str:

@@ -1,0 +1,267 @@
+"""3x3 stride-1 convolutions computed by Winograd's minimal filtering, F(4x4, 3x3), with their
+matrix products on the convolution rule's micro-kernel.
+
+A direct 3x3 convolution takes 9 multiply-adds per output and input channel; F(4x4, 3x3)
+(Lavin and Gray, arXiv:1509.09308) computes a 4x4 output tile from a 6x6 input tile in 36
+products per channel pair, 2.25 per output: 4x fewer. onnxruntime (MLAS) runs these layers as
+direct or im2col convolutions, so at the fp32 peak it cannot pass a Winograd kernel that runs
+its products near that peak. Here a float32 NHWC convolution (groups 1, OHWI weight, 3x3,
+stride 1, dilation 1, constant weight, at least MIN_CHANNELS channels each way) becomes:
+
+1. the input transform (one kernel): the zero-padded input cut into overlapping 6x6 tiles
+   (stride 4), each tile's Bt d B written as 36 matrices of tiles x input channels;
+2. 36 pointwise convolutions, one per transformed position, each over all tiles with the
+   filters' G g Gt at that position as a constant weight (computed here, in float64): the
+   same kernel for all 36 (one tuning task), which the convolution rule schedules as the
+   register-blocked GEMM it is, and whose weights MetaSchedule pre-packs;
+3. the output transform (one kernel): each tile's At m A, 16 outputs of tiles x output channels,
+   interleaved into the output image (with the convolution's epilogue, fused by Relax).
+
+The transform matrices are TVM's (`topi.nn.winograd_util`: the interpolation points of
+Barabasz et al., chosen for float32 accuracy), written into the kernels as literal
+coefficients. Runs in `prepare` before the channel padding (which may then pad the pointwise
+convolutions), so tuning and building see the same kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, s_tir, te, topi
+from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+
+from edgetune.compiler.graph import bound_value, is_call, is_constant, static_shape
+from edgetune.compiler.schedule_rules.common import vector_unit
+
+TILE = 4  # output pixels per tile side: F(4x4, 3x3)
+KERNEL = 3
+ALPHA = TILE + KERNEL - 1  # input pixels per tile side, transformed positions per side
+MIN_CHANNELS = 16  # below this (3-channel stems, 12 -> 24) the transforms outweigh the products saved
+# Multiply-adds of one of the 36 products (tiles x input x output channels) below which the
+# transforms and the short GEMMs cost more than they save: on AVX-512, 96 -> 96 channels on a
+# 13 x 13 image (16 tiles, 147k) ran 0.57x the direct kernel, 48 -> 48 on 52 x 52 (389k) 1.37x,
+# 192 -> 192 on 13 x 13 (590k) 1.85x (bench/winograd.py).
+MIN_PRODUCT_MACS = 1 << 18
+INPUT_KERNEL, OUTPUT_KERNEL = "winograd_input", "winograd_output"
+OPAQUE = 8  # relax OpPatternKind kOpaque: Relax fuses nothing into a function already scheduled
+
+
+def transform_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A: ALPHA x TILE, B: ALPHA x ALPHA, G: ALPHA x KERNEL), float64:
+    y = At [(G g Gt) * (Bt d B)] A for a KERNEL x KERNEL filter g and an ALPHA x ALPHA tile d."""
+    points = _interpolation_points(TILE + KERNEL - 2)
+    a, b, g = _cook_toom_convolution(points, TILE, KERNEL)
+    return np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(g, np.float64)
+
+
+def winograd_convolutions(target: tvm.target.Target) -> tvm.transform.Pass:
+    """The pass that rewrites every eligible convolution (`eligible`) of a module, on targets the
+    convolution rule is made for (`vector_unit`)."""
+    unit = vector_unit(target)
+
+    def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if unit is None:
+            return mod
+        return relax.transform.DeadCodeElimination()(_Winograd(mod, unit.lanes).transform())
+
+    return tvm.transform.module_pass(rewrite, opt_level=0, name="WinogradConvolutions")
+
+
+def eligible(call: relax.Call) -> bool:
+    """A float32 NHWC 3x3 convolution with groups 1, stride 1 and dilation 1, static shapes, at
+    least MIN_CHANNELS input and output channels and MIN_PRODUCT_MACS per product (its weight
+    must still be a constant)."""
+    if not is_call(call, "relax.nn.conv2d"):
+        return False
+    attrs = call.attrs
+    out, data, weight = static_shape(call), static_shape(call.args[0]), static_shape(call.args[1])
+    if out is None or data is None or weight is None or str(call.ty.dtype) != "float32":
+        return False
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
+        "NHWC", "OHWI", "NHWC"
+    ):
+        return False
+    if int(attrs.groups) != 1 or [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1]:
+        return False
+    if weight[1:3] != (KERNEL, KERNEL) or min(weight[0], weight[3]) < MIN_CHANNELS:
+        return False
+    return _Tiles(*out[:3]).count * weight[0] * weight[3] >= MIN_PRODUCT_MACS
+
+
+def filter_transform(weight: np.ndarray) -> np.ndarray:
+    """G g Gt of every filter of an OHWI weight: ALPHA x ALPHA x O x I, float32."""
+    _, _, g = transform_matrices()
+    return np.einsum("ak,bl,oklc->aboc", g, g, weight.astype(np.float64)).astype(np.float32)
+
+
+def _combine(coefficients: np.ndarray, values: list) -> tvm.tirx.PrimExpr:
+    """sum(c * v) over the non-zero coefficients, without multiplying by +-1."""
+    total = None
+    for c, v in zip(coefficients, values):
+        if c == 0:
+            continue
+        term = v if c == 1 else -v if c == -1 else v * tvm.tirx.const(float(c), "float32")
+        total = term if total is None else total + term
+    return total if total is not None else tvm.tirx.const(0.0, "float32")
+
+
+class _Tiles:
+    """How an image of `height` x `width` outputs is cut into TILE x TILE tiles, p = (n, th, tw)."""
+
+    def __init__(self, batch: int, height: int, width: int):
+        self.batch, self.rows, self.columns = batch, -(-height // TILE), -(-width // TILE)
+
+    @property
+    def count(self) -> int:
+        return self.batch * self.rows * self.columns
+
+    def split(self, p):
+        per_image = self.rows * self.columns
+        return p // per_image, (p // self.columns) % self.rows, p % self.columns
+
+
+def _input_transform(data: te.Tensor, tiles: _Tiles, top: int, left: int) -> list[te.Tensor]:
+    _, height, width, channels = (int(d) for d in data.shape)
+    bottom = tiles.rows * TILE + KERNEL - 1 - height - top
+    right = tiles.columns * TILE + KERNEL - 1 - width - left
+    padded = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="winograd_pad")
+    _, b, _ = transform_matrices()
+
+    def positions(_n, _h, p, c):
+        n, th, tw = tiles.split(p)
+        d = [[padded[n, th * TILE + i, tw * TILE + j, c] for j in range(ALPHA)] for i in range(ALPHA)]
+        rows = [[_combine(b[:, nu], d[i]) for nu in range(ALPHA)] for i in range(ALPHA)]  # d B
+        return [_combine(b[:, xi], [rows[i][nu] for i in range(ALPHA)]) for xi in range(ALPHA) for nu in range(ALPHA)]
+
+    return te.compute((1, 1, tiles.count, channels), positions, name=INPUT_KERNEL)
+
+
+def _output_transform(products: list[te.Tensor], tiles: _Tiles) -> te.Tensor:
+    """At m A of every tile: N x tile rows x TILE x tile columns x TILE x output channels. The
+    coefficients depend on the output pixel (vh, vw) in the tile: an expression chooses among
+    the 16 sums of the non-zero terms, which the schedule's unrolled vh and vw make constant."""
+    channels = int(products[0].shape[3])
+    a, _, _ = transform_matrices()
+
+    def value(n, th, vh, tw, vw, c):
+        p = (n * tiles.rows + th) * tiles.columns + tw
+        m = [[products[xi * ALPHA + nu][0, 0, p, c] for nu in range(ALPHA)] for xi in range(ALPHA)]
+        columns = [[_combine(a[:, w], m[xi]) for w in range(TILE)] for xi in range(ALPHA)]  # m A
+        sums = [[_combine(a[:, h], [columns[xi][w] for xi in range(ALPHA)]) for w in range(TILE)] for h in range(TILE)]
+        return _choose(vh, [_choose(vw, row) for row in sums])
+
+    shape = (tiles.batch, tiles.rows, TILE, tiles.columns, TILE, channels)
+    return te.compute(shape, value, name=OUTPUT_KERNEL)
+
+
+def _choose(index, values: list) -> tvm.tirx.PrimExpr:
+    """values[index] for a loop variable `index`, as a chain of selects."""
+    chosen = values[-1]
+    for i in reversed(range(len(values) - 1)):
+        chosen = tvm.tirx.Select(index == i, values[i], chosen)
+    return chosen
+
+
+def _scheduled(inputs: list[te.Tensor], out, order, lanes: int) -> tvm.tirx.PrimFunc:
+    """A transform's kernel, scheduled here (MetaSchedule does not tune it, Relax fuses nothing
+    into it): `order(sch, loops, lane_loop)` arranges the loops of its last block around the
+    innermost one, split into vectors of the output channels."""
+    outputs = list(out) if isinstance(out, (list, tuple)) else [out]
+    sch = s_tir.Schedule(te.create_prim_func([*inputs, *outputs]))
+    block = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    *loops, channel = sch.get_loops(block)
+    channels = int(outputs[0].shape[-1])
+    channel_outer, channel_lanes = sch.split(channel, [None, _divisor_lanes(channels, lanes)])
+    order(sch, [*loops, channel_outer])
+    sch.vectorize(channel_lanes)
+    func = sch.mod["main"].without_attr("global_symbol")
+    return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": OPAQUE})
+
+
+def _input_kernel(data_shape: tuple[int, ...], tiles: _Tiles, top: int, left: int, lanes: int) -> tvm.tirx.PrimFunc:
+    """The input transform, the tiles in parallel, the padding computed into a buffer first."""
+    data = te.placeholder(data_shape, "float32", "data")
+
+    def order(sch, loops):
+        _, _, p, c = loops
+        sch.parallel(p)
+
+    return _scheduled([data], _input_transform(data, tiles, top, left), order, lanes)
+
+
+def _output_kernel(product_shape: tuple[int, ...], tiles: _Tiles, lanes: int) -> tvm.tirx.PrimFunc:
+    """The output transform: the tile's 16 pixels unrolled, so that each is its own sum of
+    constant multiples of the products (`_output_transform`)."""
+    products = [te.placeholder(product_shape, "float32", f"m{k}") for k in range(ALPHA * ALPHA)]
+
+    def order(sch, loops):
+        n, th, vh, tw, vw, c = loops
+        sch.reorder(n, th, tw, c, vh, vw)
+        sch.parallel(sch.fuse(n, th))
+        sch.unroll(vh)
+        sch.unroll(vw)
+
+    return _scheduled(products, _output_transform(products, tiles), order, lanes)
+
+
+def _divisor_lanes(channels: int, lanes: int) -> int:
+    return next(width for width in (lanes, lanes // 2, lanes // 4, 1) if width and channels % width == 0)
+
+
+def _ohwi_constant(weight: relax.Expr) -> np.ndarray | None:
+    """The weight's values if it is a constant or a constant's permuted dimensions."""
+    if is_constant(weight):
+        return weight.value.numpy()
+    if is_call(weight, "relax.permute_dims") and is_constant(weight.args[0]):
+        return np.transpose(weight.args[0].value.numpy(), [int(a) for a in weight.attrs.axes])
+    return None
+
+
+@relax.expr_functor.mutator
+class _Winograd(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, lanes: int):
+        super().__init__(mod)
+        self._mod, self._lanes = mod, lanes
+
+    def transform(self) -> tvm.IRModule:
+        for global_var, func in self._mod.functions_items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(global_var, self.visit_expr(func))
+        return self.builder_.get()
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not eligible(call):
+            return call
+        weight = _ohwi_constant(bound_value(self, call.args[1]))
+        return call if weight is None else self._winograd(call, weight)
+
+    def _winograd(self, call: relax.Call, weight: np.ndarray) -> relax.Expr:
+        batch, height, width, channels_out = static_shape(call)
+        tiles = _Tiles(batch, height, width)
+        top, left = (int(p) for p in call.attrs.padding[:2])
+        data = call.args[0]
+        count, channels_in = tiles.count, static_shape(data)[3]
+        input_kernel = self.builder_.add_func(_input_kernel(static_shape(data), tiles, top, left, self._lanes), INPUT_KERNEL)
+        position_type = relax.TensorType((1, 1, count, channels_in), "float32")
+        positions = self.builder_.emit(relax.call_tir(input_kernel, [data], [position_type] * (ALPHA * ALPHA)))
+        filters = filter_transform(weight)
+        products = [
+            self.builder_.emit(
+                relax.op.nn.conv2d(
+                    relax.TupleGetItem(positions, xi * ALPHA + nu),
+                    relax.const(filters[xi, nu][:, None, None, :]),
+                    data_layout="NHWC",
+                    kernel_layout="OHWI",
+                )
+            )
+            for xi in range(ALPHA)
+            for nu in range(ALPHA)
+        ]
+        kernel = self.builder_.add_func(_output_kernel((1, 1, count, channels_out), tiles, self._lanes), OUTPUT_KERNEL)
+        shape = (batch, tiles.rows, TILE, tiles.columns, TILE, channels_out)
+        grid = self.builder_.emit(relax.call_tir(kernel, products, relax.TensorType(shape, "float32")))
+        image = relax.op.reshape(grid, (batch, tiles.rows * TILE, tiles.columns * TILE, channels_out))
+        if (tiles.rows * TILE, tiles.columns * TILE) == (height, width):
+            return image
+        return relax.op.strided_slice(image, axes=[1, 2], begin=[0, 0], end=[height, width])
