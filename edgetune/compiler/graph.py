@@ -1,6 +1,7 @@
-"""What the graph rewrites before tuning share (edgetune.compiler.layout, edgetune.compiler.integer):
-reading Relax expressions (calls, constants, static shapes, the value a variable is bound to)
-and turning a Relax expression mutator, or a function of a call, into a pass."""
+"""What the graph rewrites before tuning share (edgetune.compiler.layout, .integer, .winograd,
+.channel_padding): reading Relax expressions (calls, constants, static shapes, the value a
+variable is bound to) and turning a Relax expression mutator, or a function of a call, into a
+pass or a rewritten module."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ def bound_value(mutator: relax.PyExprMutator, expr: relax.Expr) -> relax.Expr:
 def rewrite_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
     """A pass that rewrites every Relax function of a module with `mutator`."""
     return relax.transform.function_pass(lambda func, _mod, _ctx: mutator().visit_expr(func), opt_level=0, name=name)
+
+
+def rewrite_module(mutator: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with every Relax function rewritten by `mutator` (made on `mod`), the functions the
+    mutator added through its builder included, the bindings it left unused removed."""
+    for global_var, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(global_var, mutator.visit_expr(func))
+    return relax.transform.DeadCodeElimination()(mutator.builder_.get())
 
 
 def rewrite_calls(rewrite: Callable[[relax.Call], relax.Expr | None], name: str) -> tvm.transform.Pass:

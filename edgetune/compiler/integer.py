@@ -39,6 +39,7 @@ from edgetune.compiler.graph import (
     bound_value,
     is_call,
     is_constant,
+    rewrite_module,
     rewrite_with,
     static_shape,
 )
@@ -58,7 +59,7 @@ def quantization_as_element_wise(mod: tvm.IRModule) -> tvm.IRModule:
 def integer_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     """After the conversion to NHWC: each convolution of dequantized uint8 activations by
     dequantized int8 weights (groups 1) as one integer kernel, its correction and its scale."""
-    return relax.transform.DeadCodeElimination()(_IntegerConvolutions(mod).transform())
+    return rewrite_module(_IntegerConvolutions(mod), mod)
 
 
 def _scalar(expr: relax.Expr) -> float | int | None:
@@ -98,16 +99,6 @@ class _ElementWiseQuantization(relax.PyExprMutator):
 
 @relax.expr_functor.mutator
 class _IntegerConvolutions(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self._mod = mod
-
-    def transform(self) -> tvm.IRModule:
-        for global_var, func in self._mod.functions_items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(global_var, self.visit_expr(func))
-        return self.builder_.get()
-
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if not is_call(call, "relax.nn.conv2d") or not _is_plain_nhwc(call):

@@ -30,7 +30,7 @@ import tvm
 from tvm import relax, s_tir, te, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from edgetune.compiler.graph import bound_value, is_call, is_constant, static_shape
+from edgetune.compiler.graph import bound_value, is_call, is_constant, rewrite_module, static_shape
 from edgetune.compiler.schedule_rules.common import vector_unit
 
 TILE = 4  # output pixels per tile side: F(4x4, 3x3)
@@ -62,7 +62,7 @@ def winograd_convolutions(target: tvm.target.Target) -> tvm.transform.Pass:
     def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if unit is None:
             return mod
-        return relax.transform.DeadCodeElimination()(_Winograd(mod, unit.lanes).transform())
+        return rewrite_module(_Winograd(mod, unit.lanes), mod)
 
     return tvm.transform.module_pass(rewrite, opt_level=0, name="WinogradConvolutions")
 
@@ -164,8 +164,8 @@ def _choose(index, values: list) -> tvm.tirx.PrimExpr:
 
 def _scheduled(inputs: list[te.Tensor], out, order, lanes: int) -> tvm.tirx.PrimFunc:
     """A transform's kernel, scheduled here (MetaSchedule does not tune it, Relax fuses nothing
-    into it): `order(sch, loops, lane_loop)` arranges the loops of its last block around the
-    innermost one, split into vectors of the output channels."""
+    into it): its last block's channel loop split into vectors of the target's lanes, the loops
+    above the vectors (the outer channel loop last) arranged by `order(sch, loops)`."""
     outputs = list(out) if isinstance(out, (list, tuple)) else [out]
     sch = s_tir.Schedule(te.create_prim_func([*inputs, *outputs]))
     block = sch.get_child_blocks(sch.get_sblock("root"))[-1]
@@ -183,8 +183,7 @@ def _input_kernel(data_shape: tuple[int, ...], tiles: _Tiles, top: int, left: in
     data = te.placeholder(data_shape, "float32", "data")
 
     def order(sch, loops):
-        _, _, p, c = loops
-        sch.parallel(p)
+        sch.parallel(loops[2])  # the tiles
 
     return _scheduled([data], _input_transform(data, tiles, top, left), order, lanes)
 
@@ -221,13 +220,7 @@ def _ohwi_constant(weight: relax.Expr) -> np.ndarray | None:
 class _Winograd(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int):
         super().__init__(mod)
-        self._mod, self._lanes = mod, lanes
-
-    def transform(self) -> tvm.IRModule:
-        for global_var, func in self._mod.functions_items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(global_var, self.visit_expr(func))
-        return self.builder_.get()
+        self._lanes = lanes
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
