@@ -1,8 +1,9 @@
-"""Question: is a 3x3 stride-1 convolution faster computed by Winograd's F(4x4, 3x3)
-(edgetune.compiler.winograd: an input transform, 36 pointwise convolutions on the convolution
-rule, an output transform) than by the rule's direct kernel, each tuned as a model's layer is?
+"""Question: is a 3x3 stride-1 convolution faster computed by Winograd's F(4x4, 3x3), or a
+1 x r one along a row by F(1x4, 1xr) (edgetune.compiler.winograd: an input transform, 36 or
+r + 3 pointwise convolutions on the convolution rule, an output transform) than by the rule's
+direct kernel, each tuned as a model's layer is?
 
-How: for each shape, one NHWC layer as a model's interior layer is after import (a 3x3
+How: for each shape, one NHWC layer as a model's interior layer is after import (a
 convolution with a constant weight, bias, SiLU) is prepared for AVX-512 twice: with the Winograd
 rewrite ("winograd") and with it switched off ("direct"). Every task of each arm is tuned on the
 host, `--trials` trials per task (rule_kernels.tune); the arms are built with their best
@@ -12,10 +13,11 @@ checked against NumPy in float64 first. GFLOP/s count the direct convolution's w
 "winograd" arm rewrites every shape, also those below `prepare`'s threshold (MIN_PRODUCT_MACS),
 which these measurements set.
 
-    .venv/bin/python bench/winograd.py [--shapes 32x32@160k3,96x96@52k3] [--trials 16] [--rounds 9]
+    .venv/bin/python bench/winograd.py [--shapes 32x32@160,96x96@52,256x512@1x512k1x5] [--trials 16] [--rounds 9]
 
-A shape is CINxCOUT@SIZE (a square image, 'same' padding). The default shapes are the 3x3
-stride-1 layers of OriNet and ddddocr-det (bench/README.md). No fleet: host only.
+A shape is CINxCOUT@SIZE (a 3x3 filter on a square image) or CINxCOUT@HxWkKHxKW (256x512@1x512k1x5:
+Magika's 5 taps along a row of 512), 'same' padding. The default shapes are the 3x3 stride-1
+layers of OriNet and ddddocr-det and Magika's row (bench/README.md). No fleet: host only.
 """
 
 from __future__ import annotations
@@ -48,41 +50,59 @@ from edgetune.compiler.prepare import apply_database_and_build, extract_tasks, p
 from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 
-DEFAULT_SHAPES = "32x32@160,64x64@80,128x128@40,256x256@20,48x48@52,96x96@52,96x96@26,96x96@13,192x192@13,24x24@104"
+DEFAULT_SHAPES = "32x32@160,64x64@80,128x128@40,256x256@20,48x48@52,96x96@52,96x96@26,96x96@13,192x192@13,24x24@104,256x512@1x512k1x5"
 
 
 @dataclass(frozen=True)
 class Layer:
-    """A 3x3 convolution of `channels_in` x `channels_out` on a `size` x `size` image, padding 1."""
+    """A `kernel_h` x `kernel_w` convolution of `channels_in` x `channels_out` on a `height` x
+    `width` image, 'same' padding."""
 
     channels_in: int
     channels_out: int
-    size: int
+    height: int
+    width: int
+    kernel_h: int = 3
+    kernel_w: int = 3
 
     @classmethod
     def parse(cls, text: str) -> "Layer":
-        found = re.fullmatch(r"(\d+)x(\d+)@(\d+)", text)
+        found = re.fullmatch(r"(\d+)x(\d+)@(\d+)(?:x(\d+)k(\d+)x(\d+))?", text)
         if not found:
-            raise SystemExit(f"--shapes: {text!r} is not CINxCOUT@SIZE (e.g. 96x96@52)")
-        return cls(*(int(g) for g in found.groups()))
+            raise SystemExit(f"--shapes: {text!r} is not CINxCOUT@SIZE or CINxCOUT@HxWkKHxKW (e.g. 96x96@52, 256x512@1x512k1x5)")
+        cin, cout, height, width, kernel_h, kernel_w = found.groups()
+        if width is None:
+            return cls(int(cin), int(cout), int(height), int(height))
+        return cls(int(cin), int(cout), int(height), int(width), int(kernel_h), int(kernel_w))
 
     @property
     def flops(self) -> int:
-        return 2 * self.size * self.size * self.channels_out * self.channels_in * 9
+        return 2 * self.height * self.width * self.channels_out * self.channels_in * self.kernel_h * self.kernel_w
+
+    @property
+    def padding(self) -> tuple[int, int, int, int]:
+        return (self.kernel_h // 2, self.kernel_w // 2) * 2
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (1, self.height, self.width, self.channels_in)
 
     def weights(self) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng(0)
-        weight = rng.standard_normal((self.channels_out, 3, 3, self.channels_in)) / np.sqrt(9 * self.channels_in)
+        taps = self.kernel_h * self.kernel_w
+        weight = rng.standard_normal((self.channels_out, self.kernel_h, self.kernel_w, self.channels_in))
+        weight /= np.sqrt(taps * self.channels_in)
         return weight.astype(np.float32), (rng.standard_normal(self.channels_out) * 0.1).astype(np.float32)
 
     def module(self) -> tvm.IRModule:
         """The layer in Relax: conv2d NHWC/OHWI + bias, then SiLU as x * sigmoid(x)."""
         weight, bias = self.weights()
         builder = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType((1, self.size, self.size, self.channels_in), "float32"))
+        x = relax.Var("x", relax.TensorType(self.input_shape, "float32"))
         with builder.function("main", [x]):
             with builder.dataflow():
-                conv = relax.op.nn.conv2d(x, relax.const(weight), padding=1, data_layout="NHWC", kernel_layout="OHWI")
+                conv = relax.op.nn.conv2d(x, relax.const(weight), padding=self.padding, data_layout="NHWC",
+                                          kernel_layout="OHWI")  # fmt: skip
                 biased = builder.emit(relax.op.add(conv, relax.const(bias)))
                 out = builder.emit_output(relax.op.multiply(biased, relax.op.sigmoid(biased)))
             builder.emit_func_output(out)
@@ -90,11 +110,12 @@ class Layer:
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         weight, bias = (w.astype(np.float64) for w in self.weights())
-        padded = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+        top, left = self.padding[:2]
+        padded = np.pad(x.astype(np.float64), [(0, 0), (top, top), (left, left), (0, 0)])
         out = sum(
-            np.einsum("nhwc,oc->nhwo", padded[:, i : i + self.size, j : j + self.size, :], weight[:, i, j, :])
-            for i in range(3)
-            for j in range(3)
+            np.einsum("nhwc,oc->nhwo", padded[:, i : i + self.height, j : j + self.width, :], weight[:, i, j, :])
+            for i in range(self.kernel_h)
+            for j in range(self.kernel_w)
         ) + bias
         return out / (1 + np.exp(-out))
 
@@ -121,7 +142,7 @@ class Arm:
         self.tasks = len(tasks)
         executable = apply_database_and_build(prepared, database, target)
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
-        x = np.random.default_rng(1).standard_normal((1, layer.size, layer.size, layer.channels_in)).astype("float32")
+        x = np.random.default_rng(1).standard_normal(layer.input_shape).astype("float32")
         self.input = tvm.runtime.tensor(x)
         self.error = float(np.abs(self.vm["main"](self.input).numpy() - layer.reference(x)).max())
         self.samples: list[float] = []

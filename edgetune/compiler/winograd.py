@@ -25,6 +25,8 @@ convolutions), so tuning and building see the same kernels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import tvm
 from tvm import relax, s_tir, te, topi
@@ -33,11 +35,10 @@ from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_poi
 from edgetune.compiler.graph import bound_value, is_call, is_constant, rewrite_module, static_shape
 from edgetune.compiler.schedule_rules.common import vector_unit
 
-TILE = 4  # output pixels per tile side: F(4x4, 3x3)
-KERNEL = 3
-ALPHA = TILE + KERNEL - 1  # input pixels per tile side, transformed positions per side
+TILE = 4  # output pixels per tile along a transformed axis: F(4, r)
+ROW_KERNELS = (3, 5)  # 1 x r filters of one-dimensional convolutions along a row (Magika's 5 taps)
 MIN_CHANNELS = 16  # below this (3-channel stems, 12 -> 24) the transforms outweigh the products saved
-# Multiply-adds of one of the 36 products (tiles x input x output channels) below which the
+# Multiply-adds of one of the products (tiles x input x output channels) below which the
 # transforms and the short GEMMs cost more than they save: on AVX-512, 96 -> 96 channels on a
 # 13 x 13 image (16 tiles, 147k) ran 0.57x the direct kernel, 48 -> 48 on 52 x 52 (389k) 1.37x,
 # 192 -> 192 on 13 x 13 (590k) 1.85x (bench/winograd.py).
@@ -46,12 +47,44 @@ INPUT_KERNEL, OUTPUT_KERNEL = "winograd_input", "winograd_output"
 OPAQUE = 8  # relax OpPatternKind kOpaque: Relax fuses nothing into a function already scheduled
 
 
-def transform_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A: ALPHA x TILE, B: ALPHA x ALPHA, G: ALPHA x KERNEL), float64:
-    y = At [(G g Gt) * (Bt d B)] A for a KERNEL x KERNEL filter g and an ALPHA x ALPHA tile d."""
-    points = _interpolation_points(TILE + KERNEL - 2)
-    a, b, g = _cook_toom_convolution(points, TILE, KERNEL)
+def transform_matrices(kernel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """F(m, r) along one axis, m = TILE output pixels of an r-tap filter (m = 1 and no transform
+    for r = 1): (A: alpha x m, B: alpha x alpha, G: alpha x r), float64, alpha = m + r - 1, such
+    that y = At [(G g) * (Bt d)] for a filter g and an input tile d of alpha pixels."""
+    if kernel == 1:
+        return np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))
+    a, b, g = _cook_toom_convolution(_interpolation_points(TILE + kernel - 2), TILE, kernel)
     return np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(g, np.float64)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """F(tile_h x tile_w, kernel_h x kernel_w): the two axes' transforms for a filter's size."""
+
+    kernel: tuple[int, int]
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return tuple(TILE if k > 1 else 1 for k in self.kernel)
+
+    @property
+    def alpha(self) -> tuple[int, int]:
+        return tuple(t + k - 1 for t, k in zip(self.tile, self.kernel))
+
+    @property
+    def products(self) -> int:
+        """Transformed positions per tile: one product (a GEMM over the tiles) each."""
+        return self.alpha[0] * self.alpha[1]
+
+    def matrices(self, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return transform_matrices(self.kernel[axis])
+
+
+def algorithm_for(kernel: tuple[int, int]) -> Algorithm | None:
+    """The algorithm for a filter of `kernel` (height, width): 3 x 3, or a row of ROW_KERNELS taps."""
+    if kernel == (3, 3) or (kernel[0] == 1 and kernel[1] in ROW_KERNELS):
+        return Algorithm(kernel)
+    return None
 
 
 def winograd_convolutions(target: tvm.target.Target) -> tvm.transform.Pass:
@@ -68,9 +101,9 @@ def winograd_convolutions(target: tvm.target.Target) -> tvm.transform.Pass:
 
 
 def eligible(call: relax.Call) -> bool:
-    """A float32 NHWC 3x3 convolution with groups 1, stride 1 and dilation 1, static shapes, at
-    least MIN_CHANNELS input and output channels and MIN_PRODUCT_MACS per product (its weight
-    must still be a constant)."""
+    """A float32 NHWC convolution with a filter `algorithm_for` takes, groups 1, stride 1 and
+    dilation 1, static shapes, at least MIN_CHANNELS input and output channels and
+    MIN_PRODUCT_MACS per product (its weight must still be a constant)."""
     if not is_call(call, "relax.nn.conv2d"):
         return False
     attrs = call.attrs
@@ -83,15 +116,17 @@ def eligible(call: relax.Call) -> bool:
         return False
     if int(attrs.groups) != 1 or [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1]:
         return False
-    if weight[1:3] != (KERNEL, KERNEL) or min(weight[0], weight[3]) < MIN_CHANNELS:
+    algorithm = algorithm_for(weight[1:3])
+    if algorithm is None or min(weight[0], weight[3]) < MIN_CHANNELS:
         return False
-    return _Tiles(*out[:3]).count * weight[0] * weight[3] >= MIN_PRODUCT_MACS
+    return _Tiles(*out[:3], algorithm.tile).count * weight[0] * weight[3] >= MIN_PRODUCT_MACS
 
 
 def filter_transform(weight: np.ndarray) -> np.ndarray:
-    """G g Gt of every filter of an OHWI weight: ALPHA x ALPHA x O x I, float32."""
-    _, _, g = transform_matrices()
-    return np.einsum("ak,bl,oklc->aboc", g, g, weight.astype(np.float64)).astype(np.float32)
+    """G g Gt of every filter of an OHWI weight: alpha_h x alpha_w x O x I, float32."""
+    algorithm = algorithm_for(weight.shape[1:3])
+    (_, _, g_h), (_, _, g_w) = algorithm.matrices(0), algorithm.matrices(1)
+    return np.einsum("ak,bl,oklc->aboc", g_h, g_w, weight.astype(np.float64)).astype(np.float32)
 
 
 def _combine(coefficients: np.ndarray, values: list) -> tvm.tirx.PrimExpr:
@@ -106,10 +141,12 @@ def _combine(coefficients: np.ndarray, values: list) -> tvm.tirx.PrimExpr:
 
 
 class _Tiles:
-    """How an image of `height` x `width` outputs is cut into TILE x TILE tiles, p = (n, th, tw)."""
+    """How an image of `height` x `width` outputs is cut into tiles of `tile` (rows, columns),
+    p = (n, th, tw)."""
 
-    def __init__(self, batch: int, height: int, width: int):
-        self.batch, self.rows, self.columns = batch, -(-height // TILE), -(-width // TILE)
+    def __init__(self, batch: int, height: int, width: int, tile: tuple[int, int]):
+        self.batch, self.tile = batch, tile
+        self.rows, self.columns = -(-height // tile[0]), -(-width // tile[1])
 
     @property
     def count(self) -> int:
@@ -120,37 +157,42 @@ class _Tiles:
         return p // per_image, (p // self.columns) % self.rows, p % self.columns
 
 
-def _input_transform(data: te.Tensor, tiles: _Tiles, top: int, left: int) -> list[te.Tensor]:
+def _input_transform(data: te.Tensor, algorithm: Algorithm, tiles: _Tiles, top: int, left: int) -> list[te.Tensor]:
     _, height, width, channels = (int(d) for d in data.shape)
-    bottom = tiles.rows * TILE + KERNEL - 1 - height - top
-    right = tiles.columns * TILE + KERNEL - 1 - width - left
+    (tile_h, tile_w), (alpha_h, alpha_w) = algorithm.tile, algorithm.alpha
+    bottom = tiles.rows * tile_h + algorithm.kernel[0] - 1 - height - top
+    right = tiles.columns * tile_w + algorithm.kernel[1] - 1 - width - left
     padded = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="winograd_pad")
-    _, b, _ = transform_matrices()
+    (_, b_h, _), (_, b_w, _) = algorithm.matrices(0), algorithm.matrices(1)
 
     def positions(_n, _h, p, c):
         n, th, tw = tiles.split(p)
-        d = [[padded[n, th * TILE + i, tw * TILE + j, c] for j in range(ALPHA)] for i in range(ALPHA)]
-        rows = [[_combine(b[:, nu], d[i]) for nu in range(ALPHA)] for i in range(ALPHA)]  # d B
-        return [_combine(b[:, xi], [rows[i][nu] for i in range(ALPHA)]) for xi in range(ALPHA) for nu in range(ALPHA)]
+        d = [[padded[n, th * tile_h + i, tw * tile_w + j, c] for j in range(alpha_w)] for i in range(alpha_h)]
+        rows = [[_combine(b_w[:, nu], d[i]) for nu in range(alpha_w)] for i in range(alpha_h)]  # d B
+        return [_combine(b_h[:, xi], [rows[i][nu] for i in range(alpha_h)])
+                for xi in range(alpha_h) for nu in range(alpha_w)]  # fmt: skip
 
     return te.compute((1, 1, tiles.count, channels), positions, name=INPUT_KERNEL)
 
 
-def _output_transform(products: list[te.Tensor], tiles: _Tiles) -> te.Tensor:
-    """At m A of every tile: N x tile rows x TILE x tile columns x TILE x output channels. The
-    coefficients depend on the output pixel (vh, vw) in the tile: an expression chooses among
-    the 16 sums of the non-zero terms, which the schedule's unrolled vh and vw make constant."""
+def _output_transform(products: list[te.Tensor], algorithm: Algorithm, tiles: _Tiles) -> te.Tensor:
+    """At m A of every tile: N x tile rows x tile_h x tile columns x tile_w x output channels.
+    The coefficients depend on the output pixel (vh, vw) in the tile: an expression chooses
+    among the tile's sums of the non-zero terms, which the schedule's unrolled vh and vw make
+    constant."""
     channels = int(products[0].shape[3])
-    a, _, _ = transform_matrices()
+    (tile_h, tile_w), (alpha_h, alpha_w) = algorithm.tile, algorithm.alpha
+    (a_h, _, _), (a_w, _, _) = algorithm.matrices(0), algorithm.matrices(1)
 
     def value(n, th, vh, tw, vw, c):
         p = (n * tiles.rows + th) * tiles.columns + tw
-        m = [[products[xi * ALPHA + nu][0, 0, p, c] for nu in range(ALPHA)] for xi in range(ALPHA)]
-        columns = [[_combine(a[:, w], m[xi]) for w in range(TILE)] for xi in range(ALPHA)]  # m A
-        sums = [[_combine(a[:, h], [columns[xi][w] for xi in range(ALPHA)]) for w in range(TILE)] for h in range(TILE)]
+        m = [[products[xi * alpha_w + nu][0, 0, p, c] for nu in range(alpha_w)] for xi in range(alpha_h)]
+        columns = [[_combine(a_w[:, w], m[xi]) for w in range(tile_w)] for xi in range(alpha_h)]  # m A
+        sums = [[_combine(a_h[:, h], [columns[xi][w] for xi in range(alpha_h)]) for w in range(tile_w)]
+                for h in range(tile_h)]  # fmt: skip
         return _choose(vh, [_choose(vw, row) for row in sums])
 
-    shape = (tiles.batch, tiles.rows, TILE, tiles.columns, TILE, channels)
+    shape = (tiles.batch, tiles.rows, tile_h, tiles.columns, tile_w, channels)
     return te.compute(shape, value, name=OUTPUT_KERNEL)
 
 
@@ -178,20 +220,20 @@ def _scheduled(inputs: list[te.Tensor], out, order, lanes: int) -> tvm.tirx.Prim
     return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": OPAQUE})
 
 
-def _input_kernel(data_shape: tuple[int, ...], tiles: _Tiles, top: int, left: int, lanes: int) -> tvm.tirx.PrimFunc:
+def _input_kernel(data_shape, algorithm: Algorithm, tiles: _Tiles, top: int, left: int, lanes: int) -> tvm.tirx.PrimFunc:
     """The input transform, the tiles in parallel, the padding computed into a buffer first."""
     data = te.placeholder(data_shape, "float32", "data")
 
     def order(sch, loops):
         sch.parallel(loops[2])  # the tiles
 
-    return _scheduled([data], _input_transform(data, tiles, top, left), order, lanes)
+    return _scheduled([data], _input_transform(data, algorithm, tiles, top, left), order, lanes)
 
 
-def _output_kernel(product_shape: tuple[int, ...], tiles: _Tiles, lanes: int) -> tvm.tirx.PrimFunc:
-    """The output transform: the tile's 16 pixels unrolled, so that each is its own sum of
+def _output_kernel(product_shape, algorithm: Algorithm, tiles: _Tiles, lanes: int) -> tvm.tirx.PrimFunc:
+    """The output transform: the tile's pixels unrolled, so that each is its own sum of
     constant multiples of the products (`_output_transform`)."""
-    products = [te.placeholder(product_shape, "float32", f"m{k}") for k in range(ALPHA * ALPHA)]
+    products = [te.placeholder(product_shape, "float32", f"m{k}") for k in range(algorithm.products)]
 
     def order(sch, loops):
         n, th, vh, tw, vw, c = loops
@@ -200,7 +242,7 @@ def _output_kernel(product_shape: tuple[int, ...], tiles: _Tiles, lanes: int) ->
         sch.unroll(vh)
         sch.unroll(vw)
 
-    return _scheduled(products, _output_transform(products, tiles), order, lanes)
+    return _scheduled(products, _output_transform(products, algorithm, tiles), order, lanes)
 
 
 def _divisor_lanes(channels: int, lanes: int) -> int:
@@ -230,31 +272,36 @@ class _Winograd(relax.PyExprMutator):
         return call if weight is None else self._winograd(call, weight)
 
     def _winograd(self, call: relax.Call, weight: np.ndarray) -> relax.Expr:
+        algorithm = algorithm_for(weight.shape[1:3])
         batch, height, width, channels_out = static_shape(call)
-        tiles = _Tiles(batch, height, width)
+        tiles = _Tiles(batch, height, width, algorithm.tile)
         top, left = (int(p) for p in call.attrs.padding[:2])
         data = call.args[0]
-        count, channels_in = tiles.count, static_shape(data)[3]
-        input_kernel = self.builder_.add_func(_input_kernel(static_shape(data), tiles, top, left, self._lanes), INPUT_KERNEL)
-        position_type = relax.TensorType((1, 1, count, channels_in), "float32")
-        positions = self.builder_.emit(relax.call_tir(input_kernel, [data], [position_type] * (ALPHA * ALPHA)))
+        data_shape = static_shape(data)
+        input_kernel = self.builder_.add_func(
+            _input_kernel(data_shape, algorithm, tiles, top, left, self._lanes), INPUT_KERNEL
+        )
+        position_type = relax.TensorType((1, 1, tiles.count, data_shape[3]), "float32")
+        positions = self.builder_.emit(relax.call_tir(input_kernel, [data], [position_type] * algorithm.products))
         filters = filter_transform(weight)
         products = [
             self.builder_.emit(
                 relax.op.nn.conv2d(
-                    relax.TupleGetItem(positions, xi * ALPHA + nu),
+                    relax.TupleGetItem(positions, xi * algorithm.alpha[1] + nu),
                     relax.const(filters[xi, nu][:, None, None, :]),
                     data_layout="NHWC",
                     kernel_layout="OHWI",
                 )
             )
-            for xi in range(ALPHA)
-            for nu in range(ALPHA)
+            for xi in range(algorithm.alpha[0])
+            for nu in range(algorithm.alpha[1])
         ]
-        kernel = self.builder_.add_func(_output_kernel((1, 1, count, channels_out), tiles, self._lanes), OUTPUT_KERNEL)
-        shape = (batch, tiles.rows, TILE, tiles.columns, TILE, channels_out)
+        output_kernel = _output_kernel((1, 1, tiles.count, channels_out), algorithm, tiles, self._lanes)
+        kernel = self.builder_.add_func(output_kernel, OUTPUT_KERNEL)
+        (tile_h, tile_w) = algorithm.tile
+        shape = (batch, tiles.rows, tile_h, tiles.columns, tile_w, channels_out)
         grid = self.builder_.emit(relax.call_tir(kernel, products, relax.TensorType(shape, "float32")))
-        image = relax.op.reshape(grid, (batch, tiles.rows * TILE, tiles.columns * TILE, channels_out))
-        if (tiles.rows * TILE, tiles.columns * TILE) == (height, width):
+        image = relax.op.reshape(grid, (batch, tiles.rows * tile_h, tiles.columns * tile_w, channels_out))
+        if (tiles.rows * tile_h, tiles.columns * tile_w) == (height, width):
             return image
         return relax.op.strided_slice(image, axes=[1, 2], begin=[0, 0], end=[height, width])

@@ -18,17 +18,18 @@ from tvm import relax
 from edgetune.compiler.models import load_model
 from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
 from edgetune.compiler.schedule_rules.convolution import RULE
-from edgetune.compiler.winograd import ALPHA, INPUT_KERNEL, transform_matrices
+from edgetune.compiler.winograd import INPUT_KERNEL, transform_matrices
 from edgetune.inventory.schema import Model, ModelInput
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes
 
 
-def convolution(batch: int, size: tuple[int, int], channels: tuple[int, int], padding, stride=1, groups=1):
+def convolution(batch: int, size: tuple[int, int], channels: tuple[int, int], padding, stride=1, groups=1,
+                kernel=(3, 3)):  # fmt: skip
     """A Relax module of one NHWC convolution with a constant OHWI weight, and its weight."""
     height, width = size
     channels_in, channels_out = channels
-    weight = np.random.default_rng(3).standard_normal((channels_out, 3, 3, channels_in // groups)).astype("float32")
+    weight = np.random.default_rng(3).standard_normal((channels_out, *kernel, channels_in // groups)).astype("float32")
     builder = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((batch, height, width, channels_in), "float32"))
     with builder.function("main", [x]):
@@ -43,12 +44,13 @@ def convolution(batch: int, size: tuple[int, int], channels: tuple[int, int], pa
 
 def direct_in_float64(x: np.ndarray, weight: np.ndarray, padding) -> np.ndarray:
     top, left, bottom, right = padding
+    _, kernel_h, kernel_w, _ = weight.shape
     padded = np.pad(x.astype(np.float64), [(0, 0), (top, bottom), (left, right), (0, 0)])
-    height, width = padded.shape[1] - 2, padded.shape[2] - 2
+    height, width = padded.shape[1] - kernel_h + 1, padded.shape[2] - kernel_w + 1
     return sum(
         np.einsum("nhwc,oc->nhwo", padded[:, i : i + height, j : j + width, :], weight[:, i, j, :].astype(np.float64))
-        for i in range(3)
-        for j in range(3)
+        for i in range(kernel_h)
+        for j in range(kernel_w)
     )
 
 
@@ -58,12 +60,21 @@ def rewritten(prepared: tvm.IRModule) -> int:
 
 
 def test_the_transform_matrices_compute_a_4x4_tile_of_a_3x3_convolution():
-    a, b, g = transform_matrices()
+    a, b, g = transform_matrices(3)
     rng = np.random.default_rng(0)
-    tile, kernel = rng.standard_normal((ALPHA, ALPHA)), rng.standard_normal((3, 3))
+    tile, kernel = rng.standard_normal((6, 6)), rng.standard_normal((3, 3))
     winograd = a.T @ ((g @ kernel @ g.T) * (b.T @ tile @ b)) @ a
     direct = np.array([[np.sum(tile[i : i + 3, j : j + 3] * kernel) for j in range(4)] for i in range(4)])
     np.testing.assert_allclose(winograd, direct, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("taps", [3, 5])
+def test_the_transform_matrices_compute_4_outputs_of_a_one_dimensional_filter(taps):
+    a, b, g = transform_matrices(taps)
+    rng = np.random.default_rng(1)
+    tile, kernel = rng.standard_normal(4 + taps - 1), rng.standard_normal(taps)
+    direct = np.array([np.dot(tile[i : i + taps], kernel) for i in range(4)])
+    np.testing.assert_allclose(a.T @ ((g @ kernel) * (b.T @ tile)), direct, rtol=1e-9, atol=1e-9)
 
 
 @settings(max_examples=6, deadline=None)
@@ -79,6 +90,20 @@ def test_a_rewritten_convolution_answers_what_numpy_computes_in_float64(batch, s
     prepared = prepare(mod, HOST)
     assert rewritten(prepared) == 1
     x = np.random.default_rng(5).standard_normal((batch, *size, channels[0])).astype("float32")
+    got = relax.VirtualMachine(build_untuned(prepared, HOST), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    expected = direct_in_float64(x, weight, padding)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("taps, padding", [(5, (0, 0, 0, 0)), (5, (0, 2, 0, 2)), (3, (0, 1, 0, 1))])
+def test_a_convolution_along_a_row_answers_what_numpy_computes_in_float64(taps, padding):
+    """A one-dimensional convolution as the layout pass writes it: over an image one pixel high
+    (Magika's 5 taps along 512 bytes)."""
+    mod, weight = convolution(1, (1, 262), (64, 64), padding, kernel=(1, taps))
+    prepared = prepare(mod, HOST)
+    assert rewritten(prepared) == 1
+    x = np.random.default_rng(6).standard_normal((1, 1, 262, 64)).astype("float32")
     got = relax.VirtualMachine(build_untuned(prepared, HOST), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     expected = direct_in_float64(x, weight, padding)
     assert got.shape == expected.shape
@@ -123,6 +148,6 @@ def test_the_36_products_are_one_task_of_the_convolution_rule_and_the_tuned_mode
     prepared = prepare(load_model(model), HOST)
     assert rewritten(prepared) == 1
     tasks = extract_tasks(prepared, HOST)
-    products = [t for t in tasks if RULE in t.dispatched[0].script() and t.weight == ALPHA * ALPHA]
+    products = [t for t in tasks if RULE in t.dispatched[0].script() and t.weight == 36]
     assert len(products) == 1  # the stem is the rule's too, called once
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(products, HOST, tmp_path), HOST)
