@@ -90,6 +90,7 @@ from edgetune.compiler.graph import (
     static_shape,
 )
 from edgetune.compiler.schedule_rules.common import MIN_LANES, row_tiles
+from edgetune.compiler.winograd import pays as winograd_pays
 from edgetune.inventory.schema import Model
 
 PADDED_CHANNELS = 16  # float32 lanes of an AVX-512 register: the widest the rules tile
@@ -131,6 +132,7 @@ class _Layer:
     kind: str  # depthwise, pointwise, k x k, one-dimensional, grouped, transposed, 3-d, dense
     flops: int
     scheduled: bool  # an NHWC micro-kernel rule takes its kernel
+    winograd: bool = False  # computed by Winograd's algorithm in NHWC (edgetune.compiler.winograd)
 
     @property
     def label(self) -> str:
@@ -148,8 +150,10 @@ def _by_contents(layers: list[_Layer]) -> LayoutChoice:
     nouns = "dense layers" if dense == {True} else "convolutions" if dense == {False} else "convolutions and dense layers"
     counted = f"{len(scheduled)} of {len(layers)} {nouns}"
     if share >= RULES_SHARE:
+        winograd = sum(layer.winograd for layer in layers)
+        by_winograd = f"; {winograd} of them by Winograd's minimal filtering" if winograd else ""
         return LayoutChoice("NHWC", f"the NHWC micro-kernel rules take {counted} ({_kinds(scheduled)}), "
-                                    f"{share:.0%} of their FLOPs")  # fmt: skip
+                                    f"{share:.0%} of their FLOPs{by_winograd}")  # fmt: skip
     left = [layer for layer in layers if not layer.scheduled]
     return LayoutChoice("NCHW", f"the NHWC micro-kernel rules would take only {counted} ({share:.0%} of their "
                                 f"FLOPs); the rest ({_kinds(left)}) gain nothing from NHWC")  # fmt: skip
@@ -217,7 +221,9 @@ def _convolution(call: relax.Call) -> _Layer:
     tiles = row_tiles(out_dims["W"], tail=kind != "depthwise")  # the depthwise rule takes divisors only
     fits = (kind != "grouped" and str(call.ty.dtype) == "float32" and bool(tiles)
             and out_dims["C"] % MIN_LANES == 0)  # fmt: skip
-    return _Layer(kind, 2 * math.prod(out) * kernel["I"] * kernel["H"] * kernel["W"], fits)
+    out_nhwc = tuple(out_dims[d] for d in "NHWC")
+    winograd = winograd_pays(attrs, str(call.ty.dtype), out_nhwc, kernel["I"], (kernel["H"], kernel["W"]))
+    return _Layer(kind, 2 * math.prod(out) * kernel["I"] * kernel["H"] * kernel["W"], fits, winograd)
 
 
 def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:

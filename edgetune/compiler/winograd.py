@@ -101,25 +101,34 @@ def winograd_convolutions(target: tvm.target.Target) -> tvm.transform.Pass:
 
 
 def eligible(call: relax.Call) -> bool:
-    """A float32 NHWC convolution with a filter `algorithm_for` takes, groups 1, stride 1 and
-    dilation 1, static shapes, at least MIN_CHANNELS input and output channels and
-    MIN_PRODUCT_MACS per product (its weight must still be a constant)."""
+    """An NHWC convolution with OHWI weights and static shapes that Winograd's algorithm `pays`
+    on (its weight must still be a constant)."""
     if not is_call(call, "relax.nn.conv2d"):
         return False
     attrs = call.attrs
     out, data, weight = static_shape(call), static_shape(call.args[0]), static_shape(call.args[1])
-    if out is None or data is None or weight is None or str(call.ty.dtype) != "float32":
+    if out is None or data is None or weight is None:
         return False
     if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
         "NHWC", "OHWI", "NHWC"
     ):
         return False
-    if int(attrs.groups) != 1 or [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1]:
+    return pays(attrs, str(call.ty.dtype), out, weight[3], weight[1:3])
+
+
+def pays(attrs, dtype: str, out_nhwc: tuple[int, ...], channels_in: int, kernel: tuple[int, int]) -> bool:
+    """Whether a convolution (a Relax conv2d's `attrs`, in any layout: its output's dimensions
+    given as N, H, W, C) is computed by Winograd's algorithm: float32, groups 1, stride 1,
+    dilation 1, a filter `algorithm_for` takes, at least MIN_CHANNELS input and output channels
+    and MIN_PRODUCT_MACS per product."""
+    algorithm = algorithm_for(tuple(kernel))
+    if algorithm is None or dtype != "float32" or int(attrs.groups) != 1:
         return False
-    algorithm = algorithm_for(weight[1:3])
-    if algorithm is None or min(weight[0], weight[3]) < MIN_CHANNELS:
+    if [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1]:
         return False
-    return _Tiles(*out[:3], algorithm.tile).count * weight[0] * weight[3] >= MIN_PRODUCT_MACS
+    if min(channels_in, out_nhwc[3]) < MIN_CHANNELS:
+        return False
+    return _Tiles(*out_nhwc[:3], algorithm.tile).count * channels_in * out_nhwc[3] >= MIN_PRODUCT_MACS
 
 
 def filter_transform(weight: np.ndarray) -> np.ndarray:

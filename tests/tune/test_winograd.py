@@ -15,7 +15,7 @@ from onnx_samples import save
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tvm import relax
 
-from edgetune.compiler.models import load_model
+from edgetune.compiler.models import import_model
 from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
 from edgetune.compiler.schedule_rules.convolution import RULE
 from edgetune.compiler.winograd import INPUT_KERNEL, transform_matrices
@@ -140,12 +140,15 @@ def vgg_block(tmp_path) -> Model:
     ]
     path = save(tmp_path / "vgg.onnx", nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
                 [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 64, 32, 32])], weights)  # fmt: skip
-    return Model("vgg", (ModelInput("image", (1, 3, 32, 32)),), onnx=path, layout="NHWC")
+    return Model("vgg", (ModelInput("image", (1, 3, 32, 32)),), onnx=path, layout="auto")
 
 
 def test_the_36_products_are_one_task_of_the_convolution_rule_and_the_tuned_model_answers_like_onnxruntime(tmp_path):
     model = vgg_block(tmp_path)
-    prepared = prepare(load_model(model), HOST)
+    imported = import_model(model)
+    assert imported.layout.line == ("NHWC: the NHWC micro-kernel rules take 2 of 2 convolutions (2 k x k), 100% of "
+                                    "their FLOPs; 1 of them by Winograd's minimal filtering")  # fmt: skip
+    prepared = prepare(imported.mod, HOST)
     assert rewritten(prepared) == 1
     tasks = extract_tasks(prepared, HOST)
     products = [t for t in tasks if RULE in t.dispatched[0].script() and t.weight == 36]
