@@ -22,7 +22,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from edgetune.compiler.graph import bound_value, is_call, is_constant, rewrite_with, static_shape
+from edgetune.compiler.graph import bound_value, constant_weight, is_call, rewrite_with, static_shape
 from edgetune.compiler.schedule_rules.common import channel_lanes, row_tiles, vector_unit
 
 
@@ -36,7 +36,7 @@ def pad_output_channels(target: tvm.target.Target) -> tvm.transform.Pass:
         def visit_call_(self, call: relax.Call) -> relax.Expr:
             call = super().visit_call_(call)
             padded = padded_channels(call, lanes) if lanes and is_call(call, "relax.nn.conv2d") else None
-            if padded is None or not _constant_weight(bound_value(self, call.args[1])):
+            if padded is None or constant_weight(bound_value(self, call.args[1])) is None:
                 return call
             data, weight = call.args
             channels = static_shape(call)[3]
@@ -64,9 +64,3 @@ def padded_channels(call: relax.Call, lanes: int) -> int | None:
     narrow = channel_lanes(channels, lanes)
     padded = -(-channels // lanes) * lanes
     return padded if narrow is not None and padded // lanes < channels // narrow else None
-
-
-def _constant_weight(weight: relax.Expr) -> bool:
-    """A weight the pipeline folds to a constant: one, or a constant's permuted dimensions (what
-    ConvertLayout makes of an OIHW weight)."""
-    return is_constant(weight) or (is_call(weight, "relax.permute_dims") and is_constant(weight.args[0]))

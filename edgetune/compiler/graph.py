@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -17,6 +18,16 @@ def is_call(expr: relax.Expr, op: str) -> bool:
 
 def is_constant(expr: relax.Expr) -> bool:
     return isinstance(expr, tvm.ir.GenericConst)
+
+
+def constant_weight(weight: relax.Expr) -> np.ndarray | None:
+    """The values of a weight the pipeline folds to a constant: a constant, or a constant's
+    permuted dimensions (what ConvertLayout makes of an OIHW weight); None for any other."""
+    if is_constant(weight):
+        return weight.value.numpy()
+    if is_call(weight, "relax.permute_dims") and is_constant(weight.args[0]):
+        return np.transpose(weight.args[0].value.numpy(), [int(a) for a in weight.attrs.axes])
+    return None
 
 
 def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:

@@ -32,8 +32,8 @@ import tvm
 from tvm import relax, s_tir, te, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from edgetune.compiler.graph import bound_value, is_call, is_constant, rewrite_module, static_shape
-from edgetune.compiler.schedule_rules.common import vector_unit
+from edgetune.compiler.graph import bound_value, constant_weight, is_call, rewrite_module, static_shape
+from edgetune.compiler.schedule_rules.common import channel_lanes, vector_unit
 
 TILE = 4  # output pixels per tile along a transformed axis: F(4, r)
 ROW_KERNELS = (3, 5)  # 1 x r filters of one-dimensional convolutions along a row (Magika's 5 taps)
@@ -222,9 +222,9 @@ def _scheduled(inputs: list[te.Tensor], out, order, lanes: int) -> tvm.tirx.Prim
     block = sch.get_child_blocks(sch.get_sblock("root"))[-1]
     *loops, channel = sch.get_loops(block)
     channels = int(outputs[0].shape[-1])
-    channel_outer, channel_lanes = sch.split(channel, [None, _divisor_lanes(channels, lanes)])
+    channel_outer, lane = sch.split(channel, [None, channel_lanes(channels, lanes) or 1])
     order(sch, [*loops, channel_outer])
-    sch.vectorize(channel_lanes)
+    sch.vectorize(lane)
     func = sch.mod["main"].without_attr("global_symbol")
     return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": OPAQUE})
 
@@ -254,19 +254,6 @@ def _output_kernel(product_shape, algorithm: Algorithm, tiles: _Tiles, lanes: in
     return _scheduled(products, _output_transform(products, algorithm, tiles), order, lanes)
 
 
-def _divisor_lanes(channels: int, lanes: int) -> int:
-    return next(width for width in (lanes, lanes // 2, lanes // 4, 1) if width and channels % width == 0)
-
-
-def _ohwi_constant(weight: relax.Expr) -> np.ndarray | None:
-    """The weight's values if it is a constant or a constant's permuted dimensions."""
-    if is_constant(weight):
-        return weight.value.numpy()
-    if is_call(weight, "relax.permute_dims") and is_constant(weight.args[0]):
-        return np.transpose(weight.args[0].value.numpy(), [int(a) for a in weight.attrs.axes])
-    return None
-
-
 @relax.expr_functor.mutator
 class _Winograd(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int):
@@ -277,7 +264,7 @@ class _Winograd(relax.PyExprMutator):
         call = super().visit_call_(call)
         if not eligible(call):
             return call
-        weight = _ohwi_constant(bound_value(self, call.args[1]))
+        weight = constant_weight(bound_value(self, call.args[1]))
         return call if weight is None else self._winograd(call, weight)
 
     def _winograd(self, call: relax.Call, weight: np.ndarray) -> relax.Expr:
