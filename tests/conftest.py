@@ -23,6 +23,7 @@ import pytest
 
 from fleet_marker import starts_fleet
 from quick_profiles import quick_profiles
+from quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)
 from sim_checks import running
 from worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
 
@@ -69,6 +70,10 @@ deploy:
   bind: 10.231.{subnet}.1:{deploy_port}
   url: https://10.231.{subnet}.1:{deploy_port}
 """
+
+
+def pytest_configure(config):
+    configure_locks(config)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from quiet_host import name_locks_dir
 
 SESSION_FLEET_FIXTURES = {"sim_fleet"}  # session-scoped: each worker would build its own
 SESSION_FLEET_GROUP = "session-fleet"
@@ -44,6 +45,7 @@ def pytest_configure_node(node) -> None:
         config._edgetune_groups_dir = tempfile.mkdtemp(prefix="edgetune-xdist-groups-")
         config.add_cleanup(lambda: shutil.rmtree(config._edgetune_groups_dir, ignore_errors=True))
     node.workerinput[_DIRECTORY_KEY] = config._edgetune_groups_dir
+    name_locks_dir(node, config._edgetune_groups_dir)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -28,6 +28,7 @@ from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
 from edgetune.fleet.state import load_fleet_state, load_sim_pids, state_path
 
+from quiet_host import quiet_host
 from sim_checks import leftovers, link_down
 from edgetune.fleet.tracker import query_tracker
 from edgetune.inventory import load_fleet
@@ -76,8 +77,9 @@ def run_on_class(fleet, device_class: str, library: Path) -> float:
 
 
 def test_kernel_runs_on_each_class_and_the_quota_slows_the_slow_class(sim_fleet, tmp_path):
-    fast = run_on_class(sim_fleet, "gw-fast", vector_add(sim_fleet, "gw-fast", tmp_path))
-    slow = run_on_class(sim_fleet, "gw-slow", vector_add(sim_fleet, "gw-slow", tmp_path))
+    libraries = {name: vector_add(sim_fleet, name, tmp_path) for name in ("gw-fast", "gw-slow")}
+    with quiet_host():
+        fast, slow = (run_on_class(sim_fleet, name, library) for name, library in libraries.items())
     print(f"vector add of {VECTOR} floats: gw-fast {fast * 1e6:.1f} us, gw-slow {slow * 1e6:.1f} us, {slow / fast:.1f}x")
     assert slow > 1.5 * fast  # half a core: about twice as slow
 

@@ -1,0 +1,93 @@
+"""`quiet_host()`: the machine's cores to one test while it times something it compares.
+
+Under `make test` two pytest-xdist workers share this machine's two cores, and a test that times
+a kernel or a board while the other worker compiles or tunes measures that work too (a tuned
+build measured 1.4x slower than the untuned one beside it, a board 1.33x "faster" than its
+baseline). Every test holds the session's CPU lock shared while it runs; `quiet_host()` makes it
+exclusive, so the other worker finishes the test it is in and starts no other until the timing
+is done. A gate lock keeps the other worker's next tests from overtaking a waiting exclusive
+taker. No lock is ever waited for while another is held but the gate, so two workers asking for
+quiet at once take turns. Without xdist, `quiet_host()` does nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+_LOCKS_KEY = "edgetune_locks_dir"
+
+
+class _CpuLock:
+    def __init__(self, directory: Path):
+        self._main = open(directory / "cpu.lock", "a+")
+        self._gate = open(directory / "cpu-gate.lock", "a+")
+        self._quiet_depth = 0
+
+    def _take(self, mode: int) -> None:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._main, mode)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+    def share(self) -> None:
+        self._take(fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        fcntl.flock(self._main, fcntl.LOCK_UN)
+
+    @contextmanager
+    def exclusive(self):
+        if self._quiet_depth == 0:
+            self.release()
+            self._take(fcntl.LOCK_EX)
+        self._quiet_depth += 1
+        try:
+            yield
+        finally:
+            self._quiet_depth -= 1
+            if self._quiet_depth == 0:
+                self.release()
+                self.share()
+
+
+_lock: _CpuLock | None = None
+
+
+def configure_locks(config: pytest.Config) -> None:
+    """In an xdist worker: open the session's CPU lock in the directory the controller named."""
+    global _lock
+    directory = getattr(config, "workerinput", {}).get(_LOCKS_KEY)
+    if directory:
+        _lock = _CpuLock(Path(directory))
+
+
+def name_locks_dir(node, directory: str) -> None:
+    """In the controller, for each worker it starts."""
+    node.workerinput[_LOCKS_KEY] = directory
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _lock is None:
+        yield
+        return
+    _lock.share()
+    try:
+        yield
+    finally:
+        _lock.release()
+
+
+@contextmanager
+def quiet_host():
+    """No other test runs on this machine inside (under xdist); the test's own processes do."""
+    if _lock is None:
+        yield
+        return
+    with _lock.exclusive():
+        yield
