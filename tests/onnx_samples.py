@@ -110,18 +110,36 @@ def write_separable_block(path: Path) -> Path:
                 [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 32, 1, 1])], weights)
 
 
+def write_quantized_moves(path: Path) -> Path:
+    """A float32 block whose activations mostly move, as detectors' necks move them (conv 3x3
+    8 -> 16 + ReLU; max pool 3x3 stride 1; split into two halves; one half resized x2 to the
+    nearest pixel and sliced back to 8 x 8; the halves concatenated, transposed, flattened and
+    reshaped back; pointwise 16 -> 16) on a 1 x 8 x 8 x 8 image, quantized by onnxruntime's
+    static quantizer (QDQ: each move between a dequantize and a quantize of the same scale)."""
+    rng = np.random.default_rng(2)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+               for name, shape in (("w1", (16, 8, 3, 3)), ("b1", (16,)), ("w2", (16, 16, 1, 1)))]  # fmt: skip
+    weights += [numpy_helper.from_array(np.array(values, np.int64), name) for name, values in
+                (("halves", [8, 8]), ("starts", [0, 0]), ("ends", [16, 16]), ("axes", [2, 3]), ("steps", [2, 2]),
+                 ("flat", [1, 16, 64]), ("image", [1, 16, 8, 8]))]  # fmt: skip
+    weights.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice"))
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["pooled"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["pooled", "halves"], ["a", "b"], axis=1),
+             helper.make_node("Resize", ["a", "", "twice"], ["wide"], mode="nearest"),
+             helper.make_node("Slice", ["wide", "starts", "ends", "axes", "steps"], ["narrow"]),
+             helper.make_node("Concat", ["narrow", "b"], ["joined"], axis=1),
+             helper.make_node("Transpose", ["joined"], ["turned"], perm=[0, 1, 3, 2]),
+             helper.make_node("Reshape", ["turned", "flat"], ["rows"]), helper.make_node("Reshape", ["rows", "image"], ["back"]),
+             helper.make_node("Conv", ["back", "w2"], ["y"])]  # fmt: skip
+    return _quantized(path, nodes, weights, [1, 8, 8, 8], [1, 16, 8, 8], rng)
+
+
 def write_quantized_separable(path: Path, softmax: bool = False) -> Path:
     """A float32 block (3x3 16 -> 32 padded, with bias and ReLU; depthwise 3x3 with ReLU;
     pointwise 32 -> 48; with `softmax`, a softmax over its channels) on a 1 x 16 x 8 x 8 image,
     quantized by onnxruntime's static quantizer as a user would (QDQ, uint8 activations, int8
     weights per channel, calibrated on 8 seeded inputs)."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
                for name, shape in (("w1", (32, 16, 3, 3)), ("b1", (32,)), ("w2", (32, 1, 3, 3)), ("w3", (48, 32, 1, 1)))]  # fmt: skip
@@ -129,9 +147,21 @@ def write_quantized_separable(path: Path, softmax: bool = False) -> Path:
              helper.make_node("Conv", ["r1", "w2"], ["c2"], group=32, pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "w3"], ["p" if softmax else "y"])]  # fmt: skip
     nodes += [helper.make_node("Softmax", ["p"], ["y"], axis=1)] if softmax else []
-    image = [1, 16, 8, 8]
+    return _quantized(path, nodes, weights, [1, 16, 8, 8], [1, 48, 8, 8], rng)
+
+
+def _quantized(path: Path, nodes, weights, image: list[int], out: list[int], rng) -> Path:
+    """The float32 graph quantized by onnxruntime's static quantizer as a user would (QDQ,
+    uint8 activations, int8 weights per channel, calibrated on 8 seeded inputs)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
     float_path = save(path.with_suffix(".float.onnx"), nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, image)],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48, 8, 8])], weights)  # fmt: skip
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], weights)  # fmt: skip
 
     class Calibration(CalibrationDataReader):
         def __init__(self):

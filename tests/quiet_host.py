@@ -5,8 +5,9 @@ a kernel or a board while the other worker compiles or tunes measures that work 
 build measured 1.4x slower than the untuned one beside it, a board 1.33x "faster" than its
 baseline). Every test holds the session's CPU lock shared while it runs; `quiet_host()` makes it
 exclusive, so the other worker finishes the test it is in and starts no other until the timing
-is done. A gate lock keeps the other worker's next tests from overtaking a waiting exclusive
-taker. No lock is ever waited for while another is held but the gate, so two workers asking for
+is done; a module-scoped fixture inside `quiet_host()` keeps it so from the module's first test
+to its last (the other worker waits once, not before each test). A gate lock keeps the other
+worker's next tests from overtaking a waiting exclusive taker. No lock is ever waited for while another is held but the gate, so two workers asking for
 quiet at once take turns. Without xdist, `quiet_host()` does nothing.
 """
 
@@ -35,10 +36,14 @@ class _CpuLock:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
 
     def share(self) -> None:
-        self._take(fcntl.LOCK_SH)
+        """At the start of each test (a no-op while a module holds the host quiet)."""
+        if self._quiet_depth == 0:
+            self._take(fcntl.LOCK_SH)
 
     def release(self) -> None:
-        fcntl.flock(self._main, fcntl.LOCK_UN)
+        """At the end of each test (a no-op while a module holds the host quiet)."""
+        if self._quiet_depth == 0:
+            fcntl.flock(self._main, fcntl.LOCK_UN)
 
     @contextmanager
     def exclusive(self):
@@ -51,8 +56,8 @@ class _CpuLock:
         finally:
             self._quiet_depth -= 1
             if self._quiet_depth == 0:
-                self.release()
-                self.share()
+                fcntl.flock(self._main, fcntl.LOCK_UN)
+                self._take(fcntl.LOCK_SH)
 
 
 _lock: _CpuLock | None = None

@@ -26,9 +26,10 @@ TIMED = {"ok", "slower", "faster"}  # a board measured; which of these is the ti
 NOT_SLOWER = {"ok", "faster"}  # an unchanged board: "faster" when its baseline was timed while the host was busier
 
 
-@pytest.fixture(autouse=True)
-def timed_alone():
-    """Every test here times boards that share this machine's cores: no other test runs meanwhile."""
+@pytest.fixture(scope="module", autouse=True)
+def timed_alone(deployed):
+    """Every test here times boards that share this machine's cores: from the first test to the
+    last (once the release is rolled out), no other test runs meanwhile."""
     with quiet_host():
         yield
 

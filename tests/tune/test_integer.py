@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tvm
-from onnx_samples import write_quantized_separable
+from onnx_samples import write_quantized_moves, write_quantized_separable
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
@@ -66,6 +66,22 @@ def test_the_untuned_build_answers_what_onnxruntime_answers_on_the_quantized_fil
     got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
     expected = reference_outputs(quantized, inputs)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)  # the same integers, the same rounding
+    assert float(np.abs(expected).max()) > 0.1
+
+
+def test_a_quantized_tensor_that_only_moves_moves_as_integers(tmp_path):
+    path = write_quantized_moves(tmp_path / "moves.int8.onnx")
+    model = Model("qdq-moves", (ModelInput("x", (1, 8, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
+    mod = load_model(model)
+    moves = {op: [line for line in mod.script().splitlines() if f"= R.{op}(" in line]
+             for op in ("nn.max_pool2d", "split", "image.resize2d", "strided_slice", "concat")}  # fmt: skip
+    assert all(len(lines) == 1 and 'dtype="uint8"' in lines[0] for lines in moves.values()), moves
+    prepared = prepare(mod, RUNNABLE)
+    inputs = reference_inputs(model)
+    vm = relax.VirtualMachine(build_untuned(prepared, RUNNABLE), tvm.cpu())
+    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
+    expected = reference_outputs(model, inputs)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert float(np.abs(expected).max()) > 0.1
 
 

@@ -19,7 +19,6 @@ from fleet_marker import starts_fleet
 from fleets import V2, V3, make_fleet
 from loopback_boards import Loopback
 from onnx_samples import conv_model
-from quiet_host import quiet_host
 from tvm import relax
 
 from edgetune.artifact.measure import interleave
@@ -138,8 +137,7 @@ def test_tuned_build_is_faster_than_untuned(tuned):
         timer = vm.time_evaluator(entry_function(prepared), tvm.cpu(), number=20, repeat=3)
         timers[name] = lambda timer=timer: timer(x).results
     np.testing.assert_allclose(outputs["tuned"], outputs["untuned"], rtol=1e-4, atol=1e-5)
-    with quiet_host():
-        samples = interleave(timers, rounds=10)
+    samples = interleave(timers, rounds=10)  # another test's load falls on both alike
     untuned, tuned_ms = (float(np.median(samples[name])) * 1e3 for name in ("untuned", "tuned"))
     print(f"{device_class} mlp: untuned {untuned:.3f} ms, tuned {tuned_ms:.3f} ms (medians of 30 interleaved samples)")
     assert tuned_ms < 0.7 * untuned
