@@ -25,6 +25,8 @@ convolutions), so tuning and building see the same kernels.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,14 +49,19 @@ INPUT_KERNEL, OUTPUT_KERNEL = "winograd_input", "winograd_output"
 OPAQUE = 8  # relax OpPatternKind kOpaque: Relax fuses nothing into a function already scheduled
 
 
+@functools.cache
 def transform_matrices(kernel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """F(m, r) along one axis, m = TILE output pixels of an r-tap filter (m = 1 and no transform
     for r = 1): (A: alpha x m, B: alpha x alpha, G: alpha x r), float64, alpha = m + r - 1, such
-    that y = At [(G g) * (Bt d)] for a filter g and an input tile d of alpha pixels."""
+    that y = At [(G g) * (Bt d)] for a filter g and an input tile d of alpha pixels. Read-only:
+    computed once per size (TVM's Cook-Toom construction takes 10 ms)."""
     if kernel == 1:
-        return np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1))
-    a, b, g = _cook_toom_convolution(_interpolation_points(TILE + kernel - 2), TILE, kernel)
-    return np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(g, np.float64)
+        matrices = (np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)))
+    else:
+        matrices = tuple(np.asarray(m, np.float64) for m in _cook_toom_convolution(_interpolation_points(TILE + kernel - 2), TILE, kernel))
+    for matrix in matrices:
+        matrix.setflags(write=False)
+    return matrices
 
 
 @dataclass(frozen=True)
