@@ -1,13 +1,15 @@
 """Question: what does the quantize of an int8 model's epilogue gain by multiplying with the
 float32 reciprocal of its scale instead of dividing by the scale (edgetune.compiler.integer),
-and how often does the integer it rounds to differ?
+and how often does the integer it rounds to differ? And what would a 256-entry table of the
+whole SiLU (a function of the requantized byte, as onnxruntime's QLinearSigmoid looks it up) gain?
 
 How: YOLOv8n's quantized epilogue after each integer convolution (requantize the accumulator,
 SiLU as the QDQ graph computes it: dequantize, sigmoid, quantize, dequantize, multiply by the
 dequantized input, quantize) over a 1x40x40x64 int32 accumulator, written twice in TE, once
 dividing by the scales and once multiplying by their reciprocals, each one loop vectorized by
 16 lanes, sigmoid's exp edgetune's vector exp (fast_math), compiled for the host alike; 1 thread.
-Timed interleaved (ABAB), ROUNDS rounds of SAMPLES samples of >= 20 ms; per round the ratio of
+The third kernel requantizes (with the reciprocal) and looks the rest up in a table of 256
+bytes, the table computed by the reciprocal kernel's own arithmetic. Timed interleaved, ROUNDS rounds of SAMPLES samples of >= 20 ms; per round the ratio of
 medians, then the median over rounds with a 95 % bootstrap interval. The integers both write
 are compared over SEEDS random accumulators (scales from YOLOv8n's quantized model's range).
 
@@ -43,8 +45,10 @@ def _f32(value: float) -> tirx.PrimExpr:
 
 
 def epilogue(how: str):
-    """The compiled epilogue; `how` is "divide" or "reciprocal"."""
+    """The compiled epilogue; `how` is "divide", "reciprocal" or "table" (a lookup after the
+    requantize: main(acc, table, out))."""
     acc = te.placeholder((SHAPE,), "int32", name="acc")
+    table = te.placeholder((256,), "uint8", name="table")
 
     def quantize(value, name):
         scale = SCALES[name]
@@ -55,13 +59,17 @@ def epilogue(how: str):
         return (q - _f32(ZERO_POINTS[name])) * _f32(SCALES[name])
 
     def element(i):
-        conv = dequantize(quantize(acc[i].astype("float32") * _f32(SCALES["acc"]), "conv"), "conv")
+        requantized = quantize(acc[i].astype("float32") * _f32(SCALES["acc"]), "conv")
+        return table[requantized.astype("int32")] if how == "table" else silu(requantized)
+
+    def silu(requantized):
+        conv = dequantize(requantized, "conv")
         sigmoid = _f32(1.0) / (_f32(1.0) + exp_element(-conv))
         gate = dequantize(quantize(sigmoid, "sigmoid"), "sigmoid")
         return quantize(conv * gate, "product").astype("uint8")
 
     out = te.compute((SHAPE,), element, name="out")
-    schedule = tvm.s_tir.Schedule(te.create_prim_func([acc, out]))
+    schedule = tvm.s_tir.Schedule(te.create_prim_func([acc, table, out]))
     (loop,) = schedule.get_loops(schedule.get_sblock("out"))
     schedule.vectorize(schedule.split(loop, [None, LANES])[1])
     return tvm.compile(schedule.mod, target=_host_target())
@@ -76,32 +84,47 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     say(machine_facts())
-    kernels = {how: epilogue(how) for how in ("divide", "reciprocal")}
+    kernels = {how: epilogue(how) for how in ("divide", "reciprocal", "table")}
+    table = silu_table(kernels["reciprocal"])
     rng = np.random.default_rng(0)
-    differing = 0
+    differing = {"divide": 0, "table": 0}
     for _ in range(SEEDS):
         acc = tvm.runtime.tensor(rng.normal(0, 40_000, SHAPE).astype("int32"))
-        written = {}
-        for how, kernel in kernels.items():
-            out = tvm.runtime.tensor(np.zeros(SHAPE, "uint8"))
-            kernel["main"](acc, out)
-            written[how] = out.numpy()
-        differing += int(np.count_nonzero(written["divide"] != written["reciprocal"]))
-    say(f"integers that differ: {differing} of {SEEDS * SHAPE}")
+        written = {how: run(kernel, acc, table) for how, kernel in kernels.items()}
+        for how in differing:
+            differing[how] += int(np.count_nonzero(written[how] != written["reciprocal"]))
+    for how, count in differing.items():
+        say(f"integers that differ, {how} against reciprocal: {count} of {SEEDS * SHAPE}")
     acc = tvm.runtime.tensor(rng.normal(0, 40_000, SHAPE).astype("int32"))
     out = tvm.runtime.tensor(np.zeros(SHAPE, "uint8"))
-    calls = {how: (lambda kernel=kernel: kernel["main"](acc, out)) for how, kernel in kernels.items()}
+    calls = {how: (lambda kernel=kernel: kernel["main"](acc, table, out)) for how, kernel in kernels.items()}
     samples = {how: [] for how in kernels}
     for index in range(args.rounds):
         for how in kernels if index % 2 == 0 else reversed(list(kernels)):
             samples[how].append([sample_seconds(calls[how], 20) for _ in range(SAMPLES)])
-    ratio = round_ratio(samples["divide"], samples["reciprocal"])
     for how, rounds in samples.items():
         flat = sorted(s for r in rounds for s in r)
         say(f"{how:>10}: median {flat[len(flat) // 2] * 1e3:.4f} ms (fastest {flat[0] * 1e3:.4f}, slowest {flat[-1] * 1e3:.4f}) "
             f"per {SHAPE} elements")  # fmt: skip
-    low, high = ratio["ci95"]
-    say(f"divide / reciprocal: {ratio['median']:.2f}x [{low:.2f}-{high:.2f}], rounds {min(ratio['per_round']):.2f}-{max(ratio['per_round']):.2f}")
+    for slower, faster in (("divide", "reciprocal"), ("reciprocal", "table")):
+        ratio = round_ratio(samples[slower], samples[faster])
+        low, high = ratio["ci95"]
+        say(f"{slower} / {faster}: {ratio['median']:.2f}x [{low:.2f}-{high:.2f}], rounds {min(ratio['per_round']):.2f}-{max(ratio['per_round']):.2f}")
+
+
+def run(kernel, acc, table) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros(SHAPE, "uint8"))
+    kernel["main"](acc, table, out)
+    return out.numpy()
+
+
+def silu_table(reciprocal) -> tvm.runtime.Tensor:
+    """The byte the reciprocal kernel writes after each requantized byte: accumulators that
+    requantize to 0..255 exactly (acc * s_acc = (q - z) * s_conv)."""
+    levels = np.arange(256, dtype=np.float32)
+    acc = np.zeros(SHAPE, np.int32)
+    acc[:256] = np.round((levels - ZERO_POINTS["conv"]) * np.float32(SCALES["conv"]) / np.float32(SCALES["acc"])).astype(np.int32)
+    return tvm.runtime.tensor(run(reciprocal, tvm.runtime.tensor(acc), tvm.runtime.tensor(np.zeros(256, "uint8")))[:256])
 
 
 if __name__ == "__main__":
