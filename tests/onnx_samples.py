@@ -135,6 +135,19 @@ def write_quantized_moves(path: Path) -> Path:
     return _quantized(path, nodes, weights, [1, 8, 8, 8], [1, 16, 8, 8], rng)
 
 
+def write_quantized_silu(path: Path) -> Path:
+    """Two convolutions with SiLU as YOLOv8 has it (conv 3x3 16 -> 16 + bias, x * sigmoid(x);
+    pointwise 16 -> 32, x * sigmoid(x)) on a 1 x 16 x 8 x 8 image, quantized by onnxruntime's
+    static quantizer (QDQ around the sigmoid and the product too)."""
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+               for name, shape in (("w1", (16, 16, 3, 3)), ("b1", (16,)), ("w2", (32, 16, 1, 1)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["c1"], ["g1"]),
+             helper.make_node("Mul", ["c1", "g1"], ["s1"]), helper.make_node("Conv", ["s1", "w2"], ["c2"]),
+             helper.make_node("Sigmoid", ["c2"], ["g2"]), helper.make_node("Mul", ["c2", "g2"], ["y"])]  # fmt: skip
+    return _quantized(path, nodes, weights, [1, 16, 8, 8], [1, 32, 8, 8], rng)
+
+
 def write_quantized_separable(path: Path, softmax: bool = False) -> Path:
     """A float32 block (3x3 16 -> 32 padded, with bias and ReLU; depthwise 3x3 with ReLU;
     pointwise 32 -> 48; with `softmax`, a softmax over its channels) on a 1 x 16 x 8 x 8 image,

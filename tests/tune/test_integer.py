@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tvm
-from onnx_samples import write_quantized_moves, write_quantized_separable
+from onnx_samples import write_quantized_moves, write_quantized_separable, write_quantized_silu
 from rule_tuning import assert_answers_like_onnxruntime, tune_briefly
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
@@ -83,6 +83,33 @@ def test_a_quantized_tensor_that_only_moves_moves_as_integers(tmp_path):
     expected = reference_outputs(model, inputs)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert float(np.abs(expected).max()) > 0.1
+
+
+@pytest.fixture(scope="module")
+def silu(tmp_path_factory) -> Model:
+    path = write_quantized_silu(tmp_path_factory.mktemp("qdq-silu") / "silu.int8.onnx")
+    return Model("qdq-silu", (ModelInput("x", (1, 16, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
+
+
+def test_a_quantized_silu_is_a_table_of_its_byte(silu):
+    text = load_model(silu).script()
+    assert text.count("R.call_tir(cls.byte_table") == 2 and "R.sigmoid(" not in text
+    prepared = prepare(load_model(silu), RUNNABLE)
+    inputs = reference_inputs(silu)
+    vm = relax.VirtualMachine(build_untuned(prepared, RUNNABLE), tvm.cpu())
+    got = vm[entry_function(prepared)](tvm.runtime.tensor(inputs["x"])).numpy()
+    expected = reference_outputs(silu, inputs)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)  # the table's bytes are the graph's
+    assert float(np.abs(expected).max()) > 0.1
+
+
+@pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX-512 VNNI to run the tuned kernels")
+def test_tuned_with_tables_the_silu_model_answers_what_onnxruntime_answers(silu, tmp_path):
+    prepared = prepare(load_model(silu), AVX512)
+    tasks = marked(prepared, integer.RULE)  # each convolution's, its epilogue up to the byte the table looks up
+    assert len(tasks) == 2
+    database = tune_briefly(tasks, AVX512, tmp_path)
+    assert_answers_like_onnxruntime(silu, prepared, database, AVX512, tuned_tasks=2)
 
 
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX-512 VNNI to run the tuned kernels")
