@@ -31,6 +31,10 @@ constant; then the correction and scale. The schedule rule edgetune.compiler.sch
 tiles and tensorizes it. Depthwise convolutions and the rest keep float32 arithmetic (their
 int8 weights widened at build).
 
+After the integer kernels, a byte computed from one other byte through a sigmoid, tanh or exp
+(a QDQ SiLU after every convolution of YOLOv8) is looked up in a table of 256 bytes
+(`_ByteTables`), as onnxruntime's QLinearSigmoid looks it up.
+
 The integer sums are exact, as onnxruntime's QLinearConv computes them; the activations'
 quantize keeps ONNX's round-half-to-even and saturation.
 """
@@ -251,7 +255,7 @@ class _IntegerConvolutions(relax.PyExprMutator):
 
 
 TABLE_KERNEL = "byte_table"  # name of the lookup kernels
-BROADCAST = 1  # relax OpPatternKind kBroadcast; its analysis would call a lookup opaque, which fuses with nothing
+BROADCAST = 1  # relax OpPatternKind kBroadcast (its analysis would call a lookup opaque, which fuses with nothing)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -284,9 +288,11 @@ class _ByteTables(relax.PyExprMutator):
     writes it: dequantize, sigmoid, quantize, dequantize, multiply by the dequantized input,
     quantize) is a function of q alone: a lookup in a table of 256 bytes, computed here with
     NumPy from the element-wise operators the quantize and dequantize became, as onnxruntime's
-    QLinearSigmoid looks it up. After the layout conversion (which has no rule for a lookup), as
-    a kernel that fuses into the one making q: 1.49x faster than YOLOv8n's SiLU epilogue
-    computed, the same bytes (bench/quantize_division.py)."""
+    QLinearSigmoid looks it up (1.49x faster than YOLOv8n's SiLU epilogue computed, the same
+    bytes: bench/quantize_division.py). After the layout conversion, which has no rule for a
+    lookup; a kernel of its own, marked broadcast so that element-wise operators after it fuse
+    into it (TVM 0.27's analysis calls a lookup opaque, and fuses only element-wise operators
+    into the convolution making q)."""
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
