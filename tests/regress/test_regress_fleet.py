@@ -3,6 +3,7 @@ here): firmware updates, slower boards, broken libraries and unreachable boards,
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, 
     monkeypatch.setattr(RemoteAgent, "call", recorded_call)
     changed_only = regress(deployed, models=[MODEL], changed_only=True)
     assert [v.board for v in changed_only.verdicts] == ["fast-2"]
-    assert [board for board, verb in calls if verb == "run"] == ["fast-2"]  # the others are not timed
+    # the others are not timed (fast-2 may be twice: a first timing that says slower is confirmed)
+    assert {board for board, verb in calls if verb == "run"} == {"fast-2"}
     assert sorted(board for board, verb in calls if verb == "status") == sorted(BOARDS)
 
 
@@ -131,7 +133,8 @@ def test_a_board_slowed_for_one_timing_only_is_not_reported_slower(deployed, mon
     (verdict,) = report.verdicts
     assert timed == ["fast-2", "fast-2"]
     assert verdict.verdict in NOT_SLOWER and report.exit_code == 0, verdict.to_json()
-    assert verdict.detail.startswith("a first timing said slower 2."), verdict.to_json()
+    first = re.fullmatch(r"a first timing said slower ([0-9.]+)x, a second did not", verdict.detail)
+    assert first and float(first.group(1)) > 1.5, verdict.to_json()  # 2.5 at 0.4 of a core, about
 
 
 def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
