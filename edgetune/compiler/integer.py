@@ -78,11 +78,10 @@ def integer_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _scalar(expr: relax.Expr) -> float | int | None:
-    """The one value of a constant of one element, or None."""
-    if not is_constant(expr):
-        return None
-    value = expr.value.numpy()
-    return value.reshape(()).item() if value.size == 1 else None
+    """The one value of a constant of one element (or of its transpose, as ConvertLayout
+    leaves the constants it permutes), or None."""
+    value = constant_weight(expr)
+    return value.reshape(()).item() if value is not None and value.size == 1 else None
 
 
 # Operators whose every output value is one of their input values: on integers they compute
@@ -170,11 +169,10 @@ class _ElementWiseQuantization(relax.PyExprMutator):
         quantize, dequantize = is_call(call, "relax.quantize"), is_call(call, "relax.dequantize")
         if not (quantize or dequantize):
             return call
-        value, scale, zero = call.args
-        s, z = _scalar(scale), _scalar(zero)
-        out_dtype = str(call.attrs.out_dtype)
-        if s is None or z is None or is_constant(value) or out_dtype not in (("uint8", "int8") if quantize else ("float32",)):
+        value, parameters, out_dtype = call.args[0], _per_tensor(call), str(call.attrs.out_dtype)
+        if parameters is None or is_constant(value) or out_dtype not in (("uint8", "int8") if quantize else ("float32",)):
             return call  # per-channel parameters, constant weights, other types: left as they are
+        s, z, _ = parameters
         # of shape (1,), not scalars: LegalizeOps writes scalars into kernels as literals, and
         # every layer's scale would make its kernels a tuning task of their own
         zero_point = relax.const(np.array([z], np.float32))
@@ -223,19 +221,13 @@ class _IntegerConvolutions(relax.PyExprMutator):
             return None if found is None else (self.builder_.emit(relax.op.permute_dims(found[0], _TO_NHWC)), *found[1:])
         if not is_call(scaled, "relax.multiply"):
             return None
-        shifted, sx = bound_value(self, scaled.args[0]), _scalar(self._constant(scaled.args[1]))
+        shifted, sx = bound_value(self, scaled.args[0]), _scalar(bound_value(self, scaled.args[1]))
         if not is_call(shifted, "relax.subtract") or sx is None:
             return None
-        widened, zx = bound_value(self, shifted.args[0]), _scalar(self._constant(shifted.args[1]))
+        widened, zx = bound_value(self, shifted.args[0]), _scalar(bound_value(self, shifted.args[1]))
         if not is_call(widened, "relax.astype") or zx is None or str(widened.args[0].ty.dtype) != "uint8":
             return None
         return widened.args[0], sx, zx
-
-    def _constant(self, expr: relax.Expr) -> relax.Expr:
-        """The constant itself for a constant ConvertLayout permuted (its single value is the
-        same), the expression otherwise."""
-        value = bound_value(self, expr)
-        return value.args[0] if is_call(value, "relax.permute_dims") and is_constant(value.args[0]) else value
 
     def _dequantized_weights(self, weight: relax.Expr):
         """(wq as O x KH x KW x K int8, its O scales) if `weight` is the OIHW -> OHWI transpose
@@ -340,10 +332,11 @@ class _ByteTables(relax.PyExprMutator):
         for operand in (left, right):
             found = self._of_one_byte(operand)
             if found is None:
-                constant = constant_weight(bound_value(self, operand))  # ConvertLayout permutes constants too
-                if constant is None or constant.dtype != np.float32 or constant.size != 1:
+                constant = bound_value(self, operand)
+                scalar = _scalar(constant)
+                if scalar is None or str(constant.ty.dtype) != "float32":
                     return None
-                found = np.float32(constant.reshape(()))
+                found = np.float32(scalar)
             sides.append(found)
         functions = [side for side in sides if isinstance(side, _OfOneByte)]
         if not functions or not all(f.source.same_as(functions[0].source) for f in functions):
