@@ -7,7 +7,8 @@ TVM_NOTES 'Tuning and build pipeline', verified on these machines:
    constants with NumPy (edgetune.compiler.graph: Relax would compile a kernel for each), legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
-   reorders first: edgetune.compiler.prepack), and mark the kernels
+   reorders first: edgetune.compiler.prepack), schedule the kernels that concatenate along
+   their innermost axis (edgetune.compiler.concatenation), and mark the kernels
    of NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules
    (edgetune.compiler.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
@@ -30,6 +31,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.compiler.channel_padding import pad_output_channels
+from edgetune.compiler.concatenation import schedule_concatenations
 from edgetune.compiler.fast_math import legalize_fast_math
 from edgetune.compiler.graph import fold_constant_moves
 from edgetune.compiler.prepack import drop_reordered_layout_free_weights
@@ -56,8 +58,8 @@ class TaskCoverage:
 def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: rewrite large 3x3 stride-1 convolutions as Winograd's (`winograd`), pad the
     output channels of narrow-vector convolutions (`channel_padding`),
-    legalize, fuse, mark weights layout-free (needs weights bound as constants) and mark NHWC
-    convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
+    legalize, fuse, mark weights layout-free (needs weights bound as constants), schedule the
+    concatenations of the innermost axis and mark NHWC convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -71,7 +73,8 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
-    marked = annotate_convolutions(drop_reordered_layout_free_weights(fused), target)
+    scheduled = schedule_concatenations(drop_reordered_layout_free_weights(fused), target)
+    marked = annotate_convolutions(scheduled, target)
     return annotate_integer_convolutions(annotate_depthwise(marked, target), target)
 
 
