@@ -6,10 +6,10 @@ concatenation's kernel (in a quantized model: each branch's dequantize, a table 
 residual add, the requantize to the concatenation's scale). Each output element then comes from
 one input, chosen by an if_then_else on its channel. MetaSchedule's stock rules inline the
 kernel into one block and vectorize its channel loop, and TVM 0.27's vectorizer, given a
-condition that differs between lanes, computes the loop one element at a time: 0.72 ms for
-YOLOv8n int8's first C2f concatenation (80 x 80 x 48 bytes, 2.3 ns each). The channel loop
+condition that differs between lanes, computes the loop one element at a time: 0.76 ms for
+YOLOv8n int8's first C2f concatenation (80 x 80 x 48 bytes, 2.5 ns each). The channel loop
 partitioned at the concatenation's boundaries, each part reads one input and vectorizes: the
-same kernel takes 0.11 ms and writes the same bytes (bench/concatenation.py).
+same kernel takes 0.14 ms and writes the same bytes (bench/concatenation.py).
 
 That schedule leaves nothing to search (the stock rules gave such a kernel one candidate, and
 it was this one unpartitioned), so `schedule_concatenations` applies it to the fused module and
