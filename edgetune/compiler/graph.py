@@ -75,10 +75,11 @@ def rewrite_calls(rewrite: Callable[[relax.Call], relax.Expr | None], name: str)
 
 
 @relax.expr_functor.mutator
-class _ConstantMoves(relax.PyExprMutator):
-    """A constant's transpose or reshape, or constants concatenated (ConvertLayout's and
-    Winograd's weights, channel padding's zero filters, the importer's biases), as the constant
-    it gives, computed with NumPy; through variables bound to constants, so chains fold."""
+class _NumpyConstants(relax.PyExprMutator):
+    """A constant's transpose or reshape, constants concatenated (ConvertLayout's and
+    Winograd's weights, channel padding's zero filters, the importer's biases), and a constant's
+    dequantize (a quantized model's int8 weights, where they are widened), as the constant each
+    gives, computed with NumPy; through variables bound to constants, so chains fold."""
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -94,6 +95,8 @@ class _ConstantMoves(relax.PyExprMutator):
             parts = bound_value(self, call.args[0])
             values = [self._constant(f) for f in parts.fields] if isinstance(parts, relax.Tuple) else [None]
             return None if any(v is None for v in values) else relax.const(np.concatenate(values, axis=int(call.attrs.axis)))
+        if is_call(call, "relax.dequantize"):
+            return self._dequantized(call)
         value = self._constant(call.args[0])
         if value is None:
             return None
@@ -103,7 +106,25 @@ class _ConstantMoves(relax.PyExprMutator):
         shape = static_shape(call) if is_call(call, "relax.reshape") else None
         return None if shape is None else relax.const(value.reshape(shape))
 
+    def _dequantized(self, call: relax.Call) -> relax.Expr | None:
+        """dequantize(q, scale, zero point) of integer constants into float32 as TVM 0.27's
+        legalization computes it: q - zero point in int32, then times the scale in float32 (one
+        scale and zero point, or one per index of `axis`)."""
+        q, scale, zero = (self._constant(a) for a in call.args)
+        if q is None or scale is None or zero is None or q.dtype.kind not in "iu" or str(call.attrs.out_dtype) != "float32":
+            return None
+        if q.ndim == 0 and max(scale.size, zero.size) > 1:
+            return None
+        axis = int(call.attrs.axis) % max(q.ndim, 1)
+
+        def along_axis(parameter: np.ndarray) -> np.ndarray:
+            return parameter.reshape(()) if parameter.size == 1 else parameter.reshape([-1 if i == axis else 1 for i in range(q.ndim)])
+
+        shifted = q.astype(np.int32) - along_axis(zero).astype(np.int32)
+        return relax.const(shifted.astype(np.float32) * along_axis(scale).astype(np.float32))
+
 
 # Relax's FoldConstant folds these too, but by compiling and running a kernel for each: 274 for
-# a 416 x 416 detector (ddddocr-det), 5 left after this pass (bench/README.md: prepare's time).
-fold_constant_moves = rewrite_with(_ConstantMoves, "FoldConstantMoves")
+# a 416 x 416 detector (ddddocr-det), 5 left after this pass; 86 weights' dequantize in
+# YOLOv8n's int8 model (bench/README.md: prepare's time).
+fold_constants_with_numpy = rewrite_with(_NumpyConstants, "FoldConstantsWithNumpy")

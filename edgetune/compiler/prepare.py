@@ -3,8 +3,9 @@
 TVM_NOTES 'Tuning and build pipeline', verified on these machines:
 1. `prepare`: compute large 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3)
    (edgetune.compiler.winograd), pad the output channels of convolutions no full vector divides
-   (edgetune.compiler.channel_padding), fold the transposes, reshapes and concatenations of
-   constants with NumPy (edgetune.compiler.graph: Relax would compile a kernel for each), legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
+   (edgetune.compiler.channel_padding), fold the transposes, reshapes, concatenations and
+   dequantizes of constants with NumPy (edgetune.compiler.graph: Relax would compile a kernel
+   for each), legalize (sigmoid, softmax, exp, erf, GELU, tanh and log the fast way: edgetune.compiler.fast_math) and fuse the model
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
    reorders first: edgetune.compiler.prepack), schedule the kernels that concatenate along
@@ -33,7 +34,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.compiler.channel_padding import pad_output_channels
 from edgetune.compiler.concatenation import schedule_concatenations
 from edgetune.compiler.fast_math import legalize_fast_math
-from edgetune.compiler.graph import fold_constant_moves
+from edgetune.compiler.graph import fold_constants_with_numpy
 from edgetune.compiler.prepack import drop_reordered_layout_free_weights
 from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
 from edgetune.compiler.schedule_rules.depthwise import annotate_depthwise
@@ -65,7 +66,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
             [
                 winograd_convolutions(target),
                 pad_output_channels(target),
-                fold_constant_moves,
+                fold_constants_with_numpy,
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
                 legalize_fast_math(),

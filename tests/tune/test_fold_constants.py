@@ -1,5 +1,6 @@
-"""`fold_constant_moves`: transposes, reshapes and concatenations of constants folded with NumPy
-before Relax's FoldConstant would compile a kernel for each (edgetune.compiler.graph)."""
+"""`fold_constants_with_numpy`: transposes, reshapes, concatenations and dequantizes of constants
+folded with NumPy before Relax's FoldConstant would compile a kernel for each
+(edgetune.compiler.graph); the dequantized values checked against TVM's own dequantize."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
-from edgetune.compiler.graph import fold_constant_moves
+from edgetune.compiler.graph import fold_constants_with_numpy
 
 
 def module_of(build) -> tvm.IRModule:
@@ -43,7 +44,7 @@ def moved(draw):
 def test_moved_constants_fold_to_numpys_values(case):
     build, expected = case
     mod = module_of(lambda x: relax.Tuple([x, build()]))
-    folded = relax.transform.DeadCodeElimination()(fold_constant_moves(mod))
+    folded = relax.transform.DeadCodeElimination()(fold_constants_with_numpy(mod))
     text = folded.script()
     assert "R.permute_dims(" not in text and "R.reshape(" not in text and "R.concat(" not in text, text
     (constant,) = [f for f in _returned(folded) if isinstance(f, tvm.ir.GenericConst)]
@@ -51,9 +52,44 @@ def test_moved_constants_fold_to_numpys_values(case):
     assert constant.value.numpy().dtype == np.float32
 
 
+@st.composite
+def dequantized(draw):
+    """A dequantize of a constant int8 or uint8 weight of rank 0-4: one scale and zero point, or
+    one per index of a random axis (negative axes as ONNX allows them)."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=0, max_size=4)))
+    dtype = draw(st.sampled_from(["int8", "uint8"]))
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    q = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    axis = draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
+    count = shape[axis] if shape and draw(st.booleans()) else 1
+    scale = (rng.random(count) * 10.0 ** draw(st.integers(-6, 1))).astype(np.float32)
+    zero = rng.integers(info.min, info.max + 1, count).astype(dtype)
+    return q, scale, zero, axis
+
+
+@settings(max_examples=25, deadline=None)
+@given(dequantized())
+def test_a_dequantized_constant_folds_to_what_tvms_dequantize_computes(case):
+    q, scale, zero, axis = case
+    expr = lambda: relax.op.dequantize(relax.const(q), relax.const(scale), relax.const(zero), axis=axis)  # noqa: E731
+    folded = relax.transform.DeadCodeElimination()(fold_constants_with_numpy(module_of(lambda x: relax.Tuple([x, expr()]))))
+    assert "R.dequantize(" not in folded.script()
+    (constant,) = [f for f in _returned(folded) if isinstance(f, tvm.ir.GenericConst)]
+    computed = _run_legalized(module_of(lambda x: expr()))
+    assert constant.value.numpy().dtype == np.float32
+    np.testing.assert_array_equal(constant.value.numpy(), computed)
+
+
+def _run_legalized(mod: tvm.IRModule) -> np.ndarray:
+    """What TVM's own legalized dequantize computes, built and run (nothing folded)."""
+    built = tvm.compile(relax.transform.LegalizeOps()(mod), target="llvm")
+    return relax.VirtualMachine(built, tvm.cpu())["main"](tvm.runtime.tensor(np.zeros(1, np.float32))).numpy()
+
+
 def test_a_move_of_a_computed_value_stays():
     mod = module_of(lambda x: relax.op.reshape(relax.op.add(x, relax.const(np.ones(1, np.float32))), (1, 1)))
-    assert "R.reshape(" in fold_constant_moves(mod).script()
+    assert "R.reshape(" in fold_constants_with_numpy(mod).script()
 
 
 def _returned(mod: tvm.IRModule) -> list:
