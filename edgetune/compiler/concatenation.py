@@ -114,7 +114,6 @@ def _cuts(block: tvm.s_tir.SBlock) -> list[int]:
     return sorted(c for c in cuts if 0 < c < int(last.dom.extent))
 
 
-
 # comparison -> {side of the constant: how far past the constant the comparison changes}
 _COMPARISONS = {tvm.tirx.LE: {0: 0, 1: 1}, tvm.tirx.LT: {0: 1, 1: 0}, tvm.tirx.GE: {0: 1, 1: 0}, tvm.tirx.GT: {0: 0, 1: 1}}
 
