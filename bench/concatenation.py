@@ -33,8 +33,8 @@ import real_models  # noqa: E402
 from _benchlib import PROFILE_AVX512, machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 
 import edgetune.compiler.prepare as prepare_module  # noqa: E402
-from edgetune.compiler.concatenation import SCHEDULED  # noqa: E402
 from edgetune.compiler.models import import_model  # noqa: E402
+from edgetune.compiler.schedule_rules.common import is_scheduled  # noqa: E402
 from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 
@@ -108,9 +108,9 @@ def main() -> None:
     say(machine_facts())
     for name in args.models:
         scheduled, stock = prepared_both_ways(name, target)
+        stock_names = {g.name_hint for g in stock.get_global_vars()}
         kernels = [gv.name_hint for gv, f in scheduled.functions_items()
-                   if isinstance(f, tvm.tirx.PrimFunc) and "concatenate" in gv.name_hint and f.attrs is not None
-                   and f.attrs.get(SCHEDULED, False) and gv.name_hint in {g.name_hint for g in stock.get_global_vars()}]  # fmt: skip
+                   if "concatenate" in gv.name_hint and is_scheduled(f) and gv.name_hint in stock_names]
         say(f"{name}: {len(kernels)} kernels scheduled by prepare")
         total_stock = total_scheduled = 0.0
         print("| kernel | stock ms | scheduled ms | stock / scheduled [95 %] |\n|---|---|---|---|")

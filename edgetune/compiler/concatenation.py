@@ -23,15 +23,16 @@ import tvm
 from tvm import s_tir
 
 from edgetune.compiler.schedule_rules.common import (
+    SCHEDULED,
     has_reduction,
     is_elementwise,
+    is_scheduled,
     shape,
     top_blocks,
     vector_unit,
     writes_parameter,
 )
 
-SCHEDULED = "tirx.is_scheduled"
 REGISTERS_PER_PART = 4  # the widest vector a part computes at once, in float32 registers
 
 
@@ -44,7 +45,7 @@ def schedule_concatenations(mod: tvm.IRModule, target: tvm.target.Target) -> tvm
         return mod
     updated = mod
     for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and func.attrs.get(SCHEDULED, False)):
+        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
             continue
         scheduled = _partitioned(func, unit.lanes * REGISTERS_PER_PART)
         if scheduled is None:

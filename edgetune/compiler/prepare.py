@@ -36,6 +36,7 @@ from edgetune.compiler.concatenation import schedule_concatenations
 from edgetune.compiler.fast_math import legalize_fast_math
 from edgetune.compiler.graph import fold_constants_with_numpy
 from edgetune.compiler.prepack import drop_reordered_layout_free_weights
+from edgetune.compiler.schedule_rules.common import is_scheduled
 from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
 from edgetune.compiler.schedule_rules.depthwise import annotate_depthwise
 from edgetune.compiler.schedule_rules.integer import annotate_integer_convolutions
@@ -60,7 +61,8 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: rewrite large 3x3 stride-1 convolutions as Winograd's (`winograd`), pad the
     output channels of narrow-vector convolutions (`channel_padding`),
     legalize, fuse, mark weights layout-free (needs weights bound as constants), schedule the
-    concatenations of the innermost axis and mark NHWC convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
+    concatenations of the innermost axis and mark NHWC convolutions (groups 1, depthwise,
+    integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -83,7 +85,7 @@ def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.
     """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel), but for
     the kernels `prepare` scheduled itself (Winograd's transforms)."""
     tasks = ms.relax_integration.extract_tasks(prepared, target)
-    return [task for task in tasks if not task.dispatched[0]["main"].attrs.get("tirx.is_scheduled", False)]
+    return [task for task in tasks if not is_scheduled(task.dispatched[0]["main"])]
 
 
 def kernel_hash(kernel: tvm.IRModule) -> str:

@@ -35,7 +35,7 @@ from tvm import relax, s_tir, te, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
 from edgetune.compiler.graph import bound_value, constant_weight, is_call, rewrite_module, static_shape
-from edgetune.compiler.schedule_rules.common import channel_lanes, vector_unit
+from edgetune.compiler.schedule_rules.common import SCHEDULED, channel_lanes, vector_unit
 
 TILE = 4  # output pixels per tile along a transformed axis: F(4, r)
 ROW_KERNELS = (3, 5)  # 1 x r filters of one-dimensional convolutions along a row (Magika's 5 taps)
@@ -233,7 +233,7 @@ def _scheduled(inputs: list[te.Tensor], out, order, lanes: int) -> tvm.tirx.Prim
     order(sch, [*loops, channel_outer])
     sch.vectorize(lane)
     func = sch.mod["main"].without_attr("global_symbol")
-    return func.with_attrs({"tirx.is_scheduled": True, "op_pattern": OPAQUE})
+    return func.with_attrs({SCHEDULED: True, "op_pattern": OPAQUE})
 
 
 def _input_kernel(data_shape, algorithm: Algorithm, tiles: _Tiles, top: int, left: int, lanes: int) -> tvm.tirx.PrimFunc:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
-from edgetune.compiler.concatenation import SCHEDULED
 from edgetune.compiler.prepare import build_untuned, extract_tasks, prepare
+from edgetune.compiler.schedule_rules.common import is_scheduled
 
 HOST = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v2", "num-cores": 1})  # 4 float32 lanes: parts of 16 at most
 SCALE, SHIFT = np.float32(0.5), np.float32(3.0)
@@ -38,8 +38,7 @@ def in_numpy(values: list[np.ndarray], axis: int) -> np.ndarray:
 
 
 def scheduled_kernels(prepared: tvm.IRModule) -> list[str]:
-    return [gv.name_hint for gv, func in prepared.functions_items()
-            if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and func.attrs.get(SCHEDULED, False)]  # fmt: skip
+    return [gv.name_hint for gv, func in prepared.functions_items() if is_scheduled(func)]
 
 
 def run(prepared: tvm.IRModule, values: list[np.ndarray]) -> np.ndarray:

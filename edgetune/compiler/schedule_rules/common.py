@@ -24,6 +24,7 @@ IDLE_SHARE = 32  # a tile longer than every divisor may leave up to 1/IDLE_SHARE
 MIN_LANES = 4  # the narrowest vector a tile uses (SSE / NEON width)
 VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rules read, set by mark_kernels
 VECTOR_REGISTERS = "edgetune.vector_registers"
+SCHEDULED = "tirx.is_scheduled"  # a kernel edgetune schedules itself in `prepare`: no tuning task
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
     if codegen.llvm_cpu_has_features(["avx2"], target):
         return VectorUnit(lanes=8, registers=16)
     return VectorUnit(lanes=4, registers=16)
+
+
+def is_scheduled(func: object) -> bool:
+    """A kernel that `prepare` scheduled itself (Winograd's transforms, concatenations)."""
+    return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get(SCHEDULED, False))
 
 
 def _annotated_unit(block: tvm.s_tir.SBlock) -> VectorUnit:
