@@ -9,7 +9,8 @@ TVM_NOTES 'Tuning and build pipeline', verified on these machines:
    (Relax's "zero" pipeline), mark constant weights
    layout-free, so that MetaSchedule's RewriteLayout can pre-pack them (not those a kernel
    reorders first: edgetune.compiler.prepack), schedule the kernels that concatenate along
-   their innermost axis (edgetune.compiler.concatenation), and mark the kernels
+   their innermost axis (edgetune.compiler.concatenation) and the 1x1 convolutions of one pixel
+   (squeeze-and-excitation: edgetune.compiler.single_pixel), and mark the kernels
    of NHWC convolutions (groups 1, and depthwise) for their micro-kernel rules
    (edgetune.compiler.schedule_rules);
 2. the tuner extracts its tasks from that prepared module (tasks and records match by
@@ -40,6 +41,7 @@ from edgetune.compiler.schedule_rules.common import is_scheduled
 from edgetune.compiler.schedule_rules.convolution import annotate_convolutions
 from edgetune.compiler.schedule_rules.depthwise import annotate_depthwise
 from edgetune.compiler.schedule_rules.integer import annotate_integer_convolutions
+from edgetune.compiler.single_pixel import schedule_single_pixel_convolutions
 from edgetune.compiler.winograd import winograd_convolutions
 
 
@@ -61,8 +63,8 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Step 1: rewrite large 3x3 stride-1 convolutions as Winograd's (`winograd`), pad the
     output channels of narrow-vector convolutions (`channel_padding`),
     legalize, fuse, mark weights layout-free (needs weights bound as constants), schedule the
-    concatenations of the innermost axis and mark NHWC convolutions (groups 1, depthwise,
-    integer) for their micro-kernel rules."""
+    concatenations of the innermost axis and the convolutions of one pixel, and mark NHWC
+    convolutions (groups 1, depthwise, integer) for their micro-kernel rules."""
     with target:
         fused = tvm.transform.Sequential(
             [
@@ -76,7 +78,8 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)
-    scheduled = schedule_concatenations(drop_reordered_layout_free_weights(fused), target)
+    layout_free = drop_reordered_layout_free_weights(fused)
+    scheduled = schedule_single_pixel_convolutions(schedule_concatenations(layout_free, target), target)
     marked = annotate_convolutions(scheduled, target)
     return annotate_integer_convolutions(annotate_depthwise(marked, target), target)
 

@@ -75,6 +75,8 @@ def mark_kernels(mod: tvm.IRModule, target: tvm.target.Target, rule: str, find: 
     for global_var, func in mod.functions_items():
         if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
             continue  # not a kernel with a root block: nothing MetaSchedule would schedule
+        if is_scheduled(func):
+            continue
         sch = s_tir.Schedule(func)
         block = find(sch, unit, list(func.params))
         if block is None or "schedule_rule" in sch.get(block).annotations:

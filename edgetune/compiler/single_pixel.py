@@ -1,0 +1,136 @@
+"""Convolutions of a single pixel, scheduled when the model is prepared.
+
+A squeeze-and-excitation block pools its feature map to one pixel, then runs two 1x1
+convolutions on that pixel: a squeeze to fewer channels, and an excitation back, whose sigmoid
+gate Relax fuses with the multiply of the map by it. Each is a matrix-vector product of a few
+thousand multiply-adds; the excitation's kernel then writes the whole gated map.
+
+MetaSchedule's stock rules give these kernels a space where most candidates are slow: where the
+map's multiply is left outside the product's loops, its postprocessor fuses the map's loops and
+vectorizes 64 lanes across channel rows (40 channels: each lane's channel is a modulo), and the
+kernel takes 10-50 us against 1-4 us for the candidates that place it right. With 8 trials a
+task, a run finds the fast ones or not by chance: of ppocr-cls's seven excitations, one fresh
+run's best trials were 0.9-3.9 us, another's 2.6-50 us, four of them slower than no schedule.
+
+Nothing is left to search, so `schedule_single_pixel_convolutions` schedules them itself: the
+weight stored input-channel-major (MetaSchedule's layout-rewrite block, which the build folds
+into the constant, as it does for a tuning record), the product one vector of all output
+channels accumulated over the input channels, the gate's element-wise work once per channel,
+and the map's multiply over its pixels, a vector of channels each. The kernel is marked
+scheduled: no tuning task, the same build with or without a database.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import tvm
+from tvm import s_tir
+
+from edgetune.compiler.prepack import LAYOUT_FREE
+from edgetune.compiler.schedule_rules.common import (
+    SCHEDULED,
+    convolution_shapes,
+    has_reduction,
+    is_elementwise,
+    is_scheduled,
+    shape,
+    top_blocks,
+    vector_unit,
+    writes_parameter,
+)
+
+LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"  # what the build folds into the weight
+MAX_CHANNELS = 1024  # one vector of the output channels: LLVM splits it into registers
+
+
+def schedule_single_pixel_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """`mod` with every float32 NHWC 1x1 convolution of a one-pixel map scheduled
+    (`_scheduled`); other kernels, and every kernel on a target without a vector unit, are
+    left as they are."""
+    if vector_unit(target) is None:
+        return mod
+    updated = mod
+    for global_var, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
+            continue
+        scheduled = _scheduled(func)
+        if scheduled is None:
+            continue
+        if updated is mod:
+            updated = mod.clone()
+        updated[global_var] = scheduled
+    return updated
+
+
+def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
+    """`func` scheduled as the module docstring says; None unless it is input copies, one
+    convolution of a pixel with a layout-free weight, element-wise blocks over that pixel and
+    at most one block after them that writes the only output (the gated map)."""
+    if not isinstance(func.body, s_tir.SBlockRealize):
+        return None
+    sch = s_tir.Schedule(func)
+    blocks = top_blocks(sch)
+    reductions = [i for i, b in enumerate(blocks) if has_reduction(sch, b)]
+    if len(reductions) != 1 or not writes_parameter(sch, blocks[-1], list(func.params)):
+        return None
+    position = reductions[0]
+    conv = blocks[position]
+    weight = _layout_free_weight(func, sch.get(conv))
+    if weight is None:
+        return None
+    pixel = shape(sch.get(conv).writes[0].source)
+    epilogue = blocks[position + 1 :]
+    gate = list(itertools.takewhile(lambda b: is_elementwise(sch, b, pixel), epilogue))
+    rest = epilogue[len(gate) :]
+    gated = shape(sch.get(rest[-1]).writes[0].source) if rest else pixel
+    if gated[-1] != pixel[-1] or not all(is_elementwise(sch, b, gated) for b in rest[1:]):
+        return None  # not a map of the same channels, element-wise after the gate's multiply
+    try:
+        for block in blocks[:position] + gate[:-1] + rest[:-1]:
+            sch.compute_inline(block)
+        _product(sch, conv, weight)
+        for block in gate[-1:] + rest[-1:]:
+            _vector_of_channels(sch, block)
+    except s_tir.ScheduleError:
+        return None
+    return sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def _layout_free_weight(func: tvm.tirx.PrimFunc, conv: tvm.s_tir.SBlock) -> int | None:
+    """The index among the convolution's reads of its weight, if the block is a float32 1x1
+    convolution (groups 1) from one pixel of at most MAX_CHANNELS channels to one of at most
+    MAX_CHANNELS, NHWC with an OHWI weight that the build may store in another order."""
+    shapes = convolution_shapes(conv)
+    if shapes is None:
+        return None
+    (n, h, w, out_channels), data, weight = shapes
+    in_channels = data[-1]
+    if (n, h, w) != (1, 1, 1) or data != (1, 1, 1, in_channels) or weight != (out_channels, 1, 1, in_channels):
+        return None
+    if max(in_channels, out_channels) > MAX_CHANNELS or func.attrs is None or LAYOUT_FREE not in func.attrs:
+        return None
+    layout_free = [func.params[int(i)] for i in func.attrs[LAYOUT_FREE]]
+    return 1 if any(conv.reads[1].source.same_as(p) for p in layout_free) else None
+
+
+def _product(sch: s_tir.Schedule, conv: s_tir.SBlockRV, weight: int) -> None:
+    """The convolution as `out[:] += pixel[i] * weight[i, :]` over the input channels i, the
+    output channels one vector, the weight stored input-channel-major (folded by the build)."""
+    rewrite = sch.cache_read(conv, weight, "global")
+    sch.annotate(rewrite, LAYOUT_REWRITE, 1)
+    sch.transform_layout(conv, ("read", weight), lambda o, h, w, i: (i, o))
+    *pixel_loops, channels, kh, kw, inputs = sch.get_loops(conv)
+    sch.reorder(*pixel_loops, kh, kw, inputs, channels)
+    sch.vectorize(channels)
+    init = sch.decompose_reduction(conv, pixel_loops[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _vector_of_channels(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> None:
+    """The block's channels one vector; its pixels, if more than one, a parallel loop."""
+    *pixels, channels = sch.get_loops(block)
+    fused = sch.fuse(*pixels)
+    if int(sch.get(fused).extent) > 1:
+        sch.parallel(fused)
+    sch.vectorize(channels)
