@@ -48,18 +48,20 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def prepared_both_ways(name: str, target: tvm.target.Target) -> tuple[tvm.IRModule, tvm.IRModule]:
-    """(as `prepare` makes it, without the concatenations scheduled) for a real model's name."""
+def prepared_both_ways(name: str, target: tvm.target.Target, step: str = "schedule_concatenations"):
+    """(the model's spec, as `prepare` makes it, as it makes it without `step`: one of its
+    scheduling passes) for a real model's name (NAME-int8: its QDQ file, `integer`), NHWC."""
     int8 = name.endswith(real_models.INT8_SUFFIX)
     (real,) = real_models.by_name([name.removesuffix(real_models.INT8_SUFFIX)])
     path = real_models.fetch(real)
     if int8:
         path = real_models.quantize(real, path, Path(tempfile.mkdtemp(prefix="edgetune-int8-")))
-    mod = import_model(real.spec(path, "NHWC", "integer" if int8 else "keep")).mod
+    spec = real.spec(path, "NHWC", "integer" if int8 else "keep")
+    mod = import_model(spec).mod
     scheduled = prepare_module.prepare(mod, target)
-    with mock.patch.object(prepare_module, "schedule_concatenations", lambda mod, _target: mod):
+    with mock.patch.object(prepare_module, step, lambda mod, _target: mod):
         stock = prepare_module.prepare(mod, target)
-    return scheduled, stock
+    return spec, scheduled, stock
 
 
 def stock_candidate(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> tvm.IRModule:
@@ -107,7 +109,7 @@ def main() -> None:
     target = build_target(load_profile(PROFILE_AVX512))
     say(machine_facts())
     for name in args.models:
-        scheduled, stock = prepared_both_ways(name, target)
+        _, scheduled, stock = prepared_both_ways(name, target)
         stock_names = {g.name_hint for g in stock.get_global_vars()}
         kernels = [gv.name_hint for gv, f in scheduled.functions_items()
                    if "concatenate" in gv.name_hint and is_scheduled(f) and gv.name_hint in stock_names]

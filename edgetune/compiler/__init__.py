@@ -5,8 +5,9 @@ device class's target, before and after tuning. It needs nothing of the fleet: t
 Modules, one role each:
 - `models`: the inventory's models (ONNX or built-in) as Relax modules, reference input/output;
 - `layout`, `integer`, `graph`: graph rewrites (NHWC convolutions, integer arithmetic);
-- `prepare`, `prepack`, `fast_math`, `concatenation`: the Relax pipeline before tuning and
-  building (pre-packed weights, vector element-wise functions, the kernels it schedules itself);
+- `prepare`, `prepack`, `fast_math`, `concatenation`, `single_pixel`: the Relax pipeline before
+  tuning and building (pre-packed weights, vector element-wise functions, the kernels it
+  schedules itself);
 - `target`, `intrinsics`: the TVM target of a device profile and its CPU's tensor intrinsics;
 - `schedule_rules`: edgetune's MetaSchedule rules (GEMM and depthwise micro-kernels);
 - `tasks`: a class's deduplicated kernels, as MetaSchedule extracts them.
