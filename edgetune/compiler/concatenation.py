@@ -26,7 +26,7 @@ from edgetune.compiler.schedule_rules.common import (
     SCHEDULED,
     has_reduction,
     is_elementwise,
-    is_scheduled,
+    schedule_kernels,
     shape,
     top_blocks,
     vector_unit,
@@ -43,17 +43,7 @@ def schedule_concatenations(mod: tvm.IRModule, target: tvm.target.Target) -> tvm
     unit = vector_unit(target)
     if unit is None:
         return mod
-    updated = mod
-    for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
-            continue
-        scheduled = _partitioned(func, unit.lanes * REGISTERS_PER_PART)
-        if scheduled is None:
-            continue
-        if updated is mod:
-            updated = mod.clone()
-        updated[global_var] = scheduled
-    return updated
+    return schedule_kernels(mod, lambda func: _partitioned(func, unit.lanes * REGISTERS_PER_PART))
 
 
 def _partitioned(func: tvm.tirx.PrimFunc, max_lanes: int) -> tvm.tirx.PrimFunc | None:

@@ -33,7 +33,7 @@ from edgetune.compiler.schedule_rules.common import (
     convolution_shapes,
     has_reduction,
     is_elementwise,
-    is_scheduled,
+    schedule_kernels,
     shape,
     top_blocks,
     vector_unit,
@@ -50,17 +50,7 @@ def schedule_single_pixel_convolutions(mod: tvm.IRModule, target: tvm.target.Tar
     left as they are."""
     if vector_unit(target) is None:
         return mod
-    updated = mod
-    for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
-            continue
-        scheduled = _scheduled(func)
-        if scheduled is None:
-            continue
-        if updated is mod:
-            updated = mod.clone()
-        updated[global_var] = scheduled
-    return updated
+    return schedule_kernels(mod, _scheduled)
 
 
 def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:

@@ -56,6 +56,24 @@ def is_scheduled(func: object) -> bool:
     return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get(SCHEDULED, False))
 
 
+def schedule_kernels(
+    mod: tvm.IRModule, schedule: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc | None]
+) -> tvm.IRModule:
+    """`mod` with each kernel not yet scheduled replaced by what `schedule` makes of it (a
+    kernel marked SCHEDULED), or left as it is where `schedule` gives None."""
+    updated = mod
+    for global_var, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or is_scheduled(func):
+            continue
+        scheduled = schedule(func)
+        if scheduled is None:
+            continue
+        if updated is mod:
+            updated = mod.clone()
+        updated[global_var] = scheduled
+    return updated
+
+
 def _annotated_unit(block: tvm.s_tir.SBlock) -> VectorUnit:
     """The vector unit `mark_kernels` recorded on a marked block."""
     return VectorUnit(int(block.annotations[VECTOR_LANES]), int(block.annotations[VECTOR_REGISTERS]))
