@@ -42,6 +42,7 @@ from edgetune.compiler.schedule_rules.common import (
 
 LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"  # what the build folds into the weight
 MAX_CHANNELS = 1024  # one vector of the output channels: LLVM splits it into registers
+WEIGHT = 1  # the convolution block's reads: the data, then the weight
 
 
 def schedule_single_pixel_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -55,8 +56,9 @@ def schedule_single_pixel_convolutions(mod: tvm.IRModule, target: tvm.target.Tar
 
 def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
     """`func` scheduled as the module docstring says; None unless it is input copies, one
-    convolution of a pixel with a layout-free weight, element-wise blocks over that pixel and
-    at most one block after them that writes the only output (the gated map)."""
+    convolution of a pixel with a layout-free weight, element-wise blocks over that pixel, then
+    optionally a map of the same channels (the gate's multiply) and element-wise blocks over
+    it, the last block writing the function's only output."""
     if not isinstance(func.body, s_tir.SBlockRealize):
         return None
     sch = s_tir.Schedule(func)
@@ -66,8 +68,7 @@ def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
         return None
     position = reductions[0]
     conv = blocks[position]
-    weight = _layout_free_weight(func, sch.get(conv))
-    if weight is None:
+    if not _is_pixel_convolution(func, sch.get(conv)):
         return None
     pixel = shape(sch.get(conv).writes[0].source)
     epilogue = blocks[position + 1 :]
@@ -79,7 +80,7 @@ def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
     try:
         for block in blocks[:position] + gate[:-1] + rest[:-1]:
             sch.compute_inline(block)
-        _product(sch, conv, weight)
+        _product(sch, conv)
         for block in gate[-1:] + rest[-1:]:
             _vector_of_channels(sch, block)
     except s_tir.ScheduleError:
@@ -87,29 +88,29 @@ def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
     return sch.mod["main"].with_attr(SCHEDULED, True)
 
 
-def _layout_free_weight(func: tvm.tirx.PrimFunc, conv: tvm.s_tir.SBlock) -> int | None:
-    """The index among the convolution's reads of its weight, if the block is a float32 1x1
-    convolution (groups 1) from one pixel of at most MAX_CHANNELS channels to one of at most
-    MAX_CHANNELS, NHWC with an OHWI weight that the build may store in another order."""
+def _is_pixel_convolution(func: tvm.tirx.PrimFunc, conv: tvm.s_tir.SBlock) -> bool:
+    """Whether the block is a float32 1x1 convolution (groups 1) from one pixel of at most
+    MAX_CHANNELS channels to one of at most MAX_CHANNELS, NHWC with an OHWI weight that the
+    build may store in another order (layout-free)."""
     shapes = convolution_shapes(conv)
     if shapes is None:
-        return None
+        return False
     (n, h, w, out_channels), data, weight = shapes
     in_channels = data[-1]
     if (n, h, w) != (1, 1, 1) or data != (1, 1, 1, in_channels) or weight != (out_channels, 1, 1, in_channels):
-        return None
+        return False
     if max(in_channels, out_channels) > MAX_CHANNELS or func.attrs is None or LAYOUT_FREE not in func.attrs:
-        return None
+        return False
     layout_free = [func.params[int(i)] for i in func.attrs[LAYOUT_FREE]]
-    return 1 if any(conv.reads[1].source.same_as(p) for p in layout_free) else None
+    return any(conv.reads[WEIGHT].source.same_as(p) for p in layout_free)
 
 
-def _product(sch: s_tir.Schedule, conv: s_tir.SBlockRV, weight: int) -> None:
+def _product(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> None:
     """The convolution as `out[:] += pixel[i] * weight[i, :]` over the input channels i, the
     output channels one vector, the weight stored input-channel-major (folded by the build)."""
-    rewrite = sch.cache_read(conv, weight, "global")
+    rewrite = sch.cache_read(conv, WEIGHT, "global")
     sch.annotate(rewrite, LAYOUT_REWRITE, 1)
-    sch.transform_layout(conv, ("read", weight), lambda o, h, w, i: (i, o))
+    sch.transform_layout(conv, ("read", WEIGHT), lambda o, h, w, i: (i, o))
     *pixel_loops, channels, kh, kw, inputs = sch.get_loops(conv)
     sch.reorder(*pixel_loops, kh, kw, inputs, channels)
     sch.vectorize(channels)
