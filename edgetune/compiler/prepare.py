@@ -86,7 +86,7 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
     """Step 2's input: the tuning tasks of a prepared module (one per distinct kernel), but for
-    the kernels `prepare` scheduled itself (Winograd's transforms)."""
+    the kernels `prepare` scheduled itself (`is_scheduled`)."""
     tasks = ms.relax_integration.extract_tasks(prepared, target)
     return [task for task in tasks if not is_scheduled(task.dispatched[0]["main"])]
 

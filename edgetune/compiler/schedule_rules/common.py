@@ -52,7 +52,8 @@ def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
 
 
 def is_scheduled(func: object) -> bool:
-    """A kernel that `prepare` scheduled itself (Winograd's transforms, concatenations)."""
+    """A kernel that `prepare` scheduled itself (Winograd's transforms, concatenations, convolutions
+    of one pixel)."""
     return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get(SCHEDULED, False))
 
 
@@ -91,10 +92,9 @@ def mark_kernels(mod: tvm.IRModule, target: tvm.target.Target, rule: str, find: 
         return mod
     annotated = mod
     for global_var, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or not isinstance(func.body, s_tir.SBlockRealize):
-            continue  # not a kernel with a root block: nothing MetaSchedule would schedule
-        if is_scheduled(func):
-            continue
+        kernel = isinstance(func, tvm.tirx.PrimFunc) and isinstance(func.body, s_tir.SBlockRealize)
+        if not kernel or is_scheduled(func):
+            continue  # not a kernel with a root block, or one `prepare` scheduled: no task
         sch = s_tir.Schedule(func)
         block = find(sch, unit, list(func.params))
         if block is None or "schedule_rule" in sch.get(block).annotations:
