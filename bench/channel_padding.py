@@ -4,14 +4,14 @@ channels up to a multiple of the vector, the extra outputs sliced off inside the
 (edgetune.compiler.channel_padding)?
 
 How: for each shape, a one-layer ONNX model (Conv + bias, then SiLU as Sigmoid * x) is imported
-in NHWC as a model is and prepared for AVX-512 twice: with the padding ("padded") and with it
-switched off ("plain"). The kernel of the convolution rule of each is tuned on the host,
+in NHWC as a model is and prepared for the profile's target (AVX-512) twice: with the padding
+("padded", as for full-width vector units) and with it switched off ("plain"). The kernel of the convolution rule of each is tuned on the host,
 `--trials` trials each; the best record of each is built and the two are timed in `--rounds`
 interleaved rounds (`rule_kernels.Kernel`: the fastest of 3 repeats of >= 50 ms per round), one
 thread. GFLOP/s count the real channels' work only.
 
     .venv/bin/python bench/channel_padding.py [--shapes 12x24@208k3,24x24@104k3,48x24@104k1]
-        [--trials 16] [--rounds 9]
+        [--trials 16] [--rounds 9] [--profile device_profiles/x86-zen4.yaml]
 
 A shape is CINxCOUT@SIZEkK or CINxCOUT@HxWkKHxKW (960x60@1x40k1x3: a row of 40, a 1x3 filter).
 The default shapes are ddddocr-det's three slowest per FLOP (bench/README.md). No fleet: host only.
@@ -103,8 +103,8 @@ def rule_kernel(shape: Shape, padded: bool, target, work: Path):
     its output channels padded or not."""
     path = shape.onnx(work / "layer.onnx")
     model = Model(path.stem, (ModelInput("x", tuple(shape.input_shape)),), onnx=path, layout="NHWC")
-    pad = channel_padding.padded_channels
-    channel_padding.padded_channels = pad if padded else (lambda call, lanes: None)
+    pad = channel_padding.padded_channels  # padded: as on a full-width datapath, whatever the target's
+    channel_padding.padded_channels = (lambda call, lanes, _: pad(call, lanes, lanes)) if padded else (lambda *_: None)
     try:
         tasks = extract_tasks(prepare(load_model(model), target), target)
     finally:
@@ -120,8 +120,10 @@ def main() -> None:
     parser.add_argument("--shapes", default="12x24@208k3,24x24@104k3,48x24@104k1", help="CINxCOUT@SIZEkK, comma-separated")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--profile", type=Path, default=PROFILE_AVX512,
+                        help="the device profile whose target the kernels are built for (default x86-avx512)")
     args = parser.parse_args()
-    target = build_target(load_profile(PROFILE_AVX512))
+    target = build_target(load_profile(args.profile))
     work = Path(tempfile.mkdtemp(prefix="channel-padding-"))
     rows = []
     try:

@@ -86,6 +86,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="the board's cores (its cpu quota), the target's num-cores and the runtime threads of "
                              "TVM, onnxruntime and the GEMM peak (default 1)")
+    parser.add_argument("--profile", type=Path, default=PROFILE_AVX512,
+                        help="the board class's device profile (default device_profiles/x86-avx512.yaml; "
+                             "device_profiles/x86-zen4.yaml on an AMD Zen 4)")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR's .md and .png from its .json")
     args = parser.parse_args()
     if args.ablate_layout and args.layout != "NCHW":
@@ -156,7 +159,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout, args.layout)]
     tuning = tuning_section(args)
     boards = [BoardSpec("sbs-1", CLASS, float(args.threads), 21)]
-    profile = PROFILE_AVX512 if args.threads == 1 else threaded_profile(PROFILE_AVX512, args.threads, workdir)
+    profile = args.profile if args.threads == 1 else threaded_profile(args.profile, args.threads, workdir)
     fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: profile}, boards, models, tuning,
                                   command_timeout_s=3600)
     fleet = load_fleet(fleet_path)

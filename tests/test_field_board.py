@@ -123,6 +123,26 @@ def test_the_field_board_has_nothing_of_edgetune(field):
     assert Path(prefix) == field.image and not Path(prefix).samefile(REPO / ".venv")
 
 
+def host_cpu() -> dict[str, str]:
+    """This machine's /proc/cpuinfo, first processor: the field board's CPU (a namespace of it)."""
+    first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+
+
+def test_the_preflight_probe_reads_the_boards_cpu_and_names_the_profile_of_a_zen_4(field):
+    from edgetune.fleet import on_board as probes
+
+    with BoardSession(field.fleet.board("field-1")) as session:
+        facts = probes.probe(session, field.fleet, import_runtime=True)
+    cpu = host_cpu()
+    assert (facts.cpu_vendor, facts.cpu_family, set(facts.cpu_flags)) == (cpu["vendor_id"], cpu["cpu family"], set(cpu["flags"].split()))
+    advice = probes.datapath_advice(field.fleet.board("field-1"), {"kind": "llvm", "mcpu": "icelake-server"}, facts)
+    zen4 = cpu["vendor_id"] == "AuthenticAMD" and cpu["cpu family"] == "25" and "avx512f" in cpu["flags"].split()
+    assert (advice is not None) == zen4, advice
+    if zen4:
+        assert "AMD Zen 4" in advice and "mcpu znver4 (device_profiles/x86-zen4.yaml)" in advice
+
+
 def test_preflight_refuses_a_board_missing_numpy_with_the_install_command(field, tmp_path):
     from edgetune.fleet import fleet_up
 

@@ -83,6 +83,9 @@ def _bring_up(
     with BoardSession(board) as session:
         facts = on_board.probe(session, fleet, import_runtime=True)
         on_board.check_ready(board, facts, tvm.__version__, profile.target)
+        advice = on_board.datapath_advice(board, profile.target, facts)
+        if advice:
+            log.warning(advice)
         ensure_bundle(session)
         keep = (
             previous is not None

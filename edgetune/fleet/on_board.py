@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import tvm
 from tvm.target.codegen import llvm_get_cpu_features
 
+from edgetune.compiler.schedule_rules.common import HALF_WIDTH_DATAPATH_CPUS
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.sim import sim_firmware_file_on_board
 from edgetune.fleet.ssh import BoardSession
@@ -43,6 +44,9 @@ X86_INSTRUCTION_SETS = frozenset({
     "avx512cd", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512ifma", "avx512vbmi",
     "avx512vbmi2", "avx512bitalg", "avx512vpopcntdq", "avxvnni", "amx-tile", "amx-int8", "amx-bf16",
 })  # fmt: skip
+# x86 CPUs whose AVX-512 units are 256 bits wide, by /proc/cpuinfo's vendor_id and cpu family
+# (with the avx512f flag: family 25's Zen 3 has none): what to call them, and LLVM's name.
+HALF_WIDTH_AVX512_CPUS = {("AuthenticAMD", "25"): ("AMD Zen 4", "znver4")}
 STOP_GRACE_TENTHS = 30  # SIGTERM, then SIGKILL after 3 s
 
 # Prints the board's facts as JSON. With IMPORT=1 it imports the TVM runtime (the preflight
@@ -70,7 +74,11 @@ if sys.argv[1] == "1":
     facts["missing"] = [name for name in sys.argv[2:] if importlib.util.find_spec(name) is None]
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            facts["cpu_flags"] = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                key = {"flags": "cpu_flags", "vendor_id": "cpu_vendor", "cpu family": "cpu_family"}.get(key.strip())
+                if key and key not in facts:
+                    facts[key] = value.split() if key == "cpu_flags" else value.strip()
     except OSError:
         pass
 print(json.dumps(facts))
@@ -88,6 +96,8 @@ class BoardFacts:
     firmware: str
     missing: tuple[str, ...] = ()  # of BOARD_MODULES (known only after a preflight probe)
     cpu_flags: tuple[str, ...] = ()  # an x86 board's /proc/cpuinfo flags (after a preflight probe)
+    cpu_vendor: str = ""  # an x86 board's /proc/cpuinfo vendor_id and cpu family (after a preflight probe)
+    cpu_family: str = ""
 
 
 def firmware_command(fleet: Fleet, board: Board) -> str:
@@ -113,7 +123,8 @@ def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFac
     command = f"mkdir -p {workdir} && cd {workdir} && {script}"
     facts = json.loads(session.run(command).stdout.strip().splitlines()[-1])
     return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]),
-                      read_firmware(session, fleet), tuple(facts.get("missing", ())), tuple(facts.get("cpu_flags", ())))  # fmt: skip
+                      read_firmware(session, fleet), tuple(facts.get("missing", ())), tuple(facts.get("cpu_flags", ())),
+                      facts.get("cpu_vendor", ""), facts.get("cpu_family", ""))  # fmt: skip
 
 
 def board_requirements() -> dict[str, str]:
@@ -137,6 +148,23 @@ def missing_instruction_sets(target: Mapping[str, Any], cpu_flags: tuple[str, ..
     has = {_isa_name(flag) for flag in cpu_flags}
     needed = X86_INSTRUCTION_SETS.intersection(llvm_get_cpu_features(tvm.target.Target(dict(target))))
     return sorted(name for name in needed if _isa_name(name) not in has)
+
+
+def datapath_advice(board: Board, target: Mapping[str, Any], facts: BoardFacts) -> str | None:
+    """Why a board's class profile builds for it less well than one naming its CPU would, where
+    the board's CPU runs AVX-512 on half-width units that the target's CPU does not (None: no
+    such mismatch known). Code built either way is correct; only its speed differs."""
+    cpu = HALF_WIDTH_AVX512_CPUS.get((facts.cpu_vendor, facts.cpu_family))
+    mcpu = str(target.get("mcpu", ""))
+    if cpu is None or "avx512f" not in facts.cpu_flags or mcpu in HALF_WIDTH_DATAPATH_CPUS:
+        return None
+    if "avx512f" not in llvm_get_cpu_features(tvm.target.Target(dict(target))):
+        return None
+    name, llvm_cpu = cpu
+    return (f"{board.name}: its CPU is an {name} ({facts.cpu_vendor} family {facts.cpu_family}), whose AVX-512 units "
+            f"compute a 512-bit operation as two 256-bit ones; its class {board.device_class} targets "
+            f"{mcpu or 'a CPU'} with full-width units, so some convolutions are built padded to 512-bit vectors that "
+            f"are slower on this board; a profile with mcpu {llvm_cpu} (device_profiles/x86-zen4.yaml) builds for it")
 
 
 def _isa_name(name: str) -> str:

@@ -194,6 +194,29 @@ def test_preflight_refuses_a_board_whose_cpu_lacks_what_its_class_targets(tmp_pa
     assert on_board.missing_instruction_sets(AVX512, ()) == []  # no x86 flags shown (an Arm board): not judged here
 
 
+ZEN4_FLAGS = ZEN3_FLAGS + ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
+ZEN4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 1}
+
+
+@pytest.mark.parametrize("vendor, family, flags, target, advised", [
+    ("AuthenticAMD", "25", ZEN4_FLAGS, AVX512, True),  # a Zen 4 built for full-width AVX-512
+    ("AuthenticAMD", "25", ZEN4_FLAGS, ZEN4, False),  # its own profile
+    ("AuthenticAMD", "25", ZEN4_FLAGS, V3, False),  # AVX2 code: no 512-bit vectors to split
+    ("AuthenticAMD", "25", ZEN3_FLAGS, V3, False),  # a Zen 3: same family, no AVX-512
+    ("AuthenticAMD", "26", ZEN4_FLAGS, AVX512, False),  # a Zen 5 (full-width units on desktop and server parts)
+    ("GenuineIntel", "6", ZEN4_FLAGS, AVX512, False),
+    ("", "", (), AVX512, False),  # an Arm board, or facts without a preflight probe
+])  # fmt: skip
+def test_preflight_names_the_profile_for_a_cpu_whose_avx512_units_are_half_width(tmp_path, vendor, family, flags, target, advised):
+    facts = dataclasses.replace(FACTS, cpu_vendor=vendor, cpu_family=family, cpu_flags=flags)
+    advice = on_board.datapath_advice(make_board(tmp_path), target, facts)
+    assert (advice is not None) == advised, advice
+    if advised:
+        assert advice.startswith("b1: its CPU is an AMD Zen 4 (AuthenticAMD family 25)") and "targets icelake-server" in advice
+        assert "mcpu znver4 (device_profiles/x86-zen4.yaml)" in advice
+    assert on_board.check_ready(make_board(tmp_path), facts if flags else FACTS, "0.27.0", V3) is None  # advice, never a refusal
+
+
 def test_preflight_names_the_missing_board_packages_and_the_command_that_installs_them(tmp_path):
     board = make_board(tmp_path)
     facts = dataclasses.replace(FACTS, missing=("numpy", "cloudpickle"))

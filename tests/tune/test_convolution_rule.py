@@ -244,6 +244,7 @@ def test_dense_layers_of_one_row_stay_matmuls_that_stock_meta_schedule_tunes(tmp
 
 
 AVX2 = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})  # 8 lanes: every x86 CI machine has it
+ZEN4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 1})  # 16 lanes, on 8-lane units
 
 
 def marked_weights(model: Model, target: tvm.target.Target) -> list[tuple[int, ...]]:
@@ -256,6 +257,9 @@ def test_output_channels_no_full_vector_divides_are_computed_padded_then_sliced_
     assert marked_weights(model, AVX512) == [(16,), (32,), (32,)]  # 24: 3 vectors of 8 become 2 of 16; 12: 3 of 4, 1
     assert marked_weights(model, AVX2) == [(16,), (24,), (32,)]  # 24 is 3 full vectors of 8 already; 12: 3 of 4, 2 of 8
     assert marked_weights(model, HOST) == [(12,), (24,), (32,)]  # 4 lanes divide them all
+    # Zen 4 computes a 16-lane operation as two 8-lane ones: 24 is 3 operations either way, padded
+    # 12 is 2 (one 16-lane vector) against 3 of 4 lanes
+    assert marked_weights(model, ZEN4) == [(16,), (24,), (32,)]
     marked, _ = marked_tasks(prepare(load_model(model), AVX512), AVX512)
     assert sum("strided_slice" in task.task_name for task in marked) == 2
 

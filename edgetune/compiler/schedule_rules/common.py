@@ -25,6 +25,10 @@ MIN_LANES = 4  # the narrowest vector a tile uses (SSE / NEON width)
 VECTOR_LANES = "edgetune.vector_lanes"  # block annotations the rules read, set by mark_kernels
 VECTOR_REGISTERS = "edgetune.vector_registers"
 SCHEDULED = "tirx.is_scheduled"  # a kernel edgetune schedules itself in `prepare`: no tuning task
+# CPUs, by LLVM's name, whose AVX-512 units are 256 bits wide: a 512-bit operation is two
+# (AMD Zen 4, as its optimization guide describes; LLVM models it for neither znver4 nor znver5,
+# whose desktop and server parts compute 512 bits at once).
+HALF_WIDTH_DATAPATH_CPUS = frozenset({"znver4"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ def vector_unit(target: tvm.target.Target) -> VectorUnit | None:
     if codegen.llvm_cpu_has_features(["avx2"], target):
         return VectorUnit(lanes=8, registers=16)
     return VectorUnit(lanes=4, registers=16)
+
+
+def datapath_lanes(target: tvm.target.Target, unit: VectorUnit) -> int:
+    """The float32 lanes the target CPU computes per vector operation: a register's (`unit`), or
+    half of it on a CPU that executes a 512-bit operation as two 256-bit halves."""
+    return unit.lanes // 2 if str(target.attrs.get("mcpu", "")) in HALF_WIDTH_DATAPATH_CPUS else unit.lanes
 
 
 def is_scheduled(func: object) -> bool:
