@@ -159,7 +159,8 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     models = [entry for s in specs for entry in s.fleet_entries(args.ablate_layout, args.layout)]
     tuning = tuning_section(args)
     boards = [BoardSpec("sbs-1", CLASS, float(args.threads), 21)]
-    profile = args.profile if args.threads == 1 else threaded_profile(args.profile, args.threads, workdir)
+    source = args.profile.resolve()
+    profile = source if args.threads == 1 else threaded_profile(source, args.threads, workdir)
     fleet_path = write_fleet_yaml(workdir, f"bench-sbs{SLOT or ''}", {CLASS: profile}, boards, models, tuning,
                                   command_timeout_s=3600)
     fleet = load_fleet(fleet_path)
