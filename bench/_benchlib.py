@@ -85,6 +85,16 @@ def sample_seconds(run, sample_ms: float) -> float:
     return elapsed / calls
 
 
+def time_alternating(calls: dict, rounds: int, samples: int = 5, sample_ms: float = 20) -> dict[str, list[list[float]]]:
+    """Each named call's `samples` samples (`sample_seconds`) per round, over `rounds` rounds,
+    the order of the calls reversed every other round."""
+    timed: dict[str, list[list[float]]] = {name: [] for name in calls}
+    for index in range(rounds):
+        for name in calls if index % 2 == 0 else reversed(list(calls)):
+            timed[name].append([sample_seconds(calls[name], sample_ms) for _ in range(samples)])
+    return timed
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

@@ -8,7 +8,7 @@ unscheduled where the class's boards measured that faster, as any build does). B
 with the same class database (`--database`, e.g. a `side_by_side.py --keep-workdir` run's
 WORKDIR/work/databases/bench-avx512; without one, both untuned) for the bench's AVX-512
 profile, checked against onnxruntime on the model's reference inputs, and timed on the host,
-1 thread, interleaved: ROUNDS rounds of SAMPLES samples of >= 20 ms each, the order
+1 thread, interleaved: ROUNDS rounds of 5 samples of >= 20 ms each, the order
 alternating; the median of per-round ratios with a 95 % bootstrap interval. Where the database
 was tuned with the scheduling on, the ablation's kernels have no record and run unscheduled.
 
@@ -39,8 +39,8 @@ from _benchlib import (  # noqa: E402
     output_tolerance,
     round_ratio,
     run_onnx_on_host,
-    sample_seconds,
     say,
+    time_alternating,
 )
 from concatenation import prepared_both_ways  # noqa: E402
 
@@ -51,7 +51,6 @@ from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.tune.database import ClassDatabasePaths, open_for_build  # noqa: E402
 
-SAMPLES = 5
 STEP = "schedule_single_pixel_convolutions"
 
 
@@ -84,15 +83,11 @@ def main() -> None:
         feed = [tvm.runtime.tensor(inputs[i.name]) for i in spec.inputs]
         machines = {how: relax.VirtualMachine(apply_database_and_build(mod, database, target), tvm.cpu())
                     for how, mod in (("without", stock), ("with", scheduled))}  # fmt: skip
-        diffs = {how: max_diff(expected, _outputs(vm[entry](*feed))) for how, vm in machines.items()}
+        diffs = {how: max_diff(expected, outputs(vm[entry](*feed))) for how, vm in machines.items()}
         tolerance = output_tolerance(expected)
         if max(diffs.values()) > tolerance:
             raise SystemExit(f"{name}: outputs {diffs} from onnxruntime's, beyond {tolerance:.2g}")
-        samples = {how: [] for how in machines}
-        for index in range(args.rounds):
-            for how in machines if index % 2 == 0 else reversed(list(machines)):
-                call = lambda vm=machines[how]: vm[entry](*feed)  # noqa: E731
-                samples[how].append([sample_seconds(call, 20) for _ in range(SAMPLES)])
+        samples = time_alternating({how: lambda vm=vm: vm[entry](*feed) for how, vm in machines.items()}, args.rounds)
         ms_of = {how: statistics.median(s for r in rounds for s in r) * 1e3 for how, rounds in samples.items()}
         ratio = round_ratio(samples["without"], samples["with"])
         low, high = ratio["ci95"]
@@ -102,7 +97,7 @@ def main() -> None:
               f"{max(diffs.values()):.2g} ({tolerance:.2g}) |", flush=True)  # fmt: skip
 
 
-def _outputs(result) -> list[np.ndarray]:
+def outputs(result) -> list[np.ndarray]:
     return [r.numpy() for r in result] if isinstance(result, (list, tuple, tvm.ir.Array)) else [result.numpy()]
 
 
