@@ -76,6 +76,7 @@ from edgetune.tune.plan import (
 from edgetune.tune.report import RunInfo, write_model_report
 from edgetune.tune.runner import make_runner, wait_for_boards
 from edgetune.tune.scheduler import BudgetScheduler
+from edgetune.tune.search import UnmeasuredSearch
 from edgetune.tune.shard import (
     SHARD_LOST,
     RecordStream,
@@ -357,17 +358,18 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
 def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
                    logs: Path, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
-    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare).
+    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare). The
+    evolutionary search skips schedules the database measured before (`UnmeasuredSearch`).
     MetaSchedule's per-task logs go to `logs`."""
     load_cpu_intrinsics(target)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],
         work_dir=str(logs),
-        strategy=ms.search_strategy.EvolutionarySearch(
+        strategy=UnmeasuredSearch(ms.search_strategy.EvolutionarySearch(
             population_size=search.population_for(trials_per_iter),
             init_measured_ratio=search.init_measured_ratio,
             genetic_num_iters=search.genetic_num_iters,
-        ),
+        )),
         num_threads=search.threads(),
         seed=search.seed,
     )
