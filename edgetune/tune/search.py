@@ -6,13 +6,13 @@ TVM 0.27's EvolutionarySearch remembers only the schedules it picked in the curr
 re-measuring"), and it starts each round from the database's best schedules, which the cost
 model, trained on them, scores highest. A resumed run so measured again what earlier runs had
 measured: 87 of the 793 records of a class database grown over four runs were repeats. Here a
-candidate whose schedule a record of the task already holds is dropped before it is built.
+candidate whose trace (instructions and decisions) a record of the task already holds is
+dropped before it is built.
 """
 
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
@@ -23,11 +23,9 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 MAX_REPEATED_ROUNDS = 3
 
 
-def schedule_key(workload: tvm.IRModule, trace: tvm.s_tir.Trace) -> int:
-    """What identifies a schedule of `workload`: the structural hash of its trace applied to it."""
-    sch = tvm.s_tir.Schedule(workload)
-    trace.apply_to_schedule(sch, remove_postproc=False)
-    return tvm_ffi.structural_hash(sch.mod)
+def schedule_key(trace: tvm.s_tir.Trace) -> str:
+    """What identifies a schedule of a task: its trace, instructions and decisions, as text."""
+    return str(trace)
 
 
 @derived_object
@@ -39,7 +37,7 @@ class UnmeasuredSearch(PySearchStrategy):
         self.inner = inner
         self.workload: tvm.IRModule | None = None
         self.database: ms.database.Database | None = None
-        self.measured: set[int] | None = None  # read from the database at the first round
+        self.measured: set[str] | None = None  # read from the database at the first round
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -59,25 +57,25 @@ class UnmeasuredSearch(PySearchStrategy):
             candidates = self.inner.generate_measure_candidates()
             if candidates is None:
                 return None
-            fresh = [c for c in candidates if schedule_key(self.workload, c.sch.trace) not in measured]
+            fresh = [c for c in candidates if schedule_key(c.sch.trace) not in measured]
             if fresh or not candidates:
                 return fresh
         return []
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
-        self.measured.update(schedule_key(self.workload, c.sch.trace) for c in measure_candidates)
+        self.measured.update(schedule_key(c.sch.trace) for c in measure_candidates)
 
     def clone(self) -> ms.search_strategy.SearchStrategy:
         return UnmeasuredSearch(self.inner.clone())
 
-    def _measured(self) -> set[int]:
+    def _measured(self) -> set[str]:
         """The schedules the database holds for the task (read once per run, at its first round)."""
         if self.measured is None:
             self.measured = set()
             if self.database is not None:
                 workload = self.database.commit_workload(self.workload)
-                self.measured = {schedule_key(self.workload, record.trace)
+                self.measured = {schedule_key(record.trace)
                                  for record in self.database.get_all_tuning_records()
                                  if record.workload.same_as(workload)}  # fmt: skip
         return self.measured
