@@ -23,29 +23,17 @@ import os
 os.environ["TVM_NUM_THREADS"] = "1"  # before tvm starts its thread pool
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import tvm  # noqa: E402
 import tvm.s_tir.meta_schedule as ms  # noqa: E402
-from tvm import relax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_models  # noqa: E402
-from _benchlib import (  # noqa: E402
-    REPO,
-    machine_facts,
-    max_diff,
-    output_tolerance,
-    round_ratio,
-    run_onnx_on_host,
-    say,
-    time_alternating,
-)
-from single_pixel import outputs  # noqa: E402
+from _benchlib import REPO, machine_facts, say  # noqa: E402
+from single_pixel import compare_builds  # noqa: E402
 
-from edgetune.compiler.models import entry_function, import_model, reference_inputs  # noqa: E402
+from edgetune.compiler.models import entry_function, import_model  # noqa: E402
 from edgetune.compiler.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
 from edgetune.compiler.target import build_target  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
@@ -68,8 +56,9 @@ def merged(directories: list[Path]) -> ms.database.Database:
     union = ms.database.MemoryDatabase()
     for directory in directories:
         for record in open_for_build(ClassDatabasePaths(directory)).database.get_all_tuning_records():
-            union.commit_workload(record.workload.mod)
-            union.commit_tuning_record(record)
+            workload = union.commit_workload(record.workload.mod)  # a database finds records by their workload object
+            union.commit_tuning_record(ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target,
+                                                                record.args_info))  # fmt: skip
     return union
 
 
@@ -88,23 +77,12 @@ def main() -> None:
         spec = real.spec(real_models.fetch(real), "NHWC", "keep")
         mod = import_model(spec).mod
         prepared = {how: prepare(mod, target) for how, target in targets.items()}
-        inputs = reference_inputs(spec)
-        expected = run_onnx_on_host(spec.onnx, inputs)
-        entry = entry_function(prepared[first])
-        feed = [tvm.runtime.tensor(inputs[i.name]) for i in spec.inputs]
-        machines = {how: relax.VirtualMachine(apply_database_and_build(prepared[how], database, target), tvm.cpu())
-                    for how, target in targets.items()}  # fmt: skip
-        diffs = {how: max_diff(expected, outputs(vm[entry](*feed))) for how, vm in machines.items()}
-        tolerance = output_tolerance(expected)
-        if max(diffs.values()) > tolerance:
-            raise SystemExit(f"{name}: outputs {diffs} from onnxruntime's, beyond {tolerance:.2g}")
-        samples = time_alternating({how: lambda vm=vm: vm[entry](*feed) for how, vm in machines.items()}, args.rounds)
-        ms_of = {how: statistics.median(s for r in rounds for s in r) * 1e3 for how, rounds in samples.items()}
-        ratio = round_ratio(samples[first], samples[second])
-        low, high = ratio["ci95"]
+        builds = {how: apply_database_and_build(prepared[how], database, target) for how, target in targets.items()}
+        found = compare_builds(spec, entry_function(prepared[first]), builds, args.rounds)
+        low, high = found.ratio["ci95"]
         tasks = [len(extract_tasks(prepared[how], target)) for how, target in targets.items()]
-        print(f"| {name} | {tasks[0]} / {tasks[1]} | {ms_of[first]:.4f} | {ms_of[second]:.4f} | "
-              f"**{ratio['median']:.3f}x [{low:.3f}-{high:.3f}]** | {max(diffs.values()):.2g} ({tolerance:.2g}) |",
+        print(f"| {name} | {tasks[0]} / {tasks[1]} | {found.ms[first]:.4f} | {found.ms[second]:.4f} | "
+              f"**{found.ratio['median']:.3f}x [{low:.3f}-{high:.3f}]** | {found.max_diff:.2g} ({found.tolerance:.2g}) |",
               flush=True)  # fmt: skip
 
 

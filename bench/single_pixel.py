@@ -24,6 +24,7 @@ os.environ["TVM_NUM_THREADS"] = "1"  # before tvm starts its thread pool
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -77,27 +78,41 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for name in args.models:
         spec, scheduled, stock = prepared_both_ways(name, target, STEP)
-        inputs = reference_inputs(spec)
-        expected = run_onnx_on_host(spec.onnx, inputs)
-        entry = entry_function(scheduled)
-        feed = [tvm.runtime.tensor(inputs[i.name]) for i in spec.inputs]
-        machines = {how: relax.VirtualMachine(apply_database_and_build(mod, database, target), tvm.cpu())
-                    for how, mod in (("without", stock), ("with", scheduled))}  # fmt: skip
-        diffs = {how: max_diff(expected, outputs(vm[entry](*feed))) for how, vm in machines.items()}
-        tolerance = output_tolerance(expected)
-        if max(diffs.values()) > tolerance:
-            raise SystemExit(f"{name}: outputs {diffs} from onnxruntime's, beyond {tolerance:.2g}")
-        samples = time_alternating({how: lambda vm=vm: vm[entry](*feed) for how, vm in machines.items()}, args.rounds)
-        ms_of = {how: statistics.median(s for r in rounds for s in r) * 1e3 for how, rounds in samples.items()}
-        ratio = round_ratio(samples["without"], samples["with"])
-        low, high = ratio["ci95"]
+        builds = {how: apply_database_and_build(mod, database, target) for how, mod in (("without", stock), ("with", scheduled))}
+        found = compare_builds(spec, entry_function(scheduled), builds, args.rounds)
+        low, high = found.ratio["ci95"]
         tasks = [len(extract_tasks(mod, target)) for mod in (stock, scheduled)]
-        print(f"| {name} | {len(newly_scheduled(scheduled, stock))} | {tasks[0]} -> {tasks[1]} | {ms_of['without']:.4f} | "
-              f"{ms_of['with']:.4f} | **{ratio['median']:.3f}x [{low:.3f}-{high:.3f}]** | "
-              f"{max(diffs.values()):.2g} ({tolerance:.2g}) |", flush=True)  # fmt: skip
+        print(f"| {name} | {len(newly_scheduled(scheduled, stock))} | {tasks[0]} -> {tasks[1]} | {found.ms['without']:.4f} | "
+              f"{found.ms['with']:.4f} | **{found.ratio['median']:.3f}x [{low:.3f}-{high:.3f}]** | "
+              f"{found.max_diff:.2g} ({found.tolerance:.2g}) |", flush=True)  # fmt: skip
 
 
-def outputs(result) -> list[np.ndarray]:
+@dataclass(frozen=True)
+class Comparison:
+    ms: dict[str, float]  # each build's median ms per call
+    ratio: dict  # `round_ratio` of the first build's times over the second's: > 1, the second is faster
+    max_diff: float  # the larger of the builds' largest differences from onnxruntime's outputs
+    tolerance: float
+
+
+def compare_builds(spec, entry: str, builds: dict, rounds: int) -> Comparison:
+    """Two builds of a model (name -> executable), checked against onnxruntime on the model's
+    reference inputs (SystemExit beyond the tolerance) and timed on the host, interleaved."""
+    inputs = reference_inputs(spec)
+    expected = run_onnx_on_host(spec.onnx, inputs)
+    feed = [tvm.runtime.tensor(inputs[i.name]) for i in spec.inputs]
+    machines = {how: relax.VirtualMachine(executable, tvm.cpu()) for how, executable in builds.items()}
+    diffs = {how: max_diff(expected, _outputs(vm[entry](*feed))) for how, vm in machines.items()}
+    tolerance = output_tolerance(expected)
+    if max(diffs.values()) > tolerance:
+        raise SystemExit(f"{spec.name}: outputs {diffs} from onnxruntime's, beyond {tolerance:.2g}")
+    samples = time_alternating({how: lambda vm=vm: vm[entry](*feed) for how, vm in machines.items()}, rounds)
+    first, second = samples
+    return Comparison({how: statistics.median(s for r in timed for s in r) * 1e3 for how, timed in samples.items()},
+                      round_ratio(samples[first], samples[second]), max(diffs.values()), tolerance)
+
+
+def _outputs(result) -> list[np.ndarray]:
     return [r.numpy() for r in result] if isinstance(result, (list, tuple, tvm.ir.Array)) else [result.numpy()]
 
 

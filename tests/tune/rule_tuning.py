@@ -18,19 +18,23 @@ from edgetune.tune.tuner import quiet_meta_schedule_logger
 TRIALS = 4
 
 
-def tune_briefly(tasks: list[ms.ExtractedTask], target: tvm.target.Target, tmp_path) -> ms.Database:
-    """A database with TRIALS measured trials of each of `tasks` on this host (random cost
-    model); the best record of each is a trace of the rule's schedule."""
+def brief_search() -> ms.search_strategy.EvolutionarySearch:
+    return ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1)
+
+
+def tune_briefly(tasks: list[ms.ExtractedTask], target: tvm.target.Target, tmp_path, trials: int = TRIALS,
+                 database: ms.Database | None = None, search=None, seed: int = 0) -> ms.Database:
+    """`database` (default: a new one in memory) with `trials` more measured trials of each of
+    `tasks` on this host (random cost model, `search` or `brief_search`); the best record of
+    each is a trace of the rule's schedule."""
     quiet_meta_schedule_logger()  # earlier tests of the session may have left handlers on it
     load_cpu_intrinsics(target)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, work_dir=str(tmp_path / "logs"), num_threads=1, seed=0,
-        strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_measured_ratio=0.2, genetic_num_iters=1),
-    )  # fmt: skip
-    database = ms.database.MemoryDatabase()
+        tasks, work_dir=str(tmp_path / "logs"), num_threads=1, seed=seed, strategy=search or brief_search())
+    database = database if database is not None else ms.database.MemoryDatabase()
     ms.tune.tune_tasks(
-        tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=str(tmp_path), max_trials_global=TRIALS * len(tasks),
-        max_trials_per_task=TRIALS, num_trials_per_iter=TRIALS, builder=make_builder(str(tmp_path), None, 1),
+        tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=str(tmp_path), max_trials_global=trials * len(tasks),
+        max_trials_per_task=trials, num_trials_per_iter=trials, builder=make_builder(str(tmp_path), None, 1),
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1)),
         database=database, cost_model=ms.cost_model.RandomModel(),
     )  # fmt: skip
