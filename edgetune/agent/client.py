@@ -4,7 +4,8 @@ Every request carries `Authorization: Bearer <token>`. Redirects are refused (th
 not follow them elsewhere), and the server's URLs must be absolute paths on the configured
 server. The tarball download resumes a partial file with `Range` + `If-Range` (the ETag kept
 beside it): a server whose file changed answers 200 with the whole file, which replaces it.
-Over HTTPS the server's certificate must be signed by the fleet CA pinned on the board (no
+Behind an SSH transport the connections go to a forward of the board's SSH connection
+(SERVER_VIA_ENV) while the URL still names the server. Over HTTPS the server's certificate must be signed by the fleet CA pinned on the board (no
 other authority is trusted) and name the URL's host; a refusal says which of the two failed.
 A transient failure (the server unreachable, an HTTP 5xx, a connection reset or a timeout
 mid-answer) is tried again after each of `RETRY_DELAYS_S`; a download goes on from the bytes
@@ -16,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import ssl
 import time
 import urllib.error
@@ -34,7 +36,10 @@ from edgetune.errors import ArtifactError
 TIMEOUT_S = 30.0
 MAX_SMALL_FILE = 16 << 20  # manifest, signature and offers are far smaller
 _CHUNK = 1 << 20
-RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)  # waits between attempts: 5 attempts, 7.5 s of waiting at most
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+# HOST:PORT to open the server's connections to instead of the URL's address: the board's end of
+# a forward of the SSH connection that runs the agent (`ssh.transport: ssh`).
+SERVER_VIA_ENV = "EDGETUNE_SERVER_VIA"  # waits between attempts: 5 attempts, 7.5 s of waiting at most
 T = TypeVar("T")
 
 
@@ -86,12 +91,65 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises HTTPError for the 3xx
 
 
+class _Via:
+    """HTTP(S) connections opened to `via` (a forward of the board's SSH connection to the
+    server) instead of the URL's address. Everything else stays the URL's: the Host header, and
+    for TLS the server name sent and the name the certificate must carry."""
+
+    def __init__(self, via: tuple[str, int]):
+        self.via = via
+
+    def __call__(self, connection_class):
+        def open_connection(address, timeout=socket.getdefaulttimeout(), source_address=None):
+            return socket.create_connection(self.via, timeout, source_address)
+
+        def make(host, **kwargs):
+            connection = connection_class(host, **kwargs)
+            connection._create_connection = open_connection  # http.client's own seam for the socket
+            return connection
+
+        return make
+
+
+class _ViaHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, via: _Via):
+        super().__init__()
+        self._via = via
+
+    def http_open(self, req):
+        return self.do_open(self._via(http.client.HTTPConnection), req)
+
+
+class _ViaHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, via: _Via, context: ssl.SSLContext | None):
+        super().__init__(context=context)
+        self._via = via
+
+    def https_open(self, req):
+        return self.do_open(self._via(http.client.HTTPSConnection), req, context=self._context)
+
+
+def parse_via(text: str) -> tuple[str, int]:
+    """`HOST:PORT` of SERVER_VIA_ENV; AgentError if it is not one."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise AgentError(f"{SERVER_VIA_ENV}={text!r} is not HOST:PORT")
+    return host, int(port)
+
+
 class ArtifactServer:
-    def __init__(self, base_url: str, token: str, timeout_s: float = TIMEOUT_S, tls: ssl.SSLContext | None = None):
+    def __init__(
+        self, base_url: str, token: str, timeout_s: float = TIMEOUT_S, tls: ssl.SSLContext | None = None,
+        via: tuple[str, int] | None = None,
+    ):  # fmt: skip
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout_s
-        self._opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=tls))
+        if via is None:
+            handlers = [urllib.request.HTTPSHandler(context=tls)]
+        else:
+            handlers = [_ViaHTTPHandler(_Via(via)), _ViaHTTPSHandler(_Via(via), tls)]
+        self._opener = urllib.request.build_opener(_NoRedirect, *handlers)
 
     def offer(self, board: str, model: str, version: int | None = None) -> Offer:
         path = f"/v1/boards/{quote(board, safe='')}/models/{quote(model, safe='')}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from functools import cached_property
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgetune.agent.client import ArtifactServer
+from edgetune.agent.client import SERVER_VIA_ENV, ArtifactServer, parse_via
 from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, load_server_tls, read_token
 from edgetune.agent.file_tree import FileTree
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
@@ -34,7 +35,9 @@ class Installation:
         return load_pinned_key(self.root, self.config)
 
     def server(self) -> ArtifactServer:
-        return ArtifactServer(self.config.server, read_token(self.root, self.config), tls=load_server_tls(self.root, self.config))
+        via = os.environ.get(SERVER_VIA_ENV)
+        return ArtifactServer(self.config.server, read_token(self.root, self.config), tls=load_server_tls(self.root, self.config),
+                              via=parse_via(via) if via else None)  # fmt: skip
 
     @cached_property
     def firmware(self) -> str:

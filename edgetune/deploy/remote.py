@@ -8,24 +8,40 @@ trusts; a different pinned key is never replaced behind the operator's back), `f
 (the fleet CA, the only authority the agent trusts for an https:// server; pinned the same
 way) and `token` (mode 0600). Each verb runs the hash-checked bundle with the board's Python
 (`... --root ROOT VERB ... --json`); its JSON answer is returned as data, a failure to reach
-the board raised.
+the board raised. On a board of the SSH transport a verb that downloads reaches the server
+through a forward of this very SSH connection (the agent's TLS checks unchanged).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from contextlib import contextmanager
+from typing import Iterator
+from urllib.parse import urlsplit
 
+import paramiko
+
+from edgetune.agent.client import SERVER_VIA_ENV
 from edgetune.agent.config import AgentConfig, config_bytes
 from edgetune.errors import DeployError
 from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
+from edgetune.fleet.forward import RemoteForward
 from edgetune.fleet.on_board import firmware_command
 from edgetune.fleet.ssh import BoardSession, tail
+from edgetune.fleet.ssh_route import uses_ssh_transport
 from edgetune.inventory.schema import Board, Fleet
 
 PUBLIC_KEY_NAME = "fleet.pub"
 CA_NAME = "fleet-ca.pem"
 TOKEN_NAME = "token"
+SERVER_VERBS = ("fetch", "install")  # the agent's verbs that download from the artifact server
+
+
+def server_address(url: str) -> tuple[str, int]:
+    """Where this host reaches the artifact server: the host and port of its URL."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def agent_config(fleet: Fleet, board: Board) -> AgentConfig:
@@ -69,13 +85,33 @@ class RemoteAgent:
             )
         self.session.put_file(f"{self.root}/{name}", pem, mode=0o644)
 
+    @contextmanager
+    def _server_route(self, verb: str) -> Iterator[str]:
+        """For a verb that downloads, on a board of the SSH transport: a forward from the board's
+        loopback to the artifact server, for as long as the verb runs, and the environment
+        that sends the agent's connections there ("" otherwise)."""
+        if verb not in SERVER_VERBS or not uses_ssh_transport(self.board):
+            yield ""
+            return
+        transport = self.session.connect().get_transport()
+        try:
+            forward = RemoteForward(transport, 0, server_address(self.fleet.deploy.url))
+        except (paramiko.SSHException, OSError, EOFError) as err:
+            raise DeployError(f"{self.board.name}: the board's sshd refused a forward to the artifact server "
+                              f"(AllowTcpForwarding no?): {err}") from None  # fmt: skip
+        try:
+            yield f"{SERVER_VIA_ENV}=127.0.0.1:{forward.port} "
+        finally:
+            forward.close()
+
     def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
         """Run one agent verb; its JSON record (which may say the verb failed on the board)."""
         if not self._bundle_checked:
             ensure_bundle(self.session)
             self._bundle_checked = True
         argv = agent_argv(self.board, "--root", self.root, verb, *args, "--json")
-        result = self.session.run(shlex.join(argv), check=False, timeout=timeout_s)
+        with self._server_route(verb) as env:
+            result = self.session.run(env + shlex.join(argv), check=False, timeout=timeout_s)
         for line in reversed(result.stdout.strip().splitlines()):
             try:
                 record = json.loads(line)

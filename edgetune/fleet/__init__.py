@@ -6,6 +6,8 @@ and the simulated local fleet. One module per role:
 - `tracker`: TVM's rpc_tracker on the host, started in its own process group, queried, and
   asked for board sessions; `RpcEndpoint` / `rpc_endpoint`: where a device class is reached.
 - `on_board`: preflight a board and start/stop its rpc_server over SSH.
+- `tunnel`, `forward`: the SSH transport: a keeper process per board holding the forwards that
+  carry the tracker and RPC over the board's SSH connection.
 - `agent_bundle`: the board agent as one hash-checked zipapp, delivered to boards over SSH.
 - `lifecycle`: `fleet_up` / `fleet_down` over all boards in parallel (`GroupResult`).
 - `status`: `fleet_status`, `tracker_status` (read-only).

@@ -19,17 +19,26 @@ the standard library, numpy and the TVM runtime (and onnxruntime when the board 
 nothing of edgetune:
 
     python edgetune-rpc-server.py --tracker HOST:PORT --key KEY --host ADDR --custom-addr ADDR --port 9090
+
+It first connects to the tracker once (`--check-only`: only that): a board that cannot reach it
+says why at once (no route, refused, timed out) and exits with status 3, instead of retrying
+without a word.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
+import sys
 import time
 
 from tvm import rpc
 
 CHECK_PERIOD_S = 5.0
+TRACKER_CONNECT_TIMEOUT_S = 5.0
+UNREACHABLE = 3  # the exit status when the tracker cannot be reached
 MISSING_CHECKS = 2  # a reconnecting server is away for milliseconds, a dead one for good
 
 log = logging.getLogger("edgetune.board_rpc_server")
@@ -138,9 +147,22 @@ def register_onnxruntime() -> None:
         return json.dumps(samples)
 
 
-def serve(args: argparse.Namespace) -> None:
-    host, port = args.tracker.rsplit(":", 1)
-    tracker = (host, int(port))
+def tracker_problem(tracker: tuple[str, int]) -> str | None:
+    """Why a TCP connection to the tracker fails (None: it opens)."""
+    try:
+        socket.create_connection(tracker, timeout=TRACKER_CONNECT_TIMEOUT_S).close()
+        return None
+    except socket.timeout:
+        return f"timed out after {TRACKER_CONNECT_TIMEOUT_S:g} s"
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError as err:
+        if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return "no route to it"
+        return err.strerror or str(err)
+
+
+def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
     while True:
         server = rpc.Server(args.host, args.port, args.port_end, key=args.key, tracker_addr=tracker,
                             custom_addr=args.custom_addr, server_init_callback=register_onnxruntime)  # fmt: skip
@@ -159,8 +181,17 @@ def main() -> None:
     parser.add_argument("--custom-addr", required=True, help="the address the tracker hands to clients")
     parser.add_argument("--port", type=int, default=9090, help="the first port to try")
     parser.add_argument("--port-end", type=int, default=9199, help="one past the last port to try")
+    parser.add_argument("--check-only", action="store_true", help="only check that the tracker can be reached")
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    serve(parser.parse_args())
+    host, port = args.tracker.rsplit(":", 1)
+    tracker = (host, int(port))
+    problem = tracker_problem(tracker)
+    if problem:
+        print(f"cannot reach the tracker at {args.tracker}: {problem}", file=sys.stderr, flush=True)
+        sys.exit(UNREACHABLE)
+    if not args.check_only:
+        serve(args, tracker)
 
 
 if __name__ == "__main__":

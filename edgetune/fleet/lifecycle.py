@@ -1,4 +1,5 @@
-"""Bring a fleet online and take it down: trackers on the host, an rpc_server per board.
+"""Bring a fleet online and take it down: trackers on the host, an rpc_server per board, and
+for a board of the SSH transport its keeper on the host (fleet/tunnel.py).
 
 `fleet_up` is idempotent: it starts a tracker only if its recorded one is dead, an rpc_server
 only where the recorded one is dead or not registered, and uploads the agent's bundle only
@@ -19,9 +20,10 @@ from edgetune.fleet import on_board
 from edgetune.fleet.agent_bundle import ensure_bundle
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import network_address
-from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, load_fleet_state, save_fleet_state
+from edgetune.fleet.ssh_route import uses_ssh_transport
+from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, TunnelRecord, load_fleet_state, save_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, start_tracker, stop_tracker, tracker_alive
+from edgetune.fleet.tunnel import start_tunnel, stop_tunnel, tunnel_alive
 from edgetune.inventory.schema import Board, Fleet
 from edgetune.inventory.workdir import Workdir
 
@@ -52,7 +54,7 @@ def fleet_down(fleet: Fleet) -> GroupResult[bool]:
     is not running is skipped; a board that cannot be reached keeps its record for next time."""
     state = load_fleet_state(fleet)
     recorded = [board for board in fleet.boards if board.name in state.boards]
-    result = for_each_board(recorded, lambda board: _stop_board(board, state.boards[board.name].pid))
+    result = for_each_board(recorded, lambda board: _stop_board(board, state.boards[board.name]))
     for name, stopped in result.succeeded.items():
         log.info(f"{name}: rpc_server {'stopped' if stopped else 'was not running'}")
     for record in state.trackers.values():
@@ -77,9 +79,10 @@ def _bring_up(
     fleet: Fleet, board: Board, tracker: TrackerRecord, summary: TrackerSummary, previous: BoardRecord | None
 ) -> tuple[BoardRecord, bool]:
     """Preflight the board, deliver the agent's bundle where the board's copy differs, and start
-    its rpc_server unless the recorded one is fine.
-    Returns the board's record and whether a server was started."""
+    its rpc_server (behind its SSH transport's keeper where it has one) unless the recorded one
+    is fine. Returns the board's record and whether a server was started."""
     profile = fleet.device_class(board.device_class).profile
+    tunnelled = uses_ssh_transport(board)
     with BoardSession(board) as session:
         facts = on_board.probe(session, fleet, import_runtime=True)
         on_board.check_ready(board, facts, tvm.__version__, profile.target)
@@ -87,20 +90,49 @@ def _bring_up(
         if advice:
             log.warning(advice)
         ensure_bundle(session)
-        keep = (
-            previous is not None
-            and previous.tracker == tracker.address
-            and summary.registered(board.device_class, network_address(board))
-            and on_board.server_running(session, previous.pid)
-        )
-        if keep:
-            pid = previous.pid
+        if _still_serving(session, tracker, summary, previous, tunnelled):
+            pid, place, tunnel = previous.pid, None, previous.tunnel
         else:
             if previous is not None:
                 on_board.stop_server(session, previous.pid)
-            pid = on_board.start_server(session, tracker, board.device_class, board.threads or profile.runtime_threads)
-    record = BoardRecord(pid, tracker.address, board.device_class, facts.python_version, facts.tvm_version, facts.firmware)
-    return record, not keep
+                stop_tunnel(previous.tunnel)
+            on_board.stop_leftover_server(session)
+            pid, place, tunnel = _start(fleet, session, tracker, board.threads or profile.runtime_threads, tunnelled)
+    address = previous.rpc_address if place is None else place.custom_addr
+    record = BoardRecord(pid, tracker.address, board.device_class, facts.python_version, facts.tvm_version, facts.firmware,
+                         address, tunnel)  # fmt: skip
+    return record, place is not None
+
+
+def _still_serving(
+    session: BoardSession, tracker: TrackerRecord, summary: TrackerSummary, previous: BoardRecord | None, tunnelled: bool
+) -> bool:
+    """Whether the recorded rpc_server is registered, runs, and has the transport asked for."""
+    return (
+        previous is not None
+        and previous.tracker == tracker.address
+        and bool(previous.rpc_address)
+        and summary.registered(session.board.device_class, previous.rpc_address)
+        and (tunnel_alive(previous.tunnel) if tunnelled else previous.tunnel is None)
+        and on_board.server_running(session, previous.pid)
+    )
+
+
+def _start(
+    fleet: Fleet, session: BoardSession, tracker: TrackerRecord, threads: int, tunnelled: bool
+) -> tuple[int, on_board.ServerPlace, TunnelRecord | None]:
+    """Start the board's rpc_server, and first its SSH transport's keeper where it has one."""
+    board = session.board
+    if not tunnelled:
+        place = on_board.direct_place(board, tracker)
+        return on_board.start_server(session, place, board.device_class, threads, tunnelled), place, None
+    tunnel = start_tunnel(fleet, board, tracker, on_board.free_loopback_port(session))
+    place = on_board.tunnelled_place(tunnel)
+    try:
+        return on_board.start_server(session, place, board.device_class, threads, tunnelled), place, tunnel
+    except BaseException:
+        stop_tunnel(tunnel)
+        raise
 
 
 def _await_registration(
@@ -120,11 +152,11 @@ def _await_registration(
     while waiting:
         summaries = {name: query_tracker(record) for name, record in trackers.items()}
         for name in sorted(waiting):
-            board = fleet.board(name)
-            if summaries[board.tracker].registered(board.device_class, network_address(board)):
+            board, address = fleet.board(name), started.succeeded[name][0].rpc_address
+            if summaries[board.tracker].registered(board.device_class, address):
                 waiting.discard(name)
                 online += 1
-                log.info(f"{name}: online as {board.device_class} at {network_address(board)} ({online}/{total})")
+                log.info(f"{name}: online as {board.device_class} at {address} ({online}/{total})")
         if not waiting or time.monotonic() >= deadline:
             break
         time.sleep(REGISTER_POLL_S)
@@ -148,6 +180,10 @@ def _not_registered(board: Board, record: BoardRecord, timeout_s: float) -> str:
     )
 
 
-def _stop_board(board: Board, pid: int) -> bool:
-    with BoardSession(board) as session:
-        return on_board.stop_server(session, pid)
+def _stop_board(board: Board, record: BoardRecord) -> bool:
+    """Stop the board's rpc_server, then its keeper (whether the board answered or not)."""
+    try:
+        with BoardSession(board) as session:
+            return on_board.stop_server(session, record.pid)
+    finally:
+        stop_tunnel(record.tunnel)

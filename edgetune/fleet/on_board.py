@@ -22,9 +22,9 @@ from tvm.target.codegen import llvm_get_cpu_features
 from edgetune.compiler.schedule_rules.common import HALF_WIDTH_DATAPATH_CPUS
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.sim import sim_firmware_file_on_board
-from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh import BoardSession, tail
 from edgetune.fleet.ssh_route import network_address
-from edgetune.fleet.state import TrackerRecord
+from edgetune.fleet.state import TrackerRecord, TunnelRecord
 from edgetune.inventory.schema import Board, Fleet
 
 RPC_SERVER_SCRIPT = "edgetune-rpc-server.py"  # board_rpc_server.py, as the board's copy is named
@@ -32,7 +32,9 @@ RPC_SERVER_SCRIPT = "edgetune-rpc-server.py"  # board_rpc_server.py, as the boar
 # ran before it (so `fleet up` and `fleet down` still recognise those).
 _RPC_SERVER_COMMAND = rf"{RPC_SERVER_SCRIPT}|tvm\.exec\.rpc_server"
 RPC_SERVER_PORT = 9090
+RPC_SERVER_PORT_END = 9200
 RPC_SERVER_LOG = "rpc_server.log"
+RPC_SERVER_PID = "rpc_server.pid"
 MIN_FREE_MB = 256
 MIN_PYTHON = (3, 10)
 # The modules the agent and TVM's rpc_server import beside TVM, and the distribution of each.
@@ -217,19 +219,67 @@ def server_running(session: BoardSession, pid: int) -> bool:
     return session.run(_is_server(pid), check=False).exit_status == 0
 
 
-def start_server(session: BoardSession, tracker: TrackerRecord, key: str, threads: int) -> int:
-    """Upload board_rpc_server.py, start it detached (`setsid nohup ... &`) and return its PID
-    (= its group)."""
-    board, address = session.board, network_address(session.board)
+@dataclass(frozen=True)
+class ServerPlace:
+    """Where a board's rpc_server listens and how it reaches the tracker."""
+
+    tracker: str  # HOST:PORT, as the board reaches the tracker
+    listen: str  # the board's address it listens on
+    custom_addr: str  # the address the tracker lists it under
+    port: int = RPC_SERVER_PORT
+    port_end: int = RPC_SERVER_PORT_END  # one past the last port to try
+
+
+def direct_place(board: Board, tracker: TrackerRecord) -> ServerPlace:
+    """The direct transport: the server listens on the board's own address (only while the
+    fleet is up) and reaches the tracker by its address."""
+    address = network_address(board)
+    return ServerPlace(tracker.address, address, address)
+
+
+def tunnelled_place(tunnel: TunnelRecord) -> ServerPlace:
+    """The SSH transport: the server listens on the board's loopback only and reaches the
+    tracker through the forward of its SSH connection (fleet/tunnel.py)."""
+    return ServerPlace(f"127.0.0.1:{tunnel.tracker_port}", "127.0.0.1", tunnel.address, tunnel.rpc_port, tunnel.rpc_port + 1)
+
+
+def free_loopback_port(session: BoardSession) -> int:
+    """The first port of RPC_SERVER_PORT.. free on the board's loopback."""
+    script = (f"import socket\nfor port in range({RPC_SERVER_PORT}, {RPC_SERVER_PORT_END}):\n"
+              "    with socket.socket() as s:\n        try:\n            s.bind(('127.0.0.1', port))\n"
+              "        except OSError:\n            continue\n    print(port)\n    break\n")  # fmt: skip
+    found = session.run(shlex.join([session.board.python, "-I", "-c", script])).stdout.split()
+    if not found:
+        raise BoardNotReady(f"{session.board.name}: no free port in {RPC_SERVER_PORT}-{RPC_SERVER_PORT_END - 1} on its loopback")
+    return int(found[0])
+
+
+def start_server(session: BoardSession, place: ServerPlace, key: str, threads: int, tunnelled: bool) -> int:
+    """Upload board_rpc_server.py, check that it reaches the tracker, start it detached
+    (`setsid nohup ... &`) and return its PID (= its group)."""
+    board = session.board
     script = f"{board.workdir}/{RPC_SERVER_SCRIPT}"
     session.put_file(script, resources.files("edgetune.fleet").joinpath("board_rpc_server.py").read_bytes())
-    argv = [board.python, script, "--tracker", tracker.address, "--key", key,
-            "--host", address, "--custom-addr", address, "--port", str(RPC_SERVER_PORT)]  # fmt: skip
+    argv = [board.python, script, "--tracker", place.tracker, "--key", key, "--host", place.listen,
+            "--custom-addr", place.custom_addr, "--port", str(place.port), "--port-end", str(place.port_end)]  # fmt: skip
+    checked = session.run(f"cd {shlex.quote(board.workdir)}; {shlex.join([*argv, '--check-only'])}", check=False)
+    if checked.exit_status != 0:
+        hint = "is the SSH transport's keeper running?" if tunnelled else "use `ssh: {transport: ssh}` for this board"
+        raise BoardNotReady(f"{board.name}: {tail(checked.stderr, 1) or 'the rpc_server did not start'}; {hint}")
     command = (
         f"cd {shlex.quote(board.workdir)}; "
-        f"TVM_NUM_THREADS={threads} setsid nohup {shlex.join(argv)} >{RPC_SERVER_LOG} 2>&1 </dev/null & echo $!"
+        f"TVM_NUM_THREADS={threads} setsid nohup {shlex.join(argv)} >{RPC_SERVER_LOG} 2>&1 </dev/null & "
+        f"echo $! >{RPC_SERVER_PID}; cat {RPC_SERVER_PID}"
     )
     return int(session.run(command).stdout.strip())
+
+
+def stop_leftover_server(session: BoardSession) -> bool:
+    """Stop the rpc_server the board's pid file names, if it still runs: one a `fleet up` that
+    was killed before it recorded what it started left behind."""
+    pid_file = shlex.quote(f"{session.board.workdir}/{RPC_SERVER_PID}")
+    found = session.run(f"cat {pid_file} 2>/dev/null", check=False).stdout.strip()
+    return found.isdigit() and stop_server(session, int(found))
 
 
 def stop_server(session: BoardSession, pid: int) -> bool:

@@ -104,6 +104,13 @@ def network_address(board: Board) -> str:
     return resolve_route(board).target.host
 
 
+def uses_ssh_transport(board: Board) -> bool:
+    """Whether the tracker and RPC reach the board over its SSH connection (fleet/tunnel.py):
+    `ssh.transport: ssh`, or `auto` (the default) for a board reached through a bastion."""
+    transport = board.ssh.transport
+    return transport == "ssh" or (transport == "auto" and bool(resolve_route(board).jumps))
+
+
 def parse_jump(entry: str) -> tuple[str | None, str, int | None]:
     """A ProxyJump hop `[user@]host[:port]` (or `ssh://...`, or `[v6 address]:port`) as
     (user, host, port); ValueError if it is none of these."""

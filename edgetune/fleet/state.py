@@ -50,6 +50,16 @@ class TrackerRecord:
 
 
 @dataclass(frozen=True)
+class TunnelRecord:
+    """The keeper of a board's SSH transport (fleet/tunnel.py) on this host."""
+
+    pid: int
+    address: str  # this host's side of the RPC forward: the address the tracker lists the board under
+    rpc_port: int  # the rpc_server's port, on the board's loopback and on `address` alike
+    tracker_port: int  # the board's loopback port that leads to the tracker
+
+
+@dataclass(frozen=True)
 class BoardRecord:
     """An rpc_server we started on a board, and what the board said about itself then."""
 
@@ -59,6 +69,8 @@ class BoardRecord:
     python_version: str
     tvm_version: str
     firmware: str
+    rpc_address: str = ""  # the address the tracker lists it under ("": written before this was kept)
+    tunnel: TunnelRecord | None = None  # its SSH transport's keeper (None: the direct transport)
 
 
 @dataclass(frozen=True)

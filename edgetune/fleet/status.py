@@ -51,8 +51,9 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
     deployed = load_deployed(fleet)
 
     def status(board: Board) -> BoardStatus:
-        summary = summaries.get(board.tracker)
-        registered = summary is not None and summary.registered(board.device_class, network_address(board))
+        summary, record = summaries.get(board.tracker), state.boards.get(board.name)
+        address = record.rpc_address if record is not None and record.rpc_address else network_address(board)
+        registered = summary is not None and summary.registered(board.device_class, address)
         found = _board_status(fleet, board, state.boards.get(board.name), registered)
         return replace(found, deployed=deployed.get(board.name, {}))
 

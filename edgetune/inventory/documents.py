@@ -31,6 +31,7 @@ from edgetune.inventory.schema import (
     LAYOUTS,
     MAX_TRIALS,
     QUANTIZED_WEIGHTS,
+    TRANSPORTS,
     DeploySettings,
     EarlyStop,
     Measurement,
@@ -111,6 +112,7 @@ class SshEntry:
     passphrase_env: str | None = rule(None, check=env_name_problem)
     connect_timeout_s: float | None = rule(None, positive=True, maximum=MAX_CONNECT_TIMEOUT_S)
     command_timeout_s: float | None = rule(None, positive=True, maximum=MAX_COMMAND_TIMEOUT_S)
+    transport: str | None = rule(None, allowed=TRANSPORTS)
 
 
 @dataclass(frozen=True, kw_only=True)
