@@ -14,27 +14,35 @@ and the simulated local fleet. One module per role:
 - `trust`: `trust_board`, the operator's explicit acceptance of a host key.
 - `sim`, `cgroups`: `sim_up` / `sim_down`, real boards in network namespaces on this machine.
 - `state`, `process`, `parallel`, `errors`: state file, host processes, fan-out, error types.
+
+The names below are the package's public face. They are imported on first use, so that a
+process that needs one module (the SSH transport's keeper: `tunnel`) does not load TVM.
 """
 
-from edgetune.fleet.lifecycle import fleet_down, fleet_up
-from edgetune.fleet.parallel import GroupResult
-from edgetune.fleet.sim import sim_down, sim_up
-from edgetune.fleet.status import BoardStatus, ClassStatus, fleet_status, tracker_status
-from edgetune.fleet.tracker import RpcEndpoint, board_sessions, rpc_endpoint
-from edgetune.fleet.trust import trust_board
+from __future__ import annotations
 
-__all__ = [
-    "BoardStatus",
-    "ClassStatus",
-    "GroupResult",
-    "RpcEndpoint",
-    "board_sessions",
-    "fleet_down",
-    "fleet_status",
-    "fleet_up",
-    "rpc_endpoint",
-    "sim_down",
-    "sim_up",
-    "tracker_status",
-    "trust_board",
-]
+import importlib
+
+_PUBLIC = {
+    "fleet_down": "lifecycle",
+    "fleet_up": "lifecycle",
+    "GroupResult": "parallel",
+    "sim_down": "sim",
+    "sim_up": "sim",
+    "BoardStatus": "status",
+    "ClassStatus": "status",
+    "fleet_status": "status",
+    "tracker_status": "status",
+    "RpcEndpoint": "tracker",
+    "board_sessions": "tracker",
+    "rpc_endpoint": "tracker",
+    "trust_board": "trust",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'edgetune.fleet' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"edgetune.fleet.{_PUBLIC[name]}"), name)

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -260,6 +261,14 @@ def test_tuning_survives_dropped_tunnels_and_builds_measure_on_both_boards(site,
     assert all(summary.registered(CLASS, state.boards[name].rpc_address) for name in BOARDS)
 
 
+def test_profile_times_the_kernels_on_each_board_behind_the_bastion(site, built):
+    from edgetune.artifact.board_profile import profile_artifact
+
+    for name in BOARDS:
+        profile = profile_artifact(site.fleet(), MODEL, CLASS, board_name=name, repeat=1)
+        assert profile.board == name and profile.tvm.kernels and profile.tvm.model_ms > 0
+
+
 @pytest.fixture(scope="module")
 def served(site, built):
     from edgetune.deploy.rollout import plan_rollout, rollout
@@ -321,6 +330,34 @@ def test_a_direct_board_without_a_route_to_the_tracker_fails_fast_naming_the_cau
     assert not tracker
     expected = f"b1: cannot reach the tracker at {site.net}.1:{fleet.trackers[0].port}: no route to it; use `ssh: {{transport: ssh}}`"
     assert result.failed["b1"].startswith(expected), result.failed
+
+
+def rpc_listeners(netns: str) -> list[str]:
+    return sorted(listen for listen in listeners(netns) if 9090 <= int(listen.rsplit(":", 1)[1]) < 9200)
+
+
+def test_a_fleet_up_killed_mid_way_leaves_nothing_the_next_one_keeps(site, served):
+    from edgetune.fleet import fleet_down, fleet_up
+
+    fleet = site.fleet()
+    assert fleet_down(fleet).ok
+    pid_file = Path(fleet.board("b1").workdir) / "rpc_server.pid"
+    started = time.time()
+    killed = subprocess.Popen([sys.executable, "-m", "edgetune", "fleet", "up", "-f", str(site.fleet_yaml)], cwd="/",
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (pid_file.exists() and pid_file.stat().st_mtime > started):
+            time.sleep(0.05)
+    finally:
+        killed.kill()
+        killed.wait()
+    assert pid_file.stat().st_mtime > started  # it had started b1's rpc_server, and recorded nothing
+    assert not load_fleet_state(fleet).boards
+    assert fleet_up(fleet).ok
+    assert sorted(keepers(site.fleet_yaml)) == sorted(r.tunnel.pid for r in load_fleet_state(fleet).boards.values())
+    for name in BOARDS:
+        assert len(rpc_listeners(site.hosts[name].netns)) == 1, rpc_listeners(site.hosts[name].netns)
 
 
 def test_fleet_down_leaves_nothing_behind(site, served):

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from edgetune.artifact.measure import interleave
 from edgetune.cli import main
 from edgetune.fleet import fleet_down, fleet_status, fleet_up, rpc_endpoint, sim_down, sim_up, trust_board
 from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
-from edgetune.fleet.process import wait_until
+from edgetune.fleet.process import port_answers, wait_until
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
 from edgetune.fleet.state import load_fleet_state, load_sim_pids, state_path
@@ -44,11 +45,24 @@ def test_every_board_is_registered_under_its_class(sim_fleet):
     state = load_fleet_state(sim_fleet)
     summary = query_tracker(state.trackers["host"])
     for board in sim_fleet.boards:
-        assert summary.registered(board.device_class, board.address), board.name
+        assert summary.registered(board.device_class, state.boards[board.name].rpc_address), board.name
     assert {k: len(v) for k, v in summary.servers.items()} == {"gw-fast": 2, "gw-slow": 2}
     for status in statuses(sim_fleet).values():
         assert status.reachable and status.registered and status.server_running, status
         assert status.tvm_version == tvm.__version__ and status.firmware.startswith("Linux")
+
+
+def test_only_sshd_answers_on_a_boards_address(sim_fleet):
+    """The SSH transport, the default: each rpc_server listens on its board's loopback only,
+    reached through the forward of its keeper on this host."""
+    state = load_fleet_state(sim_fleet)
+    for board in sim_fleet.boards:
+        record = state.boards[board.name]
+        assert record.tunnel is not None and record.rpc_address == record.tunnel.address, board.name
+        for port in {record.tunnel.rpc_port, 9090}:
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((board.address, port), timeout=5).close()
+        assert port_answers(board.address, 22)
 
 
 def vector_add(fleet, device_class: str, tmp: Path) -> Path:
@@ -99,7 +113,7 @@ def test_killed_rpc_server_is_reported_and_only_it_is_restarted(sim_fleet):
     before = load_fleet_state(sim_fleet).boards
     os.killpg(before["fast-2"].pid, signal.SIGKILL)
     summary = lambda: query_tracker(load_fleet_state(sim_fleet).trackers["host"])  # noqa: E731
-    assert wait_until(lambda: not summary().registered("gw-fast", sim_fleet.board("fast-2").address), 10)
+    assert wait_until(lambda: not summary().registered("gw-fast", before["fast-2"].rpc_address), 10)
     status = statuses(sim_fleet)["fast-2"]
     assert status.reachable and not status.registered and status.server_running is False
     assert main(["fleet", "status", "-f", str(sim_fleet.path)]) != 0

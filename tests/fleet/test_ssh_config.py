@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from edgetune.fleet.errors import SshAuthFailed, SshConfigInvalid
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import MAX_HOPS, Hop, parse_jump, resolve_route
+from edgetune.fleet.ssh_route import MAX_HOPS, Hop, parse_jump, resolve_route, uses_ssh_transport
 from edgetune.inventory.schema import Board, SshSettings
 
 
@@ -97,6 +97,15 @@ def test_the_first_hops_own_proxyjump_is_followed_and_a_loop_is_refused(tmp_path
 def test_proxyjump_none_goes_direct(tmp_path):
     text = "Host gw-7\n    ProxyJump none\nHost *\n    ProxyJump jump\n"
     assert resolve_route(board_with(tmp_path, text)).jumps == ()
+
+
+@pytest.mark.parametrize(
+    ("transport", "through_bastion", "expected"),
+    [("auto", True, True), ("auto", False, False), ("ssh", False, True), ("direct", True, False)],
+)
+def test_the_ssh_transport_is_the_default_behind_a_bastion(tmp_path, transport, through_bastion, expected):
+    board = board_with(tmp_path, ALIASES if through_bastion else None, transport=transport)
+    assert uses_ssh_transport(board) is expected
 
 
 @pytest.mark.parametrize(

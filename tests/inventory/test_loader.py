@@ -197,6 +197,8 @@ BAD_FLEETS = [
     ("bad-passphrase-env", _set("ssh.passphrase_env", "1-BAD"), "fleet.yaml: ssh.passphrase_env: '1-BAD' is not an environment variable name"),
     ("missing-key-file", _set("ssh.key", "/nonexistent/id_ed25519"), "fleet.yaml: ssh.key: private key file '/nonexistent/id_ed25519' does not exist"),
     ("host-key-policy", _set("ssh.host_key_policy", "auto-add"), "fleet.yaml: ssh.host_key_policy: 'auto-add' is not allowed (allowed: strict)"),
+    ("transport", _set("ssh.transport", "vpn"), "fleet.yaml: ssh.transport: 'vpn' is not allowed (allowed: ssh, direct, auto)"),
+    ("board-transport-type", _set("boards[1].ssh", {"transport": True}), "fleet.yaml: boards[1].ssh.transport: must be"),
     ("model-missing-file", _set("models[1].onnx", "missing.onnx"), "fleet.yaml: models[1].onnx: ONNX file 'missing.onnx' does not exist"),
     ("model-both-sources", _set("models[0].onnx", "relu.onnx"), "fleet.yaml: models[0]: give exactly one of 'builtin'"),
     ("model-unknown-builtin", _set("models[0].builtin", "resnet"), "fleet.yaml: models[0].builtin: 'resnet' is not allowed (allowed: mlp, mobilenet-mini, transformer-block)"),
