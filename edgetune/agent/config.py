@@ -11,6 +11,7 @@ a bad file naming the field at fault.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import stat
@@ -91,7 +92,9 @@ def write_config(root: Path, config: AgentConfig) -> Path:
 
 
 def load_config(root: Path) -> AgentConfig:
-    """The validated configuration of the agent rooted at `root`."""
+    """The validated configuration of the agent rooted at `root`, once no other user could have
+    changed it (`check_owned_path`)."""
+    check_owned_path(Path(root))
     path = Path(root) / CONFIG_NAME
     try:
         data = path.read_bytes()
@@ -107,6 +110,25 @@ def load_config(root: Path) -> AgentConfig:
     if problems:
         raise AgentConfigError(f"{path}: {'; '.join(problems)}")
     return config
+
+
+def check_owned_path(root: Path) -> None:
+    """Refuse (AgentConfigError, naming it) an agent root that another user could change: the
+    root or a parent up to `/` owned by someone other than root or this user, or writable by
+    group or others without the sticky bit (as /tmp has). agent.json names a command the agent
+    runs, and its keys decide what it trusts."""
+    me = os.geteuid()
+    for directory in (root.resolve(), *root.resolve().parents):
+        try:
+            info = directory.stat()
+        except FileNotFoundError:
+            continue  # the root itself before its first rollout
+        if info.st_uid not in (0, me):
+            raise AgentConfigError(f"{directory} belongs to uid {info.st_uid}, another user, who could change what this "
+                                   f"agent trusts and runs ({root}); give it to root or to this user (uid {me})")  # fmt: skip
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            raise AgentConfigError(f"{directory} is writable by other users (mode {stat.S_IMODE(info.st_mode):o}), who "
+                                   f"could change what this agent trusts and runs ({root}); run chmod go-w {directory}")  # fmt: skip
 
 
 def read_token(root: Path, config: AgentConfig) -> str:

@@ -63,6 +63,7 @@ from edgetune.compiler.target import build_target
 from edgetune.errors import ArtifactError
 from edgetune.fleet.errors import FleetError
 from edgetune.fleet.process import port_answers
+from edgetune.fleet.ssh_route import rpc_address
 from edgetune.fleet.tracker import (
     RpcEndpoint,
     board_sessions,
@@ -329,7 +330,7 @@ def _board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> tuple[R
     if not port_answers(endpoint.host, endpoint.port):
         raise FleetError(f"the tracker at {endpoint.address} does not answer: run `edgetune fleet up -f {fleet.path}`")
     summary = read_summary(endpoint.host, endpoint.port)
-    up = [b for b in boards if summary.registered(device_class.name, endpoint.board_address(b))]
+    up = [b for b in boards if summary.registered(device_class.name, rpc_address(b))]
     chosen = [b for b in up if name is None or b.name == name]
     if not chosen:
         which = f"board {name}" if name else f"no board of class {device_class.name}"

@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
     trust.add_argument("board", metavar="BOARD")
     trust.add_argument("--fingerprint", metavar="SHA256:...", help="refuse unless the board's key has this fingerprint")
+    trust.add_argument("--bastion-fingerprint", metavar="SHA256:...", action="append", default=[],
+                       help="a bastion's key fingerprint, for each bastion on the way not yet in known_hosts (repeatable)")
     for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust)):
         add_fleet_argument(action)
         action.set_defaults(func=func)
@@ -38,7 +40,8 @@ def drive_down(args: argparse.Namespace) -> int:
 
 
 def drive_trust(args: argparse.Namespace) -> int:
-    trust_board(load_checked_fleet(args), args.board, expected_fingerprint=args.fingerprint)
+    trust_board(load_checked_fleet(args), args.board, expected_fingerprint=args.fingerprint,
+                bastion_fingerprints=args.bastion_fingerprint)
     return 0
 
 

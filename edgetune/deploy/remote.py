@@ -7,8 +7,8 @@ to keep, its firmware command), `fleet.pub` (the fleet's public key: the only ke
 trusts; a different pinned key is never replaced behind the operator's back), `fleet-ca.pem`
 (the fleet CA, the only authority the agent trusts for an https:// server; pinned the same
 way) and `token` (mode 0600). Each verb runs the hash-checked bundle with the board's Python
-(`... --root ROOT VERB ... --json`); its JSON answer is returned as data, a failure to reach
-the board raised. On a board of the SSH transport a verb that downloads reaches the server
+(`... --root ROOT VERB ... --json`); its JSON answer is returned as data (`status` and the
+changes decoded into the agent's own records), a failure to reach the board raised. On a board of the SSH transport a verb that downloads reaches the server
 through a forward of this very SSH connection (the agent's TLS checks unchanged).
 """
 
@@ -17,14 +17,17 @@ from __future__ import annotations
 import json
 import shlex
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, TypeVar
 from urllib.parse import urlsplit
 
 import paramiko
 
 from edgetune.agent.client import SERVER_VIA_ENV
 from edgetune.agent.config import AgentConfig, config_bytes
-from edgetune.errors import DeployError
+from edgetune.agent.install import ChangeRecord
+from edgetune.agent.status import InstallationStatus
+from edgetune.artifact_format.codec import from_json
+from edgetune.errors import ArtifactError, DeployError
 from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
 from edgetune.fleet.forward import RemoteForward
 from edgetune.fleet.on_board import firmware_command
@@ -35,6 +38,7 @@ from edgetune.inventory.schema import Board, Fleet
 PUBLIC_KEY_NAME = "fleet.pub"
 CA_NAME = "fleet-ca.pem"
 TOKEN_NAME = "token"
+T = TypeVar("T")
 SERVER_VERBS = ("fetch", "install")  # the agent's verbs that download from the artifact server
 
 
@@ -103,6 +107,24 @@ class RemoteAgent:
             yield f"{SERVER_VIA_ENV}=127.0.0.1:{forward.port} "
         finally:
             forward.close()
+
+    def status(self) -> InstallationStatus:
+        """The agent's `status`, decoded: a wrong type anywhere is this board's DeployError."""
+        return self._decoded(InstallationStatus, "status", self.call("status"))
+
+    def change(self, verb: str, *args: str, timeout_s: float | None = None) -> ChangeRecord:
+        """An `install` or `rollback`, its record decoded (an answer that does not decode raises,
+        as a lost one does: what the board runs must then be read back)."""
+        return self._decoded(ChangeRecord, verb, self.call(verb, *args, timeout_s=timeout_s))
+
+    def _decoded(self, cls: type[T], verb: str, record: dict) -> T:
+        if set(record) == {"error"}:
+            raise DeployError(f"{self.board.name}: the agent's `{verb}` failed: {str(record['error'])[:2000]}")
+        try:
+            return from_json(cls, record)
+        except ArtifactError as err:
+            raise DeployError(f"{self.board.name}: the agent's answer to `{verb}` is not what an agent answers "
+                              f"({str(err)[:500]}); nothing is taken from it") from None  # fmt: skip
 
     def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
         """Run one agent verb; its JSON record (which may say the verb failed on the board)."""

@@ -189,7 +189,8 @@ def read_back(fleet: Fleet, board: Board, model: str) -> int | str | None:
             time.sleep(READ_BACK_PAUSE_S)
         try:
             with BoardSession(board) as session:
-                return _model_state(RemoteAgent(session, fleet).call("status"), board, model).get("version")
+                entry = RemoteAgent(session, fleet).status().models.get(model)
+                return None if entry is None else entry.version
         except EdgetuneError as err:
             log.debug("%s: reading back what it runs: %s", board.name, err)
     return UNKNOWN
@@ -234,22 +235,22 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes)
     with BoardSession(board) as session:
         agent = RemoteAgent(session, fleet)
         agent.provision(ensure_token(fleet, board), public_key)
-        state = _model_state(agent.call("status"), board, plan.model)
-        highest = state.get("highest_installed") or 0
-        outcome = BoardOutcome(board.name, board.device_class, plan.model, state.get("version"), target.version,
+        entry = agent.status().models.get(plan.model)
+        highest = entry.highest_installed if entry is not None else 0
+        outcome = BoardOutcome(board.name, board.device_class, plan.model, None if entry is None else entry.version, target.version,
                                "unknown", downgrade=target.chosen_by is not None and target.version < highest)  # fmt: skip
         if outcome.downgrade:
             log.warning("%s: v%d of %s is below v%d, the newest it has installed: a deliberate downgrade (%s)",
                         board.name, target.version, plan.model, highest, target.chosen_by)  # fmt: skip
         allow = ["--allow-downgrade"] if outcome.downgrade else []
         try:
-            record = agent.call("install", "--model", plan.model, "--version", str(target.version), *allow,
-                                *_guarded(plan), timeout_s=plan.timeout_s)  # fmt: skip
+            record = agent.change("install", "--model", plan.model, "--version", str(target.version), *allow,
+                                  *_guarded(plan), timeout_s=plan.timeout_s)  # fmt: skip
         except EdgetuneError as err:
             lost = str(err)
         else:
-            result = record.get("result") if record.get("result") in ("installed", "unchanged") else "failed"
-            return replace(outcome, result=result, error=record.get("error"))
+            result = record.result if record.result in ("installed", "unchanged") else "failed"
+            return replace(outcome, result=result, error=record.error)
     return _after_lost_answer(fleet, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed")
 
 
@@ -269,14 +270,14 @@ def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: Boa
     to = "none" if outcome.from_version is None else str(outcome.from_version)
     try:
         with BoardSession(board) as session:
-            record = RemoteAgent(session, fleet).call("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
-                                                      timeout_s=plan.timeout_s)  # fmt: skip
+            record = RemoteAgent(session, fleet).change("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
+                                                        timeout_s=plan.timeout_s)  # fmt: skip
     except EdgetuneError as err:
         return _after_lost_answer(fleet, board, outcome, str(err), aimed_at=outcome.from_version,
                                   reached="rolled_back", missed="rollback_failed")  # fmt: skip
-    if record.get("result") in ("rolled_back", "deactivated", "unchanged"):
+    if record.result in ("rolled_back", "deactivated", "unchanged"):
         return replace(outcome, result="rolled_back", error=f"rolled back to {_named(outcome.from_version)}")
-    error = f"rolling back to {_named(outcome.from_version)} failed: {record.get('error')}; {_way_back(fleet, plan, board, outcome)}"
+    error = f"rolling back to {_named(outcome.from_version)} failed: {record.error}; {_way_back(fleet, plan, board, outcome)}"
     return replace(outcome, result="rollback_failed", error=error)
 
 
@@ -311,14 +312,6 @@ def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan) -> dict[str, int | 
     for name, version in runs.items():
         record_deployed(fleet, name, plan.model, version)
     return runs
-
-
-def _model_state(status: dict, board: Board, model: str) -> dict:
-    """The `model` entry of an agent's `status` answer ({} if it has no release of it)."""
-    models = status.get("models")
-    if not isinstance(models, dict):
-        raise DeployError(f"{board.name}: the agent could not say what it runs: {status.get('error') or status}")
-    return models.get(model) or {}
 
 
 def _guarded(plan: RolloutPlan) -> list[str]:

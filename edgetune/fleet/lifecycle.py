@@ -15,12 +15,12 @@ import time
 
 import tvm
 
-from edgetune.errors import EdgetuneError
+from edgetune.errors import EdgetuneError, FleetError
 from edgetune.fleet import on_board
 from edgetune.fleet.agent_bundle import ensure_bundle
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import uses_ssh_transport
+from edgetune.fleet.ssh_route import rpc_address, uses_ssh_transport
 from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, TunnelRecord, load_fleet_state, save_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, start_tracker, stop_tracker, tracker_alive
 from edgetune.fleet.tunnel import start_tunnel, stop_tunnel, tunnel_alive
@@ -40,10 +40,14 @@ def fleet_up(fleet: Fleet, register_timeout_s: float = REGISTER_TIMEOUT_S) -> Gr
     state = FleetState(trackers, state.boards)
     save_fleet_state(fleet, state)
     summaries = {name: query_tracker(record) for name, record in trackers.items()}
-    started = for_each_board(
-        fleet.boards,
-        lambda board: _bring_up(fleet, board, trackers[board.tracker], summaries[board.tracker], state.boards.get(board.name)),
-    )
+    clashes = _address_clashes(fleet)
+
+    def bring_up(board: Board) -> tuple[BoardRecord, bool]:
+        if board.name in clashes:
+            raise FleetError(clashes[board.name])
+        return _bring_up(fleet, board, trackers[board.tracker], summaries[board.tracker], state.boards.get(board.name))
+
+    started = for_each_board(fleet.boards, bring_up)
     running = {name: record for name, (record, _) in started.succeeded.items()}
     save_fleet_state(fleet, FleetState(trackers, {**state.boards, **running}))
     return _await_registration(fleet, trackers, started, register_timeout_s)
@@ -62,6 +66,19 @@ def fleet_down(fleet: Fleet) -> GroupResult[bool]:
         log.info(f"tracker {record.name} at {record.address}: {'stopped' if stopped else 'was not running'}")
     save_fleet_state(fleet, FleetState({}, {name: state.boards[name] for name in result.failed}))
     return result
+
+
+def _address_clashes(fleet: Fleet) -> dict[str, str]:
+    """Boards the tracker would list under one address (`rpc_address`), each with why it is refused."""
+    by_address: dict[str, list[str]] = {}
+    for board in fleet.boards:
+        by_address.setdefault(rpc_address(board), []).append(board.name)
+    return {
+        name: f"{name}: the tracker would list it under {address} as it would {', '.join(n for n in names if n != name)} "
+              "(boards of the SSH transport whose addresses differ only in the first number); give one of them "
+              "`ssh: {transport: direct}`"
+        for address, names in by_address.items() if len(names) > 1 for name in names
+    }  # fmt: skip
 
 
 def _ensure_trackers(fleet: Fleet, state: FleetState) -> dict[str, TrackerRecord]:
@@ -111,7 +128,7 @@ def _still_serving(
     return (
         previous is not None
         and previous.tracker == tracker.address
-        and bool(previous.rpc_address)
+        and previous.rpc_address == rpc_address(session.board)
         and summary.registered(session.board.device_class, previous.rpc_address)
         and (tunnel_alive(previous.tunnel) if tunnelled else previous.tunnel is None)
         and on_board.server_running(session, previous.pid)

@@ -22,12 +22,13 @@ import errno
 import hashlib
 import logging
 import os
+import secrets
 import shlex
 import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
 import paramiko
 from paramiko.auth_strategy import AuthStrategy, InMemoryPrivateKey
@@ -124,18 +125,22 @@ class BoardSession:
         return result
 
     def put_file(self, remote_path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write `data` to `remote_path` on the board atomically (temp name, chmod, rename),
-        creating its directory."""
+        """Write `data` to `remote_path` on the board atomically, creating its directory: written
+        and given `mode` inside a fresh directory only the login user can enter, then renamed
+        into place, so no other user of the board can open it before it has its mode."""
         client = self.connect()
-        directory = remote_path.rsplit("/", 1)[0] or "/"
-        self.run(f"mkdir -p {shlex.quote(directory)}")
-        tmp = f"{remote_path}.tmp-{os.getpid()}"
+        directory, name = remote_path.rsplit("/", 1) if "/" in remote_path else (".", remote_path)
+        private = f"{directory or '/'}/.edgetune-put-{os.getpid()}-{secrets.token_hex(4)}"
+        self.run(f"mkdir -p {shlex.quote(directory or '/')} && mkdir -m 700 {shlex.quote(private)}")
         try:
             with client.open_sftp() as sftp:
-                with sftp.open(tmp, "wb") as out:
-                    out.chmod(mode)
-                    out.write(data)
-                sftp.posix_rename(tmp, remote_path)
+                try:
+                    with sftp.open(f"{private}/{name}", "wb") as out:
+                        out.chmod(mode)
+                        out.write(data)
+                    sftp.posix_rename(f"{private}/{name}", remote_path)
+                finally:
+                    sftp.rmdir(private)
         except (paramiko.SSHException, OSError) as err:
             self.close()
             raise SshUnreachable(f"{self.board.name}: writing {remote_path} failed: {err}") from None
@@ -194,14 +199,6 @@ class _RefuseUnknownHost(_HostKeyPolicy):
         )
 
 
-class _AcceptUnknownOnce(_HostKeyPolicy):
-    """`fleet trust`: let an unknown key through for this connection only, to be shown and
-    recorded by the operator's decision."""
-
-    def missing_host_key(self, client, hostname, key):
-        return None
-
-
 class _HopTransport(paramiko.Transport):
     """A Transport that keeps the server's own words when it refuses to open a channel (sshd
     says `Connection refused`, `No route to host`...; paramiko keeps only the reason code).
@@ -234,14 +231,17 @@ class _OfferKeys(AuthStrategy):
 
 
 def _login(
-    board: Board, hop: Hop, sock: paramiko.Channel | None, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey]
+    board: Board, hop: Hop, sock: paramiko.Channel | None, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey],
+    verified_key: paramiko.PKey | None = None,
 ) -> paramiko.SSHClient:
     """An authenticated client of `hop`, over `sock` (a channel from the bastion before it) or
-    a TCP connection of its own."""
+    a TCP connection of its own; `verified_key`: the hop's key as the operator just accepted it."""
     keys, offered = _keys_for(board, hop, agent)
     client = paramiko.SSHClient()
     if board.ssh.known_hosts is not None and board.ssh.known_hosts.exists():
         client.load_host_keys(str(board.ssh.known_hosts))
+    if verified_key is not None:
+        client.get_host_keys().add(hop.known_hosts_name, verified_key.get_name(), verified_key)
     client.set_missing_host_key_policy(policy(board, hop))
     timeout = board.ssh.connect_timeout_s
     try:
@@ -379,18 +379,62 @@ def _private_key(board: Board, path: Path) -> paramiko.PKey:
         raise SshAuthFailed(f"{board.name}: cannot read private key {path} (wrong passphrase?): {err}") from None
 
 
-def fetch_host_keys(board: Board) -> list[tuple[Hop, paramiko.PKey]]:
-    """Every hop's host key, this host's side first, the board's last: each bastion's read while
-    logging in to it (a changed one is refused), the board's read without authenticating."""
+def fetch_host_keys(board: Board, bastion_fingerprints: Collection[str] = ()) -> list[tuple[Hop, paramiko.PKey]]:
+    """Every hop's host key, this host's side first, the board's last, each read before anything
+    is offered to that hop. A bastion's must be recorded in known_hosts already or have one of
+    `bastion_fingerprints` (else HostKeyUnknown, nothing offered to it) before edgetune logs in to
+    it to go further; the board's is read without authenticating."""
     route = resolve_route(board)
     clients: list[paramiko.SSHClient] = []
+    keys: list[tuple[Hop, paramiko.PKey]] = []
     with _agent_keys(board) as agent:
         try:
-            sock = _through_bastions(board, route, _AcceptUnknownOnce, agent, clients)
-            keys = [(hop, client.get_transport().get_remote_server_key()) for hop, client in zip(route.jumps, clients)]
-            return [*keys, (route.target, _read_host_key(board, route.target, sock))]
+            for index, hop in enumerate(route.hops):
+                key = _read_host_key(board, hop, _open_to(board, route, index, clients))
+                keys.append((hop, key))
+                if hop.bastion:
+                    _check_bastion_key(board, hop, key, bastion_fingerprints)
+                    sock = _open_to(board, route, index, clients)
+                    clients.append(_login(board, hop, sock, _RefuseUnknownHost, agent, verified_key=key))
+            return keys
         finally:
             _close_all(clients)
+
+
+def _open_to(board: Board, route: Route, index: int, clients: Sequence[paramiko.SSHClient]) -> paramiko.Channel | None:
+    """A new way to the route's hop `index`: a channel from the bastion before it (whose client
+    is the last of `clients`), or None for a TCP connection of its own."""
+    return None if index == 0 else _tunnel(board, route.hops[index - 1], clients[-1], route.hops[index])
+
+
+def _check_bastion_key(board: Board, hop: Hop, key: paramiko.PKey, bastion_fingerprints: Collection[str]) -> None:
+    """A bastion's key is recorded, or the operator named its fingerprint; else refused."""
+    known = _known_hosts(board)
+    recorded = list((known.lookup(hop.known_hosts_name) or {}).values())
+    if any(other == key for other in recorded):
+        return
+    if recorded:
+        raise _changed_key(board, hop, recorded[0], key)
+    if _bare(fingerprint(key)) in {_bare(given) for given in bastion_fingerprints}:
+        return
+    raise HostKeyUnknown(
+        f"{board.name}: bastion {hop} offers {key.get_name()} {fingerprint(key)}, which {board.ssh.known_hosts} does not "
+        "hold; nothing was offered to it. Check that fingerprint against the bastion's own (on it: ssh-keygen -lf "
+        f"/etc/ssh/ssh_host_ed25519_key.pub), then run `edgetune fleet trust {board.name} --bastion-fingerprint "
+        f"{fingerprint(key)}`"
+    )
+
+
+def _bare(text: str) -> str:
+    return text.strip().removeprefix("SHA256:")
+
+
+def _known_hosts(board: Board) -> paramiko.HostKeys:
+    path = board.ssh.known_hosts
+    try:
+        return paramiko.HostKeys(str(path)) if path is not None and Path(path).exists() else paramiko.HostKeys()
+    except (OSError, paramiko.SSHException) as err:
+        raise FleetError(f"{board.name}: cannot read known_hosts {path}: {err}") from None
 
 
 def fetch_host_key(board: Board) -> paramiko.PKey:
@@ -421,10 +465,7 @@ def record_host_keys(board: Board, keys: Sequence[tuple[Hop, paramiko.PKey]]) ->
     if board.ssh.known_hosts is None:
         raise FleetError(f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards")
     path = Path(board.ssh.known_hosts)
-    try:
-        known = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
-    except (OSError, paramiko.SSHException) as err:
-        raise FleetError(f"{board.name}: cannot read known_hosts {path}: {err}") from None
+    known = _known_hosts(board)
     new = [_is_new(board, known, hop, key) for hop, key in keys]
     lines = [f"{hop.known_hosts_name} {key.get_name()} {key.get_base64()}\n" for (hop, key), fresh in zip(keys, new) if fresh]
     if lines:

@@ -25,6 +25,7 @@ alias), written `[host]:port` off port 22. HostKeyAlias is not honoured.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shlex
@@ -109,6 +110,21 @@ def uses_ssh_transport(board: Board) -> bool:
     `ssh.transport: ssh` (the default), or `auto` for a board reached through a bastion."""
     transport = board.ssh.transport
     return transport == "ssh" or (transport == "auto" and bool(resolve_route(board).jumps))
+
+
+def rpc_address(board: Board) -> str:
+    """The address the tracker lists the board's rpc_server under, derived from the inventory
+    alone: its network address for the direct transport; for the SSH transport an address of this
+    host's 127/8 that stands for the board (its keeper's forward listens there): 127.B.C.D for a
+    board at A.B.C.D (B not 0), else three bytes of a hash of its name and address."""
+    address = network_address(board)
+    if not uses_ssh_transport(board):
+        return address
+    parts = address.split(".")
+    if len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts) and int(parts[1]) != 0:
+        return "127." + ".".join(parts[1:])
+    digest = hashlib.sha256(f"{board.name} {address}".encode()).digest()
+    return f"127.{digest[0] % 254 + 1}.{digest[1]}.{digest[2] % 254 + 1}"
 
 
 def parse_jump(entry: str) -> tuple[str | None, str, int | None]:

@@ -125,7 +125,10 @@ def load_deployed(fleet: Fleet) -> dict[str, dict[str, int | str]]:
 
 
 def record_deployed(fleet: Fleet, board: str, model: str, version: int | str | None) -> None:
-    """Record that `board` runs `version` of `model` (None: no release of it; UNKNOWN: not known)."""
+    """Record that `board` runs `version` of `model` (None: no release of it; UNKNOWN: not known).
+    Any other value is refused before anything is written: the record stays readable."""
+    if not (version is None or version == UNKNOWN or (type(version) is int and version >= 1)):
+        raise FleetError(f"{board}: {version!r} is not a version of {model} (a positive integer, None or {UNKNOWN!r})")
     path = state_path(fleet, DeployedState.FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _DEPLOYED_LOCK, open(path.with_name(".deployed.lock"), "a") as lock:

@@ -11,7 +11,7 @@ from edgetune.fleet import on_board
 from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import network_address
+from edgetune.fleet.ssh_route import rpc_address
 from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, tracker_alive
 from edgetune.inventory.schema import Board, Fleet
@@ -51,9 +51,8 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
     deployed = load_deployed(fleet)
 
     def status(board: Board) -> BoardStatus:
-        summary, record = summaries.get(board.tracker), state.boards.get(board.name)
-        address = record.rpc_address if record is not None and record.rpc_address else network_address(board)
-        registered = summary is not None and summary.registered(board.device_class, address)
+        summary = summaries.get(board.tracker)
+        registered = summary is not None and summary.registered(board.device_class, rpc_address(board))
         found = _board_status(fleet, board, state.boards.get(board.name), registered)
         return replace(found, deployed=deployed.get(board.name, {}))
 

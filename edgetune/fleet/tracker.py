@@ -6,8 +6,8 @@ Boards register with the tracker under their class name, so a device class is re
 an `RpcEndpoint` (tracker address and key: what MetaSchedule's `RPCConfig` needs, too).
 To reach *every* board of a class (not just any free one), `board_sessions` asks the tracker
 for as many servers of the class as are registered and holds them all at once: each answer
-names the server's address (the board's `--custom-addr`), so each session is known to belong
-to one board. TVM's `TrackerSession.request` hides that address, so `_TrackerConnection`
+names the server's address (the board's `--custom-addr`: `ssh_route.rpc_address`), so each
+session is known to belong to one board. TVM's `TrackerSession.request` hides that address, so `_TrackerConnection`
 speaks TVM's tracker protocol (`tvm.rpc.base`) itself, for summaries too: TVM's client paid
 88 ms of TCP stalls per exchange (`_TrackerConnection._call`), twice per round of a class run.
 """
@@ -21,17 +21,16 @@ import struct
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from tvm import rpc
 from tvm.rpc import base
 
-from edgetune.artifact_format.codec import FrozenMap
 from edgetune.fleet.errors import FleetError
 from edgetune.fleet.process import port_answers, running, spawn_detached, stop_group, wait_until
-from edgetune.fleet.ssh_route import network_address
+from edgetune.fleet.ssh_route import rpc_address
 from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
@@ -50,16 +49,10 @@ class RpcEndpoint:
     host: str
     port: int
     key: str
-    # board -> the address the tracker lists it under where `fleet up` recorded one (a board of
-    # the SSH transport is listed under its forward's address on this host, not its own)
-    addresses: Mapping[str, str] = field(default_factory=FrozenMap, compare=False)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
-
-    def board_address(self, board: Board) -> str:
-        return self.addresses.get(board.name) or network_address(board)
 
 
 @dataclass(frozen=True)
@@ -145,14 +138,12 @@ def rpc_endpoint(fleet: Fleet, device_class: str) -> RpcEndpoint:
     if not boards:
         raise FleetError(f"no board of class '{device_class}' in {fleet.path}")
     tracker = fleet.tracker(boards[0].tracker)
-    state = load_fleet_state(fleet)
-    record = state.trackers.get(tracker.name)
+    record = load_fleet_state(fleet).trackers.get(tracker.name)
     if record is None:
         return RpcEndpoint(tracker.public_address, tracker.port, device_class)
     if not tracker_alive(record):
         raise FleetError(f"tracker '{tracker.name}' is not running; run `edgetune fleet up -f {fleet.path}`")
-    addresses = {b.name: state.boards[b.name].rpc_address for b in boards if b.name in state.boards}
-    return RpcEndpoint(record.host, record.port, device_class, FrozenMap(addresses))
+    return RpcEndpoint(record.host, record.port, device_class)
 
 
 def class_load(endpoint: RpcEndpoint) -> ClassLoad:
@@ -175,7 +166,7 @@ def board_sessions(
     """(sessions by board name, failures by board name), one held session per registered board."""
     with _TrackerConnection(endpoint.host, endpoint.port, wait_s) as tracker:
         registered = set(tracker.summary().servers.get(endpoint.key, ()))
-        addresses = {b.name: endpoint.board_address(b) for b in boards}
+        addresses = {b.name: rpc_address(b) for b in boards}
         by_address = {addresses[b.name]: b for b in boards if addresses[b.name] in registered}
         failed = {
             b.name: f"{b.name}: not registered with the tracker under '{endpoint.key}': run `edgetune fleet up`"

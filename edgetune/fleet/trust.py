@@ -2,7 +2,8 @@
 and those of the bastions on the way to it.
 
 Every hop's key is shown (type and SHA256 fingerprint) and appended to the inventory's
-known_hosts; a hop whose recorded key differs (in any key type) is refused, never
+known_hosts. edgetune logs in to a bastion (offering keys) only once its key is recorded or
+matches a fingerprint the operator gave (`--bastion-fingerprint`); a hop whose recorded key differs (in any key type) is refused, never
 overwritten, and nothing is recorded then. With `expected_fingerprint` (read off the board's
 console, say), a board key with another fingerprint is refused before anything is recorded.
 """
@@ -10,6 +11,7 @@ console, say), a board key with another fingerprint is refused before anything i
 from __future__ import annotations
 
 import logging
+from typing import Collection
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import HostKeyMismatch
@@ -19,14 +21,17 @@ from edgetune.inventory.schema import Fleet
 log = logging.getLogger(__name__)
 
 
-def trust_board(fleet: Fleet, board_name: str, expected_fingerprint: str | None = None) -> str:
+def trust_board(
+    fleet: Fleet, board_name: str, expected_fingerprint: str | None = None, bastion_fingerprints: Collection[str] = ()
+) -> str:
     """Record the host keys `board_name` and its bastions offer in known_hosts; return the
-    board's fingerprint."""
+    board's fingerprint. A bastion not recorded yet must offer one of `bastion_fingerprints`
+    before edgetune logs in to it."""
     names = [board.name for board in fleet.boards]
     if board_name not in names:
         raise FleetError(f"no board named '{board_name}' in {fleet.path} (boards: {', '.join(names)})")
     board = fleet.board(board_name)
-    keys = fetch_host_keys(board)
+    keys = fetch_host_keys(board, bastion_fingerprints)
     target, key = keys[-1]
     if expected_fingerprint is not None and expected_fingerprint.removeprefix("SHA256:") != fingerprint(key).removeprefix("SHA256:"):
         raise HostKeyMismatch(

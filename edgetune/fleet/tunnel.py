@@ -7,10 +7,10 @@ one per board, recorded in fleet.json) holds the board's SSH connection with two
 (fleet/forward.py):
 - the board's loopback port `tracker_port` leads to the host's tracker: the board's rpc_server
   registers there;
-- this host's `address:rpc_port` (an address of 127/8 of the board's own) leads to the board's
-  loopback `rpc_port`, where its rpc_server listens; the server registers under `address`
-  (`--custom-addr`), so whatever the tracker hands out (MetaSchedule's runner, the build's
-  measurements) is reached through the forward.
+- this host's `address:rpc_port` (the board's own address of 127/8: `ssh_route.rpc_address`)
+  leads to the board's loopback `rpc_port`, where its rpc_server listens; the server registers
+  under `address` (`--custom-addr`), so whatever the tracker hands out (MetaSchedule's runner,
+  the build's measurements) is reached through the forward.
 When the connection drops, the keeper makes it again (backing off up to MAX_BACKOFF_S) and binds
 the same board port, so the rpc_server's own reconnects find the tracker again; meanwhile a
 connection to the forward is closed at once and a measurement in flight fails as data. The
@@ -24,9 +24,7 @@ import argparse
 import json
 import logging
 import os
-import random
 import signal
-import socket
 import sys
 import threading
 import time
@@ -40,7 +38,7 @@ from edgetune.errors import EdgetuneError, FleetError
 from edgetune.fleet.forward import LocalForward, RemoteForward
 from edgetune.fleet.process import running, spawn_detached, stop_group
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import resolve_route
+from edgetune.fleet.ssh_route import resolve_route, rpc_address
 from edgetune.fleet.state import TrackerRecord, TunnelRecord
 from edgetune.inventory.schema import Board, Fleet
 from edgetune.inventory.workdir import Workdir
@@ -52,7 +50,6 @@ PING_PERIOD_S = 5.0  # how often the keeper asks the board's sshd for an answer
 PING_TIMEOUT_S = 10.0  # no answer in this long: the connection is dead, make it again
 MAX_BACKOFF_S = 10.0
 START_MARGIN_S = 15.0  # beyond each hop's connect timeout, how long `fleet up` waits for a new keeper
-ADDRESS_TRIES = 5
 
 log = logging.getLogger(__name__)
 
@@ -77,45 +74,29 @@ def tunnel_alive(record: TunnelRecord | None) -> bool:
 
 
 def start_tunnel(fleet: Fleet, board: Board, tracker: TrackerRecord, rpc_port: int) -> TunnelRecord:
-    """Start the board's keeper (on a free loopback address of this host) and wait until its
-    forwards are up; FleetError with the keeper's last error otherwise."""
+    """Start the board's keeper, its forward on this host at the board's `rpc_address`, and wait
+    until its forwards are up; FleetError with the keeper's last error otherwise."""
     status = status_path(fleet, board)
     left = read_status(status).get("pid")
     stop_group(left if isinstance(left, int) else None, KEEPER_MODULE)  # one a killed `fleet up` left unrecorded
     status.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(ADDRESS_TRIES):
-        address = _free_loopback_address(rpc_port)
-        argv = [sys.executable, "-c", KEEPER_START, "--fleet", str(fleet.path), "--board", board.name,
-                "--tracker", tracker.address, "--listen", f"{address}:{rpc_port}", "--status", str(status)]  # fmt: skip
-        write_atomic(status, b"{}")
-        proc = spawn_detached(argv, Workdir(fleet.workdir).logs / f"tunnel-{board.name}.log")
-        deadline = time.monotonic() + len(resolve_route(board).hops) * board.ssh.connect_timeout_s + START_MARGIN_S
-        while time.monotonic() < deadline and proc.poll() is None and read_status(status).get("state") != "up":
-            time.sleep(0.1)
-        state = read_status(status)
-        if state.get("state") == "up":
-            return TunnelRecord(proc.pid, address, rpc_port, int(state["tracker_port"]))
-        stop_group(proc.pid, KEEPER_MODULE)
-        if state.get("state") != "address in use":
-            raise FleetError(f"{board.name}: the SSH transport did not come up: {state.get('error') or 'no answer in time'}")
-    raise FleetError(f"{board.name}: no free loopback address for the SSH transport's forward in {ADDRESS_TRIES} tries")
+    address = rpc_address(board)
+    argv = [sys.executable, "-c", KEEPER_START, "--fleet", str(fleet.path), "--board", board.name,
+            "--tracker", tracker.address, "--listen", f"{address}:{rpc_port}", "--status", str(status)]  # fmt: skip
+    write_atomic(status, b"{}")
+    proc = spawn_detached(argv, Workdir(fleet.workdir).logs / f"tunnel-{board.name}.log")
+    deadline = time.monotonic() + len(resolve_route(board).hops) * board.ssh.connect_timeout_s + START_MARGIN_S
+    while time.monotonic() < deadline and proc.poll() is None and read_status(status).get("state") != "up":
+        time.sleep(0.1)
+    state = read_status(status)
+    if state.get("state") == "up":
+        return TunnelRecord(proc.pid, address, rpc_port, int(state["tracker_port"]))
+    stop_group(proc.pid, KEEPER_MODULE)
+    raise FleetError(f"{board.name}: the SSH transport did not come up: {state.get('error') or 'no answer in time'}")
 
 
 def stop_tunnel(record: TunnelRecord | None) -> bool:
     return record is not None and stop_group(record.pid, KEEPER_MODULE)
-
-
-def _free_loopback_address(port: int) -> str:
-    """A random address of 127/8 (outside 127.0.0.0/16) where `port` is free on this host."""
-    for _ in range(100):
-        address = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
-        with socket.socket() as probe:
-            try:
-                probe.bind((address, port))
-                return address
-            except OSError:
-                continue
-    raise FleetError(f"no free address of 127/8 for port {port} on this host")
 
 
 # -- the keeper process ----------------------------------------------------------------------------
@@ -141,7 +122,9 @@ class Keeper:
         try:
             local = LocalForward(self.settings.listen, self.settings.listen[1])
         except OSError as err:
-            self._report("address in use", error=f"cannot listen on {self.settings.listen[0]}:{self.settings.listen[1]}: {err}")
+            host, port = self.settings.listen
+            self._report("failed", error=f"this host's {host}:{port}, where the board's forward listens, is taken ({err}): "
+                                         "another fleet on this host with a board at the same address?")  # fmt: skip
             return 2
         backoff = 1.0
         try:

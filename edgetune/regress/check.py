@@ -117,20 +117,16 @@ def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Seque
     compare_settings = fleet.device_class(board.device_class).profile.measurement.compare
     with BoardSession(board) as session:
         agent = RemoteAgent(session, fleet)
-        status = agent.call("status")
-        if "error" in status and "models" not in status:
-            raise DeployError(f"{board.name}: the agent cannot tell what runs: {status['error']}")
-        firmware_now = str(status.get("firmware", ""))
-        installed = {name: entry for name, entry in (status.get("models") or {}).items() if isinstance(entry, dict)}
+        status = agent.status()
         verdicts = []
         for model in models or [m.name for m in fleet.models]:
-            entry = installed.get(model, {})
-            version = entry.get("version")
-            if not isinstance(version, int):
+            entry = status.models.get(model)
+            version = None if entry is None else entry.version
+            if version is None:
                 verdicts.append(_verdict(board, model, None, NOT_DEPLOYED, None, detail="no release of it is active: roll one out"))
                 continue
             try:
-                baseline = _baseline(store, board, model, version, firmware_now, entry.get("firmware"))
+                baseline = _baseline(store, board, model, version, status.firmware, entry.firmware)
             except (OSError, ArtifactError) as err:
                 verdicts.append(_verdict(board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})"))
                 continue

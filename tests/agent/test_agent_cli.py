@@ -67,6 +67,21 @@ def test_missing_config_and_unsafe_token_exit_2(make_board, tmp_path, capsys):
     assert main(["--root", str(root), "rollback", "--model", "../etc", "--to", "none"]) == 2
 
 
+@pytest.mark.parametrize(("mode", "owner"), [(0o777, 0), (0o775, 0), (0o755, 65534)])
+def test_an_agent_root_another_user_could_change_exits_2_naming_the_directory(tmp_path, capsys, mode, owner):
+    """agent.json names a command the agent runs as its user: a parent another user can write
+    (without the sticky bit), or owns, could have planted it."""
+    parent = tmp_path / "shared"
+    write_config(parent / "agent", CONFIG)
+    parent.chmod(mode)
+    os.chown(parent, owner, -1)
+    assert main(["--root", str(parent / "agent"), "status"]) == 2
+    assert f"{parent} " in capsys.readouterr().err
+    parent.chmod(0o1777 if owner == 0 else 0o755)  # a sticky directory of root's, as /tmp, is fine
+    os.chown(parent, 0, -1)
+    assert main(["--root", str(parent / "agent"), "status"]) != 2
+
+
 def test_install_and_status_json(board_on, fleet):
     root = board_on(1)
     status, record = agent_cli(root, "install", "--model", "mlp", "--from", str(fleet.tarball("mlp", "gw-fast", 2)))

@@ -21,15 +21,17 @@ import threading
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 import yaml
 from artifact_server import RunningServer
 from board_image import board_image
 from deploy_support import republish
 from quick_profiles import quick_profiles
+from quiet_host import quiet_host
 
 from edgetune.fleet.process import running
-from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh import BoardSession, fingerprint
 from edgetune.fleet.state import load_fleet_state
 from edgetune.fleet.tunnel import KEEPER_MODULE
 
@@ -155,8 +157,9 @@ def site(sim_slot, tmp_path_factory):
             hosts[name] = start_host(name, prefix + name, f"{net}.{last}", 26, root / name, authorized,
                                      netns_bridge=(prefix + "jump", "inner"))  # fmt: skip
         fleet_yaml = write_fleet(root, net, sim_slot, image)
+        bastion = fingerprint(paramiko.PKey.from_path(hosts["jump"].host_key))  # as read off the bastion's console
         for name in BOARDS:
-            assert main(["fleet", "trust", name, "-f", str(fleet_yaml)]) == 0
+            assert main(["fleet", "trust", name, "--bastion-fingerprint", bastion, "-f", str(fleet_yaml)]) == 0
         yield Site(root, net, sim_slot, hosts, fleet_yaml)
     finally:
         from edgetune.fleet import fleet_down
@@ -298,7 +301,8 @@ def test_rollout_downloads_through_the_ssh_connection(served):
 def test_regress_measures_each_board_behind_the_bastion(served):
     from edgetune.regress.check import regress
 
-    report = regress(served[0], models=[MODEL])
+    with quiet_host():  # timed against a baseline: the other test worker's load would count too
+        report = regress(served[0], models=[MODEL])
     assert sorted(v.board for v in report.verdicts) == sorted(BOARDS)
     assert all(v.verdict in ("ok", "faster") for v in report.verdicts), [v.to_json() for v in report.verdicts]
 
@@ -313,6 +317,40 @@ def test_a_second_version_then_rollback_behind_the_bastion(served):
     back = agent(fleet, "b1", "rollback", "--model", MODEL)
     assert (back["result"], back["to_version"]) == ("rolled_back", 1), back
     assert agent(fleet, "b1", "status")["models"][MODEL]["version"] == 1
+
+
+HOSTILE_PYTHON = """\
+#!/bin/sh
+# root on this board: its agent's `status` answers with a version that is no version
+case "$*" in
+  *" status --json") echo '{{"board": "b2", "device_class": "{cls}", "firmware": "x", "models": {{"{model}": {{"version": {{"owned": true}}, "since": null, "firmware": null, "previous": null, "highest_installed": 1, "kept": [1]}}}}}}'; exit 0;;
+esac
+exec {python} "$@"
+"""
+
+
+def test_a_board_answering_a_malformed_status_fails_alone_and_the_record_stays_readable(site, served, tmp_path):
+    from edgetune.cli import main
+    from edgetune.deploy.rollout import plan_rollout, rollout
+    from edgetune.fleet import fleet_status
+    from edgetune.fleet.state import load_deployed
+
+    fleet, _ = served
+    hostile = Path(fleet.board("b2").workdir) / "hostile-python"
+    hostile.write_text(HOSTILE_PYTHON.format(cls=CLASS, model=MODEL, python=fleet.board("b2").python))
+    hostile.chmod(0o755)
+    boards = tuple(dataclasses.replace(b, python=str(hostile)) if b.name == "b2" else b for b in fleet.boards)
+    lying = fleet.replace(boards=boards)
+    republish(fleet, MODEL, CLASS, "hostile")
+    result = rollout(lying, plan_rollout(lying, MODEL, max_failed_pct=50))
+    outcomes = {r["board"]: r for r in result.records()}
+    assert outcomes["b1"]["result"] == "installed", outcomes
+    assert outcomes["b2"]["result"] == "failed" and "b2: the agent's answer to `status` is not what an agent answers" in outcomes["b2"]["error"]
+    assert "models.mlp.version: must be an integer" in outcomes["b2"]["error"]
+    deployed = load_deployed(fleet)  # readable, every value a version or "unknown"
+    assert deployed["b1"][MODEL] == outcomes["b1"]["to_version"] and deployed["b2"][MODEL] == "unknown"
+    assert [status.name for status in fleet_status(fleet)] == ["b1", "b2"]
+    assert main(["fleet", "status", "--json", "-f", str(site.fleet_yaml)]) in (0, 3)
 
 
 def test_a_direct_board_without_a_route_to_the_tracker_fails_fast_naming_the_cause(site, served):
@@ -336,28 +374,36 @@ def rpc_listeners(netns: str) -> list[str]:
     return sorted(listen for listen in listeners(netns) if 9090 <= int(listen.rsplit(":", 1)[1]) < 9200)
 
 
-def test_a_fleet_up_killed_mid_way_leaves_nothing_the_next_one_keeps(site, served):
+def test_what_a_killed_fleet_up_left_unrecorded_is_stopped_by_the_next(site, served):
+    """A `fleet up` killed after it started keepers and rpc_servers, before it recorded them: the
+    next one finds them (the keeper's state file, the board's rpc_server.pid) and stops them."""
     from edgetune.fleet import fleet_down, fleet_up
+    from edgetune.fleet.state import FleetState, save_fleet_state
 
     fleet = site.fleet()
+    assert fleet_up(fleet).ok
+    unrecorded = load_fleet_state(fleet)
+    save_fleet_state(fleet, FleetState(unrecorded.trackers, {}))  # what a kill before the record leaves
+    assert fleet_up(fleet).ok
+    recorded = load_fleet_state(fleet).boards
+    assert sorted(keepers(site.fleet_yaml)) == sorted(r.tunnel.pid for r in recorded.values())
+    assert not {r.tunnel.pid for r in unrecorded.boards.values()} & set(keepers(site.fleet_yaml))
+    for name in BOARDS:
+        assert len(rpc_listeners(site.hosts[name].netns)) == 1, rpc_listeners(site.hosts[name].netns)
+
     assert fleet_down(fleet).ok
-    pid_file = Path(fleet.board("b1").workdir) / "rpc_server.pid"
-    started = time.time()
     killed = subprocess.Popen([sys.executable, "-m", "edgetune", "fleet", "up", "-f", str(site.fleet_yaml)], cwd="/",
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (pid_file.exists() and pid_file.stat().st_mtime > started):
-            time.sleep(0.05)
+        while time.monotonic() < deadline and not keepers(site.fleet_yaml):
+            time.sleep(0.02)
     finally:
         killed.kill()
         killed.wait()
-    assert pid_file.stat().st_mtime > started  # it had started b1's rpc_server, and recorded nothing
-    assert not load_fleet_state(fleet).boards
+    assert keepers(site.fleet_yaml)  # it had started one, and is gone
     assert fleet_up(fleet).ok
     assert sorted(keepers(site.fleet_yaml)) == sorted(r.tunnel.pid for r in load_fleet_state(fleet).boards.values())
-    for name in BOARDS:
-        assert len(rpc_listeners(site.hosts[name].netns)) == 1, rpc_listeners(site.hosts[name].netns)
 
 
 def test_fleet_down_leaves_nothing_behind(site, served):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from edgetune.fleet.errors import SshAuthFailed, SshConfigInvalid
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.ssh_route import MAX_HOPS, Hop, parse_jump, resolve_route, uses_ssh_transport
+from edgetune.fleet.ssh_route import MAX_HOPS, Hop, parse_jump, resolve_route, rpc_address, uses_ssh_transport
 from edgetune.inventory.schema import Board, SshSettings
 
 
@@ -196,3 +196,30 @@ def test_any_proxyjump_entry_parses_or_is_refused_as_such(entry):
 def test_an_ipv6_hop_in_brackets():
     assert parse_jump("ops@[fd00::2]:2222") == ("ops", "fd00::2", 2222)
     assert Hop("x", "fd00::2", 2222, "ops").known_hosts_name == "[fd00::2]:2222"
+
+
+def test_the_address_the_tracker_lists_a_board_under(tmp_path):
+    direct = board_with(tmp_path, None, address="10.40.2.9", transport="direct")
+    assert rpc_address(direct) == "10.40.2.9"
+    assert rpc_address(board_with(tmp_path, None, address="10.40.2.9")) == "127.40.2.9"
+    assert rpc_address(board_with(tmp_path, ALIASES, transport="direct")) == "10.0.1.7"  # an alias: its HostName
+    for address in ("gw-7.plant3.example.net", "10.0.1.7"):  # a name, or an address whose second number is 0
+        derived = rpc_address(board_with(tmp_path, None, address=address))
+        parts = [int(p) for p in derived.split(".")]
+        assert parts[0] == 127 and 1 <= parts[1] <= 254 and 1 <= parts[3] <= 254, derived
+        assert derived == rpc_address(board_with(tmp_path, None, address=address))  # the same every time, with no state
+
+
+def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
+    from dataclasses import replace
+
+    from edgetune.fleet.lifecycle import _address_clashes
+    from edgetune.inventory import load_fleet
+
+    fleet = load_fleet(spare_fleet_yaml)
+    first, second, *rest = fleet.boards
+    clashing = fleet.replace(boards=(first, replace(second, address="11." + first.address.split(".", 1)[1]), *rest))
+    clashes = _address_clashes(clashing)
+    assert set(clashes) == {first.name, second.name}
+    assert f"{second.name}: the tracker would list it under 127." in clashes[second.name] and first.name in clashes[second.name]
+    assert _address_clashes(fleet) == {}

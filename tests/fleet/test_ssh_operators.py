@@ -116,8 +116,9 @@ def site(sim_slot, tmp_path_factory):
             )
         built = Site(root, net, root / "id_ed25519", root / "agent_key", root / "ssh_config", root / "known_hosts", hosts)
         fleet = load_fleet(write_fleet(root, built, BOARDS))
+        bastions = [fingerprint(host_key(hosts[name])) for name in ("jump1", "jump2")]
         for board in BOARDS:
-            trust_board(fleet, board)
+            trust_board(fleet, board, bastion_fingerprints=bastions)
         yield built
     finally:
         for name in ("gw-3", "gw-2", "gw-1", "jump2", "jump1"):  # the boards before the bastions whose bridges they use
@@ -175,7 +176,7 @@ def test_this_machine_has_no_route_to_the_boards(site, tmp_path):
         BoardSession(direct).run("true")
 
 
-def test_trust_through_bastions_records_every_hop(site, tmp_path, caplog):
+def test_trust_through_bastions_records_every_hop(site, tmp_path, caplog, capsys):
     caplog.set_level(logging.INFO)
     known_hosts = tmp_path / "known_hosts"
     fleet_yaml = write_fleet(tmp_path, site, BOARDS, known_hosts=known_hosts)
@@ -183,12 +184,20 @@ def test_trust_through_bastions_records_every_hop(site, tmp_path, caplog):
     with pytest.raises(HostKeyUnknown, match=rf"gw-1: host key of bastion {site.net}.2 .* run `edgetune fleet trust gw-1`"):
         BoardSession(fleet.board("gw-1")).run("true")
 
-    assert main(["fleet", "trust", "gw-1", "-f", str(fleet_yaml)]) == 0
+    jump1, jump2 = (fingerprint(host_key(site.hosts[name])) for name in ("jump1", "jump2"))
+    assert main(["fleet", "trust", "gw-1", "-f", str(fleet_yaml)]) == 3  # a bastion never seen: not logged in to
+    refused = capsys.readouterr().err
+    assert f"gw-1: bastion jump1 (root@{site.net}.2:22) offers ssh-ed25519 {jump1}" in refused
+    assert "nothing was offered to it" in refused and f"--bastion-fingerprint {jump1}" in refused
+    assert not known_hosts.exists()
+    assert main(["fleet", "trust", "gw-1", "--bastion-fingerprint", "SHA256:AAAA", "-f", str(fleet_yaml)]) == 3
+    assert not known_hosts.exists()
+    assert main(["fleet", "trust", "gw-1", "--bastion-fingerprint", jump1, "-f", str(fleet_yaml)]) == 0
     assert recorded(known_hosts, f"{site.net}.2") == [host_key(site.hosts["jump1"])]
     assert recorded(known_hosts, f"{site.net}.140") == [host_key(site.hosts["gw-1"])]
     shown = f"gw-1: bastion {site.net}.2: trusted ssh-ed25519 {fingerprint(host_key(site.hosts['jump1']))}; recorded in {known_hosts}"
     assert shown in caplog.text
-    assert main(["fleet", "trust", "gw-3", "-f", str(fleet_yaml)]) == 0  # jump1 known already; jump2 and gw-3 new
+    assert main(["fleet", "trust", "gw-3", "--bastion-fingerprint", jump2.removeprefix("SHA256:"), "-f", str(fleet_yaml)]) == 0  # jump1 known already
     assert recorded(known_hosts, f"{site.net}.130") == [host_key(site.hosts["jump2"])]
     assert recorded(known_hosts, f"{site.net}.200") == [host_key(site.hosts["gw-3"])]
     assert len(known_hosts.read_text().splitlines()) == 4

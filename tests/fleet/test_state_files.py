@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edgetune.errors import FleetError
 from edgetune.fleet.state import (
@@ -79,3 +81,16 @@ def test_duplicate_keys_are_refused(fleet):
     path.write_text('{"boards": {"b": {"mlp": 1, "mlp": 2}}}')
     with pytest.raises(FleetError, match=r"deployed.json: duplicate key\(s\) 'mlp'"):
         load_deployed(fleet)
+
+
+@given(value=st.one_of(st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2), st.text().filter(lambda t: t != "unknown"),
+                       st.integers(max_value=0), st.booleans(), st.floats(allow_nan=True), st.lists(st.integers(), max_size=2)))
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_value_no_version_is_refused_and_the_record_stays_as_it_was(fleet, value):
+    """What a board says it runs reaches deployed.json only as a version, None or "unknown"."""
+    record_deployed(fleet, "b", "mlp", 3)
+    before = state_path(fleet, "deployed").read_bytes()
+    with pytest.raises(FleetError, match=r"b: .* is not a version of mlp"):
+        record_deployed(fleet, "b", "mlp", value)
+    assert state_path(fleet, "deployed").read_bytes() == before
+    assert load_deployed(fleet) == {"b": {"mlp": 3}}
