@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from edgetune.agent.errors import AgentConfigError
-from edgetune.agent.fetch import fetch
+from edgetune.agent.fetch import fetch, reset_serial
 from edgetune.agent.guard import SwitchGuard
 from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
 from edgetune.agent.status import status
@@ -23,6 +23,12 @@ from edgetune.errors import EdgetuneError
 def _version(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a version number (1, 2, ...)")
+    return int(text)
+
+
+def _serial(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a decision serial (0, 1, ...)")
     return int(text)
 
 
@@ -73,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=_rollback_target, metavar="N|none",
                    help="the kept version (default: the newest below the current one); none: deactivate")
     p.set_defaults(func=_drive_rollback)
+
+    p = verbs.add_parser("reset-serial", parents=[common], help="make N the highest decision serial accepted (recovery)")
+    p.add_argument("--to", dest="serial", type=_serial, required=True, metavar="N")
+    p.set_defaults(func=_drive_reset_serial)
 
     p = verbs.add_parser("status", parents=[common], help="what runs, since when, with which firmware")
     p.set_defaults(func=_drive_status)
@@ -145,6 +155,12 @@ def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
         line = f"{record.model}:{target} failed, {was} stays current: {record.error}"
     _print(args, record.to_json(), [line])
     return 0 if record.ok else 1
+
+
+def _drive_reset_serial(args: argparse.Namespace) -> int:
+    record = reset_serial(args.root, args.serial)
+    _print(args, record, [f"last decision serial: {record['last_serial']} (was {record['previous']})"])
+    return 0
 
 
 def _drive_status(args: argparse.Namespace) -> int:

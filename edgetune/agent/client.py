@@ -151,10 +151,12 @@ class ArtifactServer:
             handlers = [_ViaHTTPHandler(_Via(via)), _ViaHTTPSHandler(_Via(via), tls)]
         self._opener = urllib.request.build_opener(_NoRedirect, *handlers)
 
-    def offer(self, board: str, model: str, version: int | None = None) -> Offer:
+    def offer(self, board: str, model: str, version: int | None = None, nonce: str | None = None) -> Offer:
         path = f"/v1/boards/{quote(board, safe='')}/models/{quote(model, safe='')}"
         if version is not None:
             path += f"/versions/{version}"
+        if nonce is not None:
+            path += f"?nonce={nonce}"
         raw = self._json(path)
         known = {f.name for f in fields(Offer)}
         try:  # fields a newer server adds are ignored; the known ones are checked

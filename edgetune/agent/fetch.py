@@ -22,6 +22,7 @@ A complete download already there is reused if it verifies, and discarded if not
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -152,11 +153,13 @@ def refuse_without_room(tree: FileTree, offer: Offer, manifest: Manifest) -> Non
 
 def checked_offer(installation: Installation, server: ArtifactServer, model: str, version: int | None) -> Offer:
     """Step 1: the server's offer, if its signed decision is for this board, its class, the
-    model asked and the version asked (if one was), fresh, and what the offer says. The caller
+    model asked and the version asked (if one was), made for this request (it echoes the random
+    nonce sent with it), and what the offer says. The caller
     holds the board's lock (the decision's serial is recorded)."""
     config = installation.config
-    offer = server.offer(config.board, check_model_name(model), version)
-    asked = Asked(config.board, config.device_class, model, version, last_decision_serial(installation.tree))
+    nonce = secrets.token_hex(16)
+    offer = server.offer(config.board, check_model_name(model), version, nonce)
+    asked = Asked(config.board, config.device_class, model, version, last_decision_serial(installation.tree), nonce)
     try:
         decision = check_decision(installation.public_key(), offer.decision, offer.decision_signature, asked, time.time())
     except ArtifactError as err:
@@ -210,3 +213,13 @@ def verify_download(key: Ed25519PublicKey, tarball: Path, manifest_bytes: bytes)
     if inner.to_bytes() != manifest_bytes:
         raise ArtifactError(f"{tarball.name}: its manifest is not the signed manifest the server announced; refused")
     return inner
+
+
+def reset_serial(root: Path, serial: int) -> dict:
+    """The `reset-serial` verb: make `serial` the highest decision serial this board accepted
+    (the operator's recovery after a serial far ahead: `edgetune fleet reset-serial`)."""
+    installation = Installation.open(root)
+    with installation.tree.locked():
+        previous = last_decision_serial(installation.tree)
+        record_decision_serial(installation.tree, serial)
+    return {"board": installation.config.board, "previous": previous, "last_serial": serial}

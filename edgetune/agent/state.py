@@ -121,7 +121,7 @@ def reconcile(layout: FileTree, models: dict[str, ModelState], firmware: Callabl
 
 def last_decision_serial(layout: FileTree) -> int:
     """The highest decision serial this board accepted (0: none yet)."""
-    damaged = "restore it, or remove it to accept the server's next decision whatever its serial"
+    damaged = "the operator's `edgetune fleet reset-serial BOARD` writes it anew"
     accepted = _read(layout.decisions, AcceptedDecisions, DECISIONS_SCHEMA, DECISIONS_SCHEMA_VERSION, damaged)
     return accepted.last_serial if accepted else 0
 

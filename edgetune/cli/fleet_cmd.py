@@ -1,5 +1,6 @@
-"""`edgetune fleet up|status|down|trust BOARD`: bring the fleet's trackers and rpc_servers
-online, show them, take them down, accept a board's host key. Exit status 3 if any board failed."""
+"""`edgetune fleet up|status|down|trust BOARD|reset-serial [BOARD...]`: bring the fleet's
+trackers and rpc_servers online, show them, take them down, accept a board's host key, restart
+the signed decisions' serials. Exit status 3 if any board failed."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust.add_argument("--fingerprint", metavar="SHA256:...", help="refuse unless the board's key has this fingerprint")
     trust.add_argument("--bastion-fingerprint", metavar="SHA256:...", action="append", default=[],
                        help="a bastion's key fingerprint, for each bastion on the way not yet in known_hosts (repeatable)")
-    for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust)):
+    reset = actions.add_parser("reset-serial", help="restart signed decisions' serials from the clock, here and on the boards")
+    reset.add_argument("boards", metavar="BOARD", nargs="*", help="the boards to reset (default: every board)")
+    for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust),
+                         (reset, drive_reset_serial)):  # fmt: skip
         add_fleet_argument(action)
         action.set_defaults(func=func)
 
@@ -43,6 +47,20 @@ def drive_trust(args: argparse.Namespace) -> int:
     trust_board(load_checked_fleet(args), args.board, expected_fingerprint=args.fingerprint,
                 bastion_fingerprints=args.bastion_fingerprint)
     return 0
+
+
+def drive_reset_serial(args: argparse.Namespace) -> int:
+    from edgetune.deploy.serials import reset_serials
+
+    fleet = load_checked_fleet(args)
+    unknown = sorted(set(args.boards) - {board.name for board in fleet.boards})
+    if unknown:
+        raise FleetError(f"no board named {', '.join(unknown)} in {fleet.path}")
+    serial, result = reset_serials(fleet, [b for b in fleet.boards if not args.boards or b.name in args.boards])
+    print(f"decision serials restart from {serial} (this host's clock)")
+    for name, previous in sorted(result.succeeded.items()):
+        print(f"  {name}: last accepted serial {previous} -> {serial}")
+    return _exit_code(result, "reset")
 
 
 def drive_status(args: argparse.Namespace) -> int:

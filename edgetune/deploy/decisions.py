@@ -4,21 +4,25 @@ and the signer the artifact server answers offers with.
 Serials: one counter for the fleet, in `<workdir>/state/decision-serial.json`, so every board
 sees its serials grow. The next serial is the current time in milliseconds, or the last one
 plus one if that is not above it (a clock set back); it is written (atomically, under an flock)
-before the decision leaves, so a restarted server never signs a serial twice or goes back.
+before the decision leaves, so a restarted server never signs a serial twice or goes back. A
+serial more than a day ahead of the clock is never signed (boards refuse it too);
+`edgetune fleet reset-serial` restarts serials from the clock on the host and the boards.
 """
 
 from __future__ import annotations
 
 import fcntl
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgetune.agent.client import Offer
 from edgetune.artifact_format.codec import canonical_bytes, load_versioned, rule
-from edgetune.artifact_format.decision import new_decision, sign_decision
+from edgetune.artifact_format.decision import new_decision, serial_lead_problem, sign_decision
 from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.offer import Choice
 from edgetune.durable import write_atomic
@@ -45,14 +49,38 @@ class SerialCounter:
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def next(self) -> int:
+    def next(self, now: float | None = None) -> int:
+        """The next serial, for a decision signed at `now` (default: the clock). One far ahead of
+        the clock is refused (DeployError), never signed: boards would refuse it, or, having
+        taken one, every later decision."""
+        now = time.time() if now is None else now
+        with self._locked():
+            serial = max(int(now * 1000), self.last() + 1)
+            problem = serial_lead_problem(serial, now)
+            if problem:
+                raise DeployError(f"{self.path}: the next decision's {problem}: this host's clock was once ahead, or "
+                                  f"the file was changed; if the clock is right now, run `edgetune fleet reset-serial` "
+                                  "(it restarts serials from the clock, on this host and every board)")  # fmt: skip
+            self._write(serial)
+        return serial
+
+    def reset(self, now: float | None = None) -> int:
+        """Restart serials from the clock (`now`); the serial every decision from now on is above."""
+        serial = int((time.time() if now is None else now) * 1000)
+        with self._locked():
+            self._write(serial)
+        return serial
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            serial = max(int(time.time() * 1000), self.last() + 1)
-            record = {"schema": SerialState.SCHEMA, "schema_version": SerialState.VERSION, "serial": serial}
-            write_atomic(self.path, canonical_bytes(record))
-        return serial
+            yield
+
+    def _write(self, serial: int) -> None:
+        record = {"schema": SerialState.SCHEMA, "schema_version": SerialState.VERSION, "serial": serial}
+        write_atomic(self.path, canonical_bytes(record))
 
     def last(self) -> int:
         try:
@@ -69,8 +97,8 @@ class SerialCounter:
         return state.serial
 
 
-_IF_REMOVED = ("it keeps decision serials growing: remove it only if the host's clock is right "
-               "(serials then restart from the time)")
+_IF_REMOVED = ("it keeps decision serials growing: if the host's clock is right, `edgetune fleet reset-serial` "
+               "writes it anew")
 
 
 class DecisionSigner:
@@ -79,15 +107,16 @@ class DecisionSigner:
     def __init__(self, fleet: Fleet, key: Ed25519PrivateKey | None = None):
         self.key = key or load_private_key(fleet.artifacts.signing_key)
         self.ttl_s = fleet.deploy.decision_ttl_s
-        self.serials = SerialCounter(Workdir(fleet.workdir).state_file(SERIAL_STATE))
+        self.serials = serial_counter(fleet)
 
-    def offer(self, choice: Choice) -> Offer:
-        stored = choice.stored
+    def offer(self, choice: Choice, nonce: str | None = None) -> Offer:
+        """The signed decision for `choice`, echoing the board's request's `nonce`."""
+        stored, now = choice.stored, time.time()
         decision = new_decision(
             board=choice.board.name, device_class=choice.board.device_class, model=stored.model,
             version=stored.version, manifest_sha256=stored.manifest_sha256, tarball_size=choice.tarball_size,
-            pinned=choice.pinned, requested=choice.requested, serial=self.serials.next(), issued_at=time.time(),
-            ttl_s=self.ttl_s,
+            pinned=choice.pinned, requested=choice.requested, serial=self.serials.next(now), issued_at=now,
+            ttl_s=self.ttl_s, nonce=nonce,
         )  # fmt: skip
         text, signature = sign_decision(self.key, decision)
         base = f"/v1/artifacts/{stored.model}/{stored.device_class}/v{stored.version}"
@@ -105,3 +134,7 @@ class DecisionSigner:
             decision=text,
             decision_signature=signature,
         )
+
+
+def serial_counter(fleet: Fleet) -> SerialCounter:
+    return SerialCounter(Workdir(fleet.workdir).state_file(SERIAL_STATE))

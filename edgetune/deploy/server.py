@@ -3,9 +3,10 @@ with the certificate the fleet CA made (`deploy.tls`), unless the fleet says `tl
 
 URL scheme (every request but /v1/health carries `Authorization: Bearer <board token>`):
 - `GET /v1/health`: `{"ok": true}`.
-- `GET /v1/boards/<board>/models/<model>`: the version the board should run (`agent.client.Offer`
-  as JSON: version, pinned, manifest/signature/tarball URLs, manifest sha256, tarball size, and
-  the same as a signed, expiring, numbered decision, `deploy.decisions`: what the board acts on).
+- `GET /v1/boards/<board>/models/<model>[?nonce=<32 hex digits>]`: the version the board should
+  run (`agent.client.Offer` as JSON: version, pinned, manifest/signature/tarball URLs, manifest
+  sha256, tarball size, and the same as a signed, expiring, numbered decision echoing the nonce,
+  `deploy.decisions`: what the board acts on).
 - `GET /v1/boards/<board>/models/<model>/versions/<N>`: the same for one version.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
@@ -40,6 +41,7 @@ from starlette.routing import Route
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.codec import to_json
+from edgetune.artifact_format.decision import NONCE
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.deploy.decisions import DecisionSigner
@@ -98,8 +100,10 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         board = find_board(fleet, request.path_params["board"])
         if board.name != caller.name:
             raise OfferError(403, f"this token is for board {caller.name}, not {board.name}")
-        version = request.path_params.get("version")
-        return JSONResponse(to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version))))
+        version, nonce = request.path_params.get("version"), request.query_params.get("nonce")
+        if nonce is not None and not NONCE.fullmatch(nonce):
+            raise OfferError(400, "nonce: 32 lowercase hex digits, or none")
+        return JSONResponse(to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version), nonce)))
 
     def stored_version(request: Request):
         caller = authenticate(request)

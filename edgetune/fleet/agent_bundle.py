@@ -8,8 +8,9 @@ sha256 names exactly what runs: another edgetune version or a changed file is an
 
 `ensure_bundle` puts it at `<board workdir>/agent/edgetune-agent.pyz` only when the board's
 copy has another hash, then reads the hash back on the board. `agent_argv` runs a verb through
-a launcher that hashes the copy again before anything of it is imported: a bundle changed on
-the board since is refused, never run. `python edgetune-agent.pyz --root DIR VERB` also works
+a launcher that reads the copy once, checks its hash, and imports those very bytes (from a
+private copy, which the agent's check child imports too): a bundle changed on the board since
+is refused, never run, and one changed after the check is not what runs. `python edgetune-agent.pyz --root DIR VERB` also works
 by hand on a board.
 """
 
@@ -38,18 +39,26 @@ _MAIN = b'"""The edgetune board agent."""\nimport sys\n\nfrom edgetune.agent.cli
 # Run by the board's Python as `-I -c LAUNCHER BUNDLE SHA256 ARGS...` (-I: nothing from the
 # working directory, PYTHONPATH or the user's site can stand in for the bundle).
 LAUNCHER = """\
-import hashlib, runpy, sys
+import atexit, hashlib, os, runpy, shutil, sys, tempfile
 path, expected = sys.argv[1:3]
 try:
     with open(path, "rb") as bundle:
-        found = hashlib.sha256(bundle.read()).hexdigest()
+        data = bundle.read()
 except OSError as err:
     sys.exit(f"edgetune agent bundle {path}: {err.strerror}; `edgetune fleet up` delivers it")
+found = hashlib.sha256(data).hexdigest()
 if found != expected:
     sys.exit(f"edgetune agent bundle {path} has sha256 {found}, not {expected}: refused, not run "
              "(changed on the board, or left by another edgetune version); `edgetune fleet up` replaces it")
+# Import the very bytes just checked: a copy in a directory only this user can enter (Python
+# reads a zip lazily, so importing `path` would read whatever it holds by then).
+private = tempfile.mkdtemp(prefix=".run-", dir=os.path.dirname(os.path.abspath(path)))
+atexit.register(shutil.rmtree, private, True)
+checked = os.path.join(private, "agent.pyz")
+with open(checked, "xb") as copy:
+    copy.write(data)
 del sys.argv[1:3]
-sys.path.insert(0, path)
+sys.path.insert(0, checked)
 runpy.run_module("edgetune.agent", run_name="__main__", alter_sys=True)
 """
 

@@ -182,3 +182,35 @@ def test_a_config_with_a_duplicate_key_exits_2(tmp_path, capsys):
     path.write_bytes(path.read_bytes()[:-1] + b',"threads":4}')
     assert main(["--root", str(tmp_path), "status"]) == 2
     assert "agent.json: duplicate key(s) 'threads'" in capsys.readouterr().err
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        for name, text in files.items():
+            bundle.writestr(name, text)
+    return buffer.getvalue()
+
+
+def test_the_launcher_runs_the_bytes_it_checked_not_what_the_bundle_holds_later(tmp_path):
+    """Python reads a zip lazily: a bundle swapped once its hash was checked must not be what
+    the rest of the run imports. This bundle swaps itself right after the launcher's check."""
+    import hashlib
+
+    from edgetune.fleet.agent_bundle import LAUNCHER
+
+    path = tmp_path / "edgetune-agent.pyz"
+    package = {"edgetune/__init__.py": "", "edgetune/agent/__init__.py": ""}
+    swapped = _zip({**package, "edgetune/agent/later.py": "WHO = 'a module put in after the check, which must not run'"})
+    main_module = (f"import os\nopen({str(path)!r}, 'wb').write({swapped!r})\nfrom edgetune.agent import later\n"
+                   "copy = os.path.dirname(os.path.dirname(os.path.dirname(later.__file__)))\n"
+                   "print(later.WHO, oct(os.stat(os.path.dirname(copy)).st_mode & 0o777))\n")  # fmt: skip
+    checked = _zip({**package, "edgetune/agent/__main__.py": main_module, "edgetune/agent/later.py": "WHO = 'checked'"})
+    path.write_bytes(checked)
+    done = subprocess.run([sys.executable, "-I", "-c", LAUNCHER, str(path), hashlib.sha256(checked).hexdigest()],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (0, "checked 0o700"), done.stderr
+    assert path.read_bytes() == swapped and sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the copy is gone

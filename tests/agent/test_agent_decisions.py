@@ -19,9 +19,13 @@ import pytest
 from agent_support import current
 from tls_proxy import OfferProxy, TlsProxy, http_body, with_body
 
+from edgetune.agent.cli import main as agent_main
 from edgetune.agent.file_tree import FileTree
 from edgetune.agent.install import install
-from edgetune.agent.state import last_decision_serial
+from edgetune.agent.state import last_decision_serial, record_decision_serial
+from edgetune.artifact_format.codec import to_json
+from edgetune.artifact_format.decision import Decision, sign_decision
+from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.tls import ensure_tls
 from edgetune.inventory.schema import TlsFiles
 
@@ -52,7 +56,7 @@ def test_an_offer_turned_into_another_signed_version_is_refused(board_on, server
     """The proxy asks the server, with the board's own token, for v3 instead of the board's
     assignment (its pin, v2): a validly signed, fresh decision, but not the one asked for."""
     root = board_on(2, board="pinned-1", server=offer_proxy.url)
-    offer_proxy.path = lambda path: path + "/versions/3" if path.endswith("/models/mlp") else path
+    offer_proxy.path = lambda path: path.replace("/models/mlp?", "/models/mlp/versions/3?")
     mark = len(server.requests())
     record = install(root, "mlp")
     assert record.result == "failed" and current(root) == "v2"
@@ -93,22 +97,26 @@ def test_a_replayed_older_decision_is_refused(board_on, server, offer_proxy):
     root = board_on(2, board="pinned-1", server=offer_proxy.url)
     assert install(root, "mlp").result == "unchanged"
     assert install(root, "mlp").result == "unchanged"
-    first, second = (json.loads(json.loads(http_body(a))["decision"])["serial"] for a in offer_proxy.answers)
+    first = json.loads(json.loads(http_body(offer_proxy.answers[0]))["decision"])
     offer_proxy.answer = lambda response: offer_proxy.answers[0]
     record = install(root, "mlp")
     assert record.result == "failed" and current(root) == "v2"
-    assert f"serial {first} is not above the last seen {second}" in record.error
+    assert f"it echoes nonce {first['nonce']}, not this request's" in record.error
 
 
-def test_an_expired_decision_is_refused(board_on, server, monkeypatch):
-    """The answer reaches the board two days after it was signed (a proxy held it; the default
-    lifetime is one day): the board's clock is moved instead of waiting."""
-    root = board_on(2, board="pinned-1", server=server.url)
-    later = time.time() + 2 * 86400
-    monkeypatch.setattr("edgetune.agent.fetch.time", SimpleNamespace(time=lambda: later))
+@pytest.mark.parametrize("clock_s", [25 * 3600, -3600])
+def test_a_boards_clock_ahead_or_behind_decides_nothing(board_on, server, offer_proxy, monkeypatch, clock_s):
+    """A board whose clock runs a day ahead (no RTC) takes a fresh decision; one whose clock runs
+    an hour behind (spoofed NTP) refuses an answer held back from an earlier request: the nonce
+    it sent, echoed in the signed decision, says which answer was made for it."""
+    root = board_on(2, board="pinned-1", server=offer_proxy.url)
+    monkeypatch.setattr("edgetune.agent.fetch.time", SimpleNamespace(time=lambda: time.time() + clock_s))
+    assert install(root, "mlp").result == "unchanged"  # fresh: taken, whatever the board's clock says
+    held_back = offer_proxy.answers[-1]
+    offer_proxy.answer = lambda response: held_back
     record = install(root, "mlp")
     assert record.result == "failed" and current(root) == "v2"
-    assert "expired at " in record.error and "a stale or delayed answer" in record.error
+    assert "an answer made for another request: replayed or held back" in record.error
 
 
 def test_a_decision_for_another_board_is_refused(board_on, server, fleet, offer_proxy):
@@ -143,3 +151,39 @@ def test_a_certificate_that_does_not_name_the_host_is_refused_saying_so(make_boa
     record = install(root, "mlp")
     assert record.result == "failed" and current(root) is None
     assert "name mismatch: the server's certificate does not name the host of this URL" in record.error
+
+
+FAR_AHEAD = 4102444800001  # 2100-01-01 in milliseconds
+
+
+def test_a_decision_whose_serial_runs_far_ahead_of_its_signing_time_is_refused(board_on, server, fleet, offer_proxy):
+    """A holder of the fleet key (or a host whose clock once ran ahead) signs a serial of the
+    year 2100 today: a board that took it would refuse every later decision. It is refused."""
+    root = board_on(2, board="pinned-1", server=offer_proxy.url)
+    seen = last_decision_serial(FileTree(root))
+    key = load_private_key(fleet.fleet.artifacts.signing_key)
+
+    def far_ahead(response: bytes) -> bytes:
+        offer = json.loads(http_body(response))
+        decision = replace(Decision.from_bytes(offer["decision"].encode()), serial=FAR_AHEAD)
+        text, signature = sign_decision(key, decision)
+        offer.update(decision=text, decision_signature=to_json(signature))
+        return with_body(response, json.dumps(offer).encode())
+
+    offer_proxy.answer = far_ahead
+    record = install(root, "mlp")
+    assert record.result == "failed" and current(root) == "v2"
+    assert f"serial {FAR_AHEAD} is" in record.error and "days ahead of its signing time" in record.error
+    assert last_decision_serial(FileTree(root)) == seen
+
+
+def test_a_board_locked_out_by_a_serial_far_ahead_recovers_with_reset_serial(board_on, server, capsys):
+    root = board_on(2, board="pinned-1", server=server.url)
+    record_decision_serial(FileTree(root), FAR_AHEAD)  # as a board took one before serials were bounded
+    record = install(root, "mlp")
+    assert record.result == "failed" and f"is not above the last seen {FAR_AHEAD}" in record.error
+    now = int(time.time() * 1000)
+    assert agent_main(["--root", str(root), "reset-serial", "--to", str(now), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"board": "pinned-1", "previous": FAR_AHEAD, "last_serial": now}
+    assert install(root, "mlp").result == "unchanged"
+    assert last_decision_serial(FileTree(root)) > now

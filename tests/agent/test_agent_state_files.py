@@ -54,6 +54,6 @@ def test_a_damaged_state_is_refused_naming_the_field(tmp_path, models, message):
 )
 def test_a_damaged_decisions_file_is_refused(tmp_path, text, message):
     (tmp_path / "decisions.json").write_text(text)
-    with pytest.raises(AgentError, match="remove it to accept the server's next decision") as err:
+    with pytest.raises(AgentError, match="`edgetune fleet reset-serial BOARD` writes it anew") as err:
         last_decision_serial(FileTree(tmp_path))
     assert message in str(err.value)

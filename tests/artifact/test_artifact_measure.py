@@ -85,7 +85,7 @@ def loopback_class(tmp_path_factory):
         _wait(lambda: _registered(port) == len(ADDRESSES), "the rpc servers did not register")
         boards = [
             Board(name=f"b{i}", address=a, device_class=KEY, tracker="t", python=sys.executable,
-                  workdir=str(logs), ssh=SshSettings())  # fmt: skip
+                  workdir=str(logs), ssh=SshSettings(transport="direct"))  # fmt: skip
             for i, a in enumerate(ADDRESSES)
         ]
         yield RpcEndpoint("127.0.0.1", port, KEY), boards

@@ -59,9 +59,9 @@ def test_replayed_and_substituted_decisions_are_refused_in_the_namespace(served)
         assert first["result"] in ("installed", "unchanged") and current(fleet, proxy.url) == newest
         proxy.answer = lambda response: proxy.answers[0]  # the same signed answer, again
         replayed = through(fleet, proxy.url, "install", "--model", MODEL)
-        assert replayed["result"] == "failed" and "is not above the last seen" in replayed["error"]
+        assert replayed["result"] == "failed" and "an answer made for another request: replayed or held back" in replayed["error"]
         proxy.answer = None
-        proxy.path = lambda path: f"{path}/versions/{newest}" if path.endswith(f"/models/{MODEL}") else path
+        proxy.path = lambda path: path.replace(f"/models/{MODEL}?", f"/models/{MODEL}/versions/{newest}?")
         substituted = through(fleet, proxy.url, "install", "--model", MODEL)
         assert substituted["result"] == "failed"
         assert f"answers a request for v{newest}, not for the version this board should run" in substituted["error"]

@@ -97,9 +97,13 @@ def test_serials_grow_across_restarts_and_a_clock_set_back(tmp_path, monkeypatch
     path = tmp_path / "state" / "decision-serial.json"
     first = SerialCounter(path).next()
     assert abs(first - time.time() * 1000) < 60_000  # the time in milliseconds
-    monkeypatch.setattr("edgetune.deploy.decisions.time", SimpleNamespace(time=lambda: 1_000_000.0))  # set back 50 years
+    back = time.time() - 3600
+    monkeypatch.setattr("edgetune.deploy.decisions.time", SimpleNamespace(time=lambda: back))  # set back an hour
     after_restart = [SerialCounter(path).next() for _ in range(3)]
     assert after_restart == [first + 1, first + 2, first + 3]
+    monkeypatch.setattr("edgetune.deploy.decisions.time", SimpleNamespace(time=lambda: 1_000_000.0))  # 50 years back
+    with pytest.raises(DeployError, match="days ahead of its signing time .* `edgetune fleet reset-serial`"):
+        SerialCounter(path).next()  # boards would refuse it: nothing is signed
 
 
 def test_offers_are_signed_decisions_and_serials_only_grow(deploy_fleet, published, artifact_server):

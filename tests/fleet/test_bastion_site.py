@@ -319,6 +319,24 @@ def test_a_second_version_then_rollback_behind_the_bastion(served):
     assert agent(fleet, "b1", "status")["models"][MODEL]["version"] == 1
 
 
+def test_fleet_reset_serial_lets_a_locked_out_board_take_decisions_again(site, served):
+    from edgetune.agent.file_tree import FileTree
+    from edgetune.agent.state import last_decision_serial, record_decision_serial
+    from edgetune.cli import main
+    from edgetune.fleet.agent_bundle import agent_root
+
+    fleet, _ = served
+    tree = FileTree(Path(agent_root(fleet.board("b1"))))
+    record_decision_serial(tree, 4102444800001)  # a serial of 2100 it took once: it refuses every decision since
+    refused = agent(fleet, "b1", "fetch", "--model", MODEL)
+    assert "is not above the last seen 4102444800001" in refused["error"], refused
+    assert main(["fleet", "reset-serial", "b1", "-f", str(site.fleet_yaml)]) == 0
+    reset_to = last_decision_serial(tree)
+    assert reset_to < 4102444800001 and abs(reset_to / 1000 - time.time()) < 60
+    fetched = agent(fleet, "b1", "fetch", "--model", MODEL)
+    assert "error" not in fetched and last_decision_serial(tree) > reset_to, fetched
+
+
 HOSTILE_PYTHON = """\
 #!/bin/sh
 # root on this board: its agent's `status` answers with a version that is no version
