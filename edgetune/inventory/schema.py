@@ -37,8 +37,8 @@ SIM_ARCHES = ("x86_64", "aarch64")
 BUILTIN_MODELS = ("mlp", "mobilenet-mini", "transformer-block")
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 HOST_KEY_POLICIES = ("strict",)
-# How the tracker, RPC and downloads reach a board: over its SSH connection (the default),
-# directly on its address, or (auto) over SSH only where the board is reached through a bastion.
+# How the tracker, RPC and downloads reach a board: over its SSH connection, directly on its
+# address, or (auto, the default) over SSH where the board is reached through a bastion.
 TRANSPORTS = ("ssh", "direct", "auto")
 NO_SSH_CONFIG = "none"  # `ssh.config: none`: no OpenSSH client config file, not even ~/.ssh/config
 DEFAULT_TRIALS_PER_ITER = 16  # trials per round (tuning.trials_per_iter) when not set
@@ -118,7 +118,7 @@ class SshSettings:
     passphrase_env: str | None = None
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 120.0
-    transport: str = "ssh"
+    transport: str = "auto"
 
 
 @dataclass(frozen=True)

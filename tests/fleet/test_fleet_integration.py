@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from edgetune.artifact.measure import interleave
 from edgetune.cli import main
 from edgetune.fleet import fleet_down, fleet_status, fleet_up, rpc_endpoint, sim_down, sim_up, trust_board
 from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown
+from edgetune.fleet.on_board import RPC_SERVER_PORT
 from edgetune.fleet.process import port_answers, wait_until
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
@@ -52,17 +52,14 @@ def test_every_board_is_registered_under_its_class(sim_fleet):
         assert status.tvm_version == tvm.__version__ and status.firmware.startswith("Linux")
 
 
-def test_only_sshd_answers_on_a_boards_address(sim_fleet):
-    """The SSH transport, the default: each rpc_server listens on its board's loopback only,
-    reached through the forward of its keeper on this host."""
+def test_a_board_reached_without_a_bastion_is_served_directly(sim_fleet):
+    """`ssh.transport: auto`, the default: a board reached without a bastion has no keeper, and
+    its rpc_server is listed under the board's own address."""
     state = load_fleet_state(sim_fleet)
     for board in sim_fleet.boards:
         record = state.boards[board.name]
-        assert record.tunnel is not None and record.rpc_address == record.tunnel.address, board.name
-        for port in {record.tunnel.rpc_port, 9090}:
-            with pytest.raises(ConnectionRefusedError):
-                socket.create_connection((board.address, port), timeout=5).close()
-        assert port_answers(board.address, 22)
+        assert record.tunnel is None and record.rpc_address == board.address, board.name
+        assert port_answers(board.address, RPC_SERVER_PORT)
 
 
 def vector_add(fleet, device_class: str, tmp: Path) -> Path:

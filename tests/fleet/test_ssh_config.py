@@ -201,13 +201,13 @@ def test_an_ipv6_hop_in_brackets():
 def test_the_address_the_tracker_lists_a_board_under(tmp_path):
     direct = board_with(tmp_path, None, address="10.40.2.9", transport="direct")
     assert rpc_address(direct) == "10.40.2.9"
-    assert rpc_address(board_with(tmp_path, None, address="10.40.2.9")) == "127.40.2.9"
+    assert rpc_address(board_with(tmp_path, None, address="10.40.2.9", transport="ssh")) == "127.40.2.9"
     assert rpc_address(board_with(tmp_path, ALIASES, transport="direct")) == "10.0.1.7"  # an alias: its HostName
     for address in ("gw-7.plant3.example.net", "10.0.1.7"):  # a name, or an address whose second number is 0
-        derived = rpc_address(board_with(tmp_path, None, address=address))
+        derived = rpc_address(board_with(tmp_path, None, address=address, transport="ssh"))
         parts = [int(p) for p in derived.split(".")]
         assert parts[0] == 127 and 1 <= parts[1] <= 254 and 1 <= parts[3] <= 254, derived
-        assert derived == rpc_address(board_with(tmp_path, None, address=address))  # the same every time, with no state
+        assert derived == rpc_address(board_with(tmp_path, None, address=address, transport="ssh"))  # the same every time, with no state
 
 
 def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
@@ -217,7 +217,8 @@ def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
     from edgetune.inventory import load_fleet
 
     fleet = load_fleet(spare_fleet_yaml)
-    first, second, *rest = fleet.boards
+    first, second, *rest = (replace(b, ssh=replace(b.ssh, transport="ssh")) for b in fleet.boards)
+    fleet = fleet.replace(boards=(first, second, *rest))
     clashing = fleet.replace(boards=(first, replace(second, address="11." + first.address.split(".", 1)[1]), *rest))
     clashes = _address_clashes(clashing)
     assert set(clashes) == {first.name, second.name}
