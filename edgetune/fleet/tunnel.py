@@ -1,6 +1,6 @@
 """The SSH transport of a board (`ssh.transport: ssh`, or `auto` behind a bastion): the tracker
-and RPC over the board's own SSH connection, so that nothing but sshd listens on the board's network and neither the host
-nor the board needs a route to the other (bastions included).
+and RPC over the board's own SSH connection, so that nothing but sshd listens on the board's
+network and neither the host nor the board needs a route to the other (bastions included).
 
 A keeper process on the host (this module's `main`, started detached by `fleet up`,
 one per board, recorded in fleet.json) holds the board's SSH connection with two forwards
