@@ -159,7 +159,7 @@ def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
 
 def _drive_reset_serial(args: argparse.Namespace) -> int:
     record = reset_serial(args.root, args.serial)
-    _print(args, record, [f"last decision serial: {record['last_serial']} (was {record['previous']})"])
+    _print(args, record.to_json(), [f"last decision serial: {record.last_serial} (was {record.previous})"])
     return 0
 
 

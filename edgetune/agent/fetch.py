@@ -25,7 +25,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -215,11 +215,23 @@ def verify_download(key: Ed25519PublicKey, tarball: Path, manifest_bytes: bytes)
     return inner
 
 
-def reset_serial(root: Path, serial: int) -> dict:
+@dataclass(frozen=True)
+class SerialReset:
+    """What `reset-serial` did (the host reads it as JSON)."""
+
+    board: str
+    previous: int  # the highest serial accepted before
+    last_serial: int  # the highest serial accepted now
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def reset_serial(root: Path, serial: int) -> SerialReset:
     """The `reset-serial` verb: make `serial` the highest decision serial this board accepted
     (the operator's recovery after a serial far ahead: `edgetune fleet reset-serial`)."""
     installation = Installation.open(root)
     with installation.tree.locked():
         previous = last_decision_serial(installation.tree)
         record_decision_serial(installation.tree, serial)
-    return {"board": installation.config.board, "previous": previous, "last_serial": serial}
+    return SerialReset(installation.config.board, previous, serial)

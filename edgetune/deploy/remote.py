@@ -24,6 +24,7 @@ import paramiko
 
 from edgetune.agent.client import SERVER_VIA_ENV
 from edgetune.agent.config import AgentConfig, config_bytes
+from edgetune.agent.fetch import SerialReset
 from edgetune.agent.install import ChangeRecord
 from edgetune.agent.status import InstallationStatus
 from edgetune.artifact_format.codec import from_json
@@ -111,6 +112,10 @@ class RemoteAgent:
     def status(self) -> InstallationStatus:
         """The agent's `status`, decoded: a wrong type anywhere is this board's DeployError."""
         return self._decoded(InstallationStatus, "status", self.call("status"))
+
+    def reset_serial(self, serial: int) -> SerialReset:
+        """The agent's `reset-serial --to serial`, its record decoded."""
+        return self._decoded(SerialReset, "reset-serial", self.call("reset-serial", "--to", str(serial)))
 
     def change(self, verb: str, *args: str, timeout_s: float | None = None) -> ChangeRecord:
         """An `install` or `rollback`, its record decoded (an answer that does not decode raises,

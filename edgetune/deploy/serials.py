@@ -26,8 +26,7 @@ def reset_serials(fleet: Fleet, boards: Sequence[Board]) -> tuple[int, GroupResu
 
 def _reset_board(fleet: Fleet, board: Board, serial: int) -> int:
     with BoardSession(board) as session:
-        record = RemoteAgent(session, fleet).call("reset-serial", "--to", str(serial))
-    previous, now = record.get("previous"), record.get("last_serial")
-    if type(previous) is not int or now != serial:
-        raise DeployError(f"{board.name}: the agent did not take serial {serial}: {str(record.get('error') or record)[:500]}")
-    return previous
+        record = RemoteAgent(session, fleet).reset_serial(serial)
+    if record.last_serial != serial:
+        raise DeployError(f"{board.name}: the agent took serial {record.last_serial}, not {serial}")
+    return record.previous
