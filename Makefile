@@ -1,12 +1,13 @@
 # edgetune: every target that needs the venv creates it first, so each works on a fresh machine.
-# System packages (openssh-server, iproute2) are installed with apt-get when missing (as root).
+# System packages (openssh-server, iproute2, procps; cmake and g++ for examples/cpp) are installed
+# with apt-get when missing (as root).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 FLEET ?= fleet.yaml
 STAMP := $(VENV)/.edgetune-installed
-SYSTEM_PACKAGES := openssh-server iproute2 procps
+SYSTEM_PACKAGES := openssh-server iproute2 procps cmake g++
 
 ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
@@ -25,6 +26,8 @@ system-packages:
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v pgrep >/dev/null || missing="$$missing procps"; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root: apt-get install$$missing)"; exit 1; fi; \
 		echo "installing Debian packages:$$missing"; \

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from edgetune.artifact.release import BuildReport, build_artifacts
 from edgetune.artifact_format.signing import init_keys
+from edgetune.deploy.keys import ensure_decision_key
 from edgetune.deploy.tls import ensure_tls
 from edgetune.errors import Interrupted
 from edgetune.fleet import fleet_down, fleet_up, sim_down, sim_up
@@ -89,10 +90,12 @@ def _tuning_lines(tuning: TuneResult) -> list[str]:
 
 
 def _ensure_keys(fleet: Fleet) -> None:
-    """The signing key, the fleet CA and the server certificate: what is missing is made."""
+    """The signing key, the decision key and its certificate, the fleet CA and the server
+    certificate: what is missing or due is made."""
     settings = fleet.artifacts
     if not settings.signing_key.exists():
         pair = init_keys(settings.signing_key, settings.public_key, settings.dir)
         log.info(f"made a signing key {pair.private_key} (public key {pair.public_key}, key id {pair.key_id})")
+    log.info(ensure_decision_key(fleet))
     for line in ensure_tls(fleet):
         log.info(line)

@@ -10,12 +10,14 @@ def publish_version(fleet, model: str, device_class: str, payload: bytes):
 
     from edgetune.artifact.store import ArtifactStore
     from edgetune.artifact_format.signing import init_keys, load_private_key
+    from edgetune.deploy.keys import ensure_decision_key
     from edgetune.deploy.tls import ensure_tls
 
     settings = fleet.artifacts
     if not settings.signing_key.exists():
         init_keys(settings.signing_key, settings.public_key, settings.dir)
-    ensure_tls(fleet)  # as `keys init --if-missing` does
+    ensure_decision_key(fleet)  # as `keys init --if-missing` does
+    ensure_tls(fleet)
     store = ArtifactStore(settings.dir)
     manifest = sample_manifest(sample_inputs(model=model, device_class=device_class, database_sha256=payload.hex()[:64].ljust(64, "0")))
     with store.stage(model, device_class) as staging:

@@ -77,7 +77,9 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
     if fleet.deploy is not None:
         d = fleet.deploy
         data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases,
-                          "tls": d.tls is not None, "decision_ttl_s": d.decision_ttl_s}
+                          "tls": d.tls is not None, "decision_ttl_s": d.decision_ttl_s, "max_connections": d.max_connections,
+                          "max_connections_per_client": d.max_connections_per_client, "header_timeout_s": d.header_timeout_s,
+                          "keepalive_timeout_s": d.keepalive_timeout_s}
     return data
 
 
@@ -131,6 +133,10 @@ def _model(model) -> dict[str, Any]:
     else:
         data["onnx"] = str(model.onnx)
         data["quantized_weights"] = model.quantized_weights
+    if model.on_switch is not None:
+        data["on_switch"] = model.on_switch
+    if model.health is not None:
+        data["health"] = {"command": model.health.command, "timeout_s": model.health.timeout_s}
     return data
 
 

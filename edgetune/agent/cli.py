@@ -149,7 +149,7 @@ def _guard(args: argparse.Namespace) -> SwitchGuard:
 def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
     to, was = (f"v{v}" if v else "none" for v in (record.to_version, record.from_version))
     if record.ok:
-        line = f"{record.model}: {record.result.replace('_', ' ')} {to} (was {was})"
+        line = f"{record.model}: {record.result.replace('_', ' ')} {to} (was {was})" + (f"; {record.error}" if record.error else "")
     else:
         target = f" {to}" if record.to_version else ""
         line = f"{record.model}:{target} failed, {was} stays current: {record.error}"

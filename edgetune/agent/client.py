@@ -30,6 +30,7 @@ from urllib.parse import quote
 from edgetune.agent.errors import AgentError
 from edgetune.artifact_format.codec import from_json
 from edgetune.artifact_format.signing import Signature
+from edgetune.artifact_format.trust import TrustFile
 from edgetune.durable import fsync_dir, write_atomic
 from edgetune.errors import ArtifactError
 
@@ -59,6 +60,7 @@ class Offer:
     tarball_size: int
     decision: str  # the signed decision (`artifact_format.decision`): what the agent acts on
     decision_signature: Signature
+    trust: TrustFile | None = None  # the fleet's keys (`artifact_format.trust`): the decision key's certificate
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 Schema `edgetune.agent-config` version 1, canonical JSON:
 `{"schema", "schema_version", "board", "device_class", "server", "token_file", "public_key",
-"server_ca", "keep_releases", "firmware_command", "threads"}`. `token_file`, `public_key` and
+"server_ca", "keep_releases", "firmware_command", "threads"}`, and `"hooks"` when a model has
+any: `{<model>: {"on_switch": command or null, "health": {"command", "timeout_s"} or null}}`
+(fleet.yaml's `models[].on_switch` and `models[].health`; see hooks.py). A file without it
+reads as before: no hooks. `token_file`, `public_key` and
 `server_ca` are relative to the agent's root unless absolute. `server_ca` (the fleet CA, PEM) is
 required for an https:// server and must be null for http:// (`deploy.tls: false`). The rollout
 calls `write_config` (or `config_bytes`) on the host; the agent calls `load_config` and refuses
@@ -11,10 +14,12 @@ a bad file naming the field at fault.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import ssl
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -23,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.errors import AgentConfigError
-from edgetune.artifact_format.codec import canonical_bytes, load_versioned, to_json
+from edgetune.artifact_format.codec import added_field, canonical_bytes, load_versioned, to_json
 from edgetune.durable import write_atomic
 
 CONFIG_NAME = "agent.json"
@@ -31,6 +36,38 @@ CONFIG_SCHEMA = "edgetune.agent-config"
 CONFIG_SCHEMA_VERSION = 1
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MIN_TOKEN_CHARS = 32
+HEALTH_TIMEOUT_S = (1.0, 3600.0)  # the range of a health check's timeout (as fleet.yaml allows)
+MAX_COMMAND_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    command: str  # run by the shell after the switch (and on_switch); exit 0: healthy
+    timeout_s: float  # no exit within it: unhealthy (its process group is killed)
+
+
+@dataclass(frozen=True)
+class ModelHooks:
+    """What the agent runs around a switch of a model's `current` (hooks.py)."""
+
+    on_switch: str | None = None  # run by the shell after every switch (install, rollback, the switch back)
+    health: HealthCheck | None = None  # after an install's switch; unhealthy: the board switches back
+
+    def problems(self, model: str) -> list[str]:
+        where, problems = f"hooks.{model}", []
+        if not SAFE_NAME.fullmatch(model):
+            problems.append(f"hooks: {model!r} is not a valid model name")
+        commands = {"on_switch": self.on_switch, "health.command": self.health.command if self.health else None}
+        for name, command in commands.items():
+            if command is not None and (not command.strip() or "\0" in command or len(command) > MAX_COMMAND_CHARS):
+                problems.append(f"{where}.{name}: must be a shell command (not empty, no NUL, at most "
+                                f"{MAX_COMMAND_CHARS} characters)")  # fmt: skip
+        if self.health is not None:
+            low, high = HEALTH_TIMEOUT_S
+            if not (math.isfinite(self.health.timeout_s) and low <= self.health.timeout_s <= high):
+                problems.append(f"{where}.health.timeout_s: must be between {low:g} and {high:g} seconds, "
+                                f"not {self.health.timeout_s}")  # fmt: skip
+        return problems
 
 
 @dataclass(frozen=True)
@@ -44,6 +81,11 @@ class AgentConfig:
     keep_releases: int  # releases kept on the board, at least 2 (the current and previous ones always)
     firmware_command: str  # shell command printing the firmware fingerprint
     threads: int  # TVM_NUM_THREADS for checks and runs
+    hooks: Mapping[str, ModelHooks] | None = added_field()  # per model; None (not written): no model has any
+
+    def hooks_of(self, model: str) -> ModelHooks:
+        """The hooks of `model` (none: an empty ModelHooks)."""
+        return (self.hooks or {}).get(model) or ModelHooks()
 
     def problems(self) -> list[str]:
         """`field: what is wrong` for each invalid value (types are checked on load)."""
@@ -67,6 +109,8 @@ class AgentConfig:
             )
         if self.threads < 1:
             problems.append(f"threads: must be at least 1, not {self.threads}")
+        for model, hooks in sorted((self.hooks or {}).items()):
+            problems.extend(hooks.problems(model))
         return problems
 
     def path_of(self, root: Path, value: str) -> Path:

@@ -3,15 +3,16 @@ this board.
 
 Order (nothing large is downloaded before the small checks pass):
 1. the offer: which version (the newest, the pinned one, or the one asked), for this board,
-   acted on only if its signed decision (`artifact_format.decision`) verifies with the pinned
-   key, has not expired, is newer than every decision seen here (its serial is then recorded)
+   acted on only if its signed decision (`artifact_format.decision`) verifies with the decision
+   key the board's trusted keys certify (`artifact_format.trust`: the server's trust file is
+   taken first if it extends the board's), was made for this request, is newer than every decision seen here (its serial is then recorded)
    and is exactly what the offer says;
 2. a version below the board's high-water mark is refused (a replayed older, validly signed
    artifact must not downgrade a board), unless the operator allows the downgrade;
-3. manifest.json + manifest.sig: signed by the pinned fleet key, for this board's class, the
+3. manifest.json + manifest.sig: signed by the newest artifact key, for this board's class, the
    model asked and the version offered;
 4. the tarball, into `downloads/<model>-v<N>.tar.gz.part` (resuming a partial one), renamed
-   when complete, then verified (every file against the manifest inside, signed by the pinned
+   when complete, then verified (every file against the manifest inside, signed by that
    key) and that manifest must be byte-identical to the signed one fetched in 3. Before its
    first byte: the offered size must be one the signed manifest's files can pack into, and the
    agent root's filesystem must have room for it, its unpacked files and `DISK_MARGIN_BYTES`;
@@ -79,7 +80,7 @@ def fetch_offer(
 ) -> Fetched:
     """Steps 2-4 of the module docstring for a `checked_offer` (the caller holds the lock)."""
     refuse_downgrade(state, offer.version, allow_downgrade)
-    key = installation.public_key()
+    key = installation.trusted().artifact_key
     manifest_bytes = server.get_bytes(offer.manifest_url)
     if sha256_hex(manifest_bytes) != offer.manifest_sha256:
         raise AgentError(f"{offer.manifest_url}: its sha256 is not the one the offer announced; refused")
@@ -160,8 +161,11 @@ def checked_offer(installation: Installation, server: ArtifactServer, model: str
     nonce = secrets.token_hex(16)
     offer = server.offer(config.board, check_model_name(model), version, nonce)
     asked = Asked(config.board, config.device_class, model, version, last_decision_serial(installation.tree), nonce)
+    now = time.time()
+    trusted = installation.trusted(offer.trust, now)
     try:
-        decision = check_decision(installation.public_key(), offer.decision, offer.decision_signature, asked, time.time())
+        decision = check_decision(trusted.decision_key(now), offer.decision, offer.decision_signature, asked, now)
+        trusted.refuse_late(decision)
     except ArtifactError as err:
         raise AgentError(str(err)) from None
     refuse_unsigned_change(offer, decision)

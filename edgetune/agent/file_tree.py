@@ -1,6 +1,8 @@
 """The agent's files on the board, under its root directory:
 
-    agent.json, token, fleet.pub        written by the operator's rollout
+    agent.json, token, fleet.pub        written by the operator's rollout (fleet.pub: the anchor key)
+    trust-offered.json                  a trust file the rollout left, taken (or refused) once
+    trust.json                          the trust file the board took (`artifact_format.trust`)
     state.json                          what runs, since when (see `state.py`), replaced atomically
     decisions.json                      the highest serial of the server's signed decisions seen
     releases/<model>/v<N>/              an installed, verified release (a `v<N>` is always complete)
@@ -46,6 +48,8 @@ class FileTree:
         self.root = Path(root)
         self.state = self.root / "state.json"
         self.decisions = self.root / "decisions.json"
+        self.trust = self.root / "trust.json"
+        self.offered_trust = self.root / "trust-offered.json"
         self.releases = self.root / "releases"
         self.downloads = self.root / "downloads"
 

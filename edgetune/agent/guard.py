@@ -9,6 +9,12 @@ cleans up like after any failure, and the board stays on the release it had. Onl
 called right before the switch, ends this: from there the run completes (a few renames). So a
 run that outlived the rollout that started it never switches behind its back.
 
+A model with hooks (hooks.py) runs them after the switch: `reopen()` arms the guard again
+for that time, so that a stop while they run (or one that came since the commit) raises
+`ChangeStopped` there too, and the install switches the board back before it answers
+(install.py); `commit()` again ends that. So the deadline covers the hooks as well: once it has
+passed, the board is not left on a release whose health check did not pass.
+
 The deadline is a SIGALRM timer; the watch, a thread reading stdin to its end that then sends
 SIGHUP to the main thread. Both need the main thread (the agent's command line runs there).
 """
@@ -36,6 +42,8 @@ class SwitchGuard:
             raise AgentConfigError(f"--deadline-s must be a positive number of seconds, got {deadline_s}")
         self.deadline_s, self.abort_on_hangup = deadline_s, abort_on_hangup
         self._armed = False
+        self._after_switch = False  # reopened: the stop's message says the board goes back
+        self._deadline_passed = self._channel_closed = False  # seen while disarmed too
         self._previous: dict[signal.Signals, object] = {}
 
     @property
@@ -64,13 +72,32 @@ class SwitchGuard:
             signal.signal(signum, signal.SIG_IGN if keep_ignoring else handler)
 
     def commit(self) -> None:
-        """The switch comes next: from here on the run completes."""
+        """The switch comes next (or, reopened, the hooks passed): from here on the run completes."""
         self._armed = False
 
+    def reopen(self) -> None:
+        """The switch is done and the hooks run next: until `commit()`, a stop raises
+        ChangeStopped (then the run switches back); one that came since the commit raises now."""
+        if not self.active:
+            return
+        self._after_switch = self._armed = True
+        if self._deadline_passed or self._channel_closed:
+            self._stop(signal.SIGALRM if self._deadline_passed else signal.SIGHUP, None)
+
     def _stop(self, signum: int, frame) -> None:
+        if signum == signal.SIGALRM:
+            self._deadline_passed = True
+        else:
+            self._channel_closed = True
         if not self._armed:
             return
         self._armed = False  # one stop: the clean-up that follows is not interrupted again
+        if self._after_switch:
+            if signum == signal.SIGALRM:
+                raise ChangeStopped(f"its deadline ({self.deadline_s:g} s, set by the rollout) passed while the hooks "
+                                    "of the switch ran")  # fmt: skip
+            raise ChangeStopped("the SSH channel that started it closed while the hooks of the switch ran (the host "
+                                "or the network went away)")  # fmt: skip
         if signum == signal.SIGALRM:
             raise ChangeStopped(f"its deadline ({self.deadline_s:g} s, set by the rollout) passed before the switch; "
                                 "stopped, nothing switched: roll out again with a longer --timeout-s")
@@ -84,5 +111,6 @@ class SwitchGuard:
                 pass
         except OSError:
             pass  # a closed or broken stdin is a closed channel too
+        self._channel_closed = True  # before reading _armed: `reopen` sets _armed before reading this
         if self._armed:
             signal.pthread_kill(main_thread, signal.SIGHUP)

@@ -9,14 +9,21 @@ class and the model asked, refuse a version below the high-water mark, then
    `expected_output.npz` within the manifest's tolerance) in a child process, so that a
    library that crashes its process fails the install instead of killing the agent;
 3. only then rename the staging directory to `v<N>`, switch `current`, write state.json, and
-   prune to the last `keep_releases` releases (never the current nor the previous one).
+   prune to the last `keep_releases` releases (never the current nor the previous one);
+4. with hooks (agent.json `hooks`, hooks.py): run the model's `on_switch`, then its health
+   check; if either fails (a non-zero exit, its time out, the guard's stop), switch `current`
+   back to the release it had, restore its state (the high-water mark and the health result
+   kept), run `on_switch` again, and answer `failed` with the command's output.
 Any failure removes the staging directory and leaves `current` and the state as they were.
 A `SwitchGuard` (guard.py) may stop the run at any point before the switch: at its deadline,
-which also bounds the reference check, or when the channel that started it closes.
+which also bounds the reference check, or when the channel that started it closes; and, with
+hooks, while they run after the switch, which then switches back.
 
 rollback: switch `current` to a kept release (default: the newest below the current one) after
 verifying it and re-running its reference check; `deactivate` removes the link. The high-water
-mark stays where it is: rollback is the only way down.
+mark stays where it is: rollback is the only way down. Its switch runs `on_switch` (not the
+health check: a rollback has nothing to go back to); one that fails is in the record's `error`,
+and the switch stands.
 """
 
 from __future__ import annotations
@@ -27,16 +34,19 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import edgetune
+from edgetune.agent.config import ModelHooks
 from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
 from edgetune.agent.file_tree import check_model_name
-from edgetune.agent.guard import SwitchGuard
+from edgetune.agent.guard import ChangeStopped, SwitchGuard
+from edgetune.agent.hooks import ON_SWITCH_TIMEOUT_S, HookRun, hook_env, run_hook
 from edgetune.agent.installation import Installation
 from edgetune.agent.state import ModelState, activated, save_state
+from edgetune.artifact_format.codec import added_field, to_json
 from edgetune.artifact_format.files import open_archive, unpack_tarball
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact_format.verify import verify_artifact
@@ -60,13 +70,14 @@ class ChangeRecord:
     to_version: int | None
     result: str  # installed | rolled_back | deactivated | unchanged | failed
     error: str | None = None
+    hooks: tuple[HookRun, ...] | None = added_field()  # the hooks it ran, in order (None, not written: none)
 
     @property
     def ok(self) -> bool:
         return self.result != "failed"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
 
 class _Change:
@@ -77,9 +88,11 @@ class _Change:
         self.installation, self.model, self.state, self.guard = installation, model, state, guard
         self.from_version = state[model].version if model in state else None
         self.to_version: int | None = None
+        self.hooks: list[HookRun] = []
 
     def record(self, result: str, error: str | None = None) -> ChangeRecord:
-        return ChangeRecord(self.installation.config.board, self.model, self.from_version, self.to_version, result, error)
+        return ChangeRecord(self.installation.config.board, self.model, self.from_version, self.to_version, result, error,
+                            tuple(self.hooks) or None)  # fmt: skip
 
     def activate(self, version: int | None) -> None:
         """Switch `current` (atomic), then record it in state.json (atomic). If the state cannot
@@ -94,6 +107,77 @@ class _Change:
             tree.switch_current(self.model, self.from_version)
             raise
         self.state = state
+
+    def switch(self, version: int | None, gate: bool = False) -> str | None:
+        """`activate(version)`, then the model's hooks: `on_switch`, and with `gate` (an install)
+        its health check, under the guard reopened. With `gate`, an on_switch or health check
+        that fails, times out or is stopped (the guard's deadline or channel) switches the board
+        back to `from_version`: returns why (None: the switch stands). Without `gate` (a
+        rollback), the switch stands whatever on_switch does; returns what went wrong with it."""
+        before = self.state.get(self.model)
+        self.activate(version)
+        hooks = self.installation.config.hooks_of(self.model)
+        if not gate:
+            run = self._on_switch(hooks, version, self.from_version)
+            return None if run is None or run.ok else f"on_switch failed after the switch: {run.described()}"
+        if hooks == ModelHooks():
+            return None
+        try:
+            self.guard.reopen()
+            problem = self._gate(hooks, version)
+            self.guard.commit()
+        except ChangeStopped as err:
+            problem = str(err)
+        except BaseException:
+            self.guard.commit()
+            self._switch_back(before, version)
+            raise
+        if problem is None:
+            return None
+        self._switch_back(before, version)
+        return f"{problem}; switched back to {_named(self.from_version)}"
+
+    def _gate(self, hooks: ModelHooks, version: int | None) -> str | None:
+        """on_switch, then the health check: what failed, or None."""
+        run = self._on_switch(hooks, version, self.from_version)
+        if run is not None and not run.ok:
+            return f"on_switch failed after the switch to {_named(version)}: {run.described()}"
+        if hooks.health is None:
+            return None
+        run = self._hook("health", hooks.health.command, hooks.health.timeout_s, version, self.from_version)
+        self.state = {**self.state, self.model: replace(self.state[self.model], health=run)}
+        try:
+            save_state(self.installation.tree, self.state)
+        except OSError:
+            pass  # the result is in the record all the same
+        return None if run.ok else f"the health check failed after the switch to {_named(version)}: {run.described()}"
+
+    def _switch_back(self, before: ModelState | None, version: int | None) -> None:
+        """After failed hooks: `current` back to `from_version` first, then its state as before
+        (the high-water mark and the health result kept), then on_switch again."""
+        tree = self.installation.tree
+        tree.switch_current(self.model, self.from_version)
+        now = self.state[self.model]
+        entry = before or activated(now, None, self.installation.firmware)
+        self.state = {**self.state, self.model: replace(entry, highest_installed=now.highest_installed, health=now.health)}
+        try:
+            save_state(tree, self.state)
+        except OSError:
+            pass  # `current` is back: the next run's recovery completes the state from it
+        self._on_switch(self.installation.config.hooks_of(self.model), self.from_version, version)
+
+    def _on_switch(self, hooks: ModelHooks, version: int | None, previous: int | None) -> HookRun | None:
+        if hooks.on_switch is None:
+            return None
+        return self._hook("on_switch", hooks.on_switch, ON_SWITCH_TIMEOUT_S, version, previous)
+
+    def _hook(self, hook: str, command: str, timeout_s: float, version: int | None, previous: int | None) -> HookRun:
+        installation = self.installation
+        release = installation.tree.release(self.model, version) if version is not None else None
+        env = hook_env(installation.config.board, self.model, version, previous, release, hook)
+        run = run_hook(hook, command, version, env, installation.root, timeout_s)
+        self.hooks.append(run)
+        return run
 
 
 def install(
@@ -130,8 +214,7 @@ def rollback(
         if deactivate:
             if change.from_version is None:
                 return change.record("unchanged")
-            change.activate(None)
-            return change.record("deactivated")
+            return change.record("deactivated", change.switch(None))
         kept = change.installation.tree.kept_versions(model)
         target = to if to is not None else _newest_below(kept, change.from_version)
         if target is None:
@@ -144,10 +227,9 @@ def rollback(
             raise AgentError(f"v{target} of {model} is not kept on this board (kept: {_versions(kept)}); "
                              f"install it with `install --version {target} --allow-downgrade`")
         release = change.installation.tree.release(model, target)
-        accept_manifest(change.installation.config, verify_artifact(release, change.installation.public_key()), model, target)
+        accept_manifest(change.installation.config, verify_artifact(release, change.installation.trusted().release_keys), model, target)
         check_in_child(change.installation, release)
-        change.activate(target)
-        return change.record("rolled_back")
+        return change.record("rolled_back", change.switch(target))
 
     return _run_change(root, model, switch, guard)
 
@@ -172,7 +254,7 @@ def _install_verified(
     change: _Change, tarball: Path, expected_version: int | None, allow_downgrade: bool
 ) -> ChangeRecord:
     installation, model = change.installation, change.model
-    key = installation.public_key()
+    key = installation.trusted().artifact_key
     manifest_bytes, signature_bytes = tarball_head(tarball)
     manifest = signed_manifest(key, manifest_bytes, signature_bytes)
     accept_manifest(installation.config, manifest, model, expected_version)
@@ -190,14 +272,14 @@ def _install_verified(
         installation.tree.place_release(model, version, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    change.activate(version)
+    failed = change.switch(version, gate=True)
     try:
         if tarball.parent == installation.tree.downloads:
             installation.tree.remove_download(model, version)
         prune(installation, model, change.state[model])
     except OSError:
         pass  # installed all the same; the next install prunes again
-    return change.record("installed")
+    return change.record("failed", failed) if failed else change.record("installed")
 
 
 def tarball_head(tarball: Path) -> tuple[bytes, bytes]:
@@ -262,6 +344,10 @@ def _last_json_line(output: str) -> dict:
             continue
         return value if isinstance(value, dict) else {}
     return {}
+
+
+def _named(version: int | None) -> str:
+    return "no release" if version is None else f"v{version}"
 
 
 def _newest_below(kept: list[int], current: int | None) -> int | None:

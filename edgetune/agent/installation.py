@@ -1,19 +1,21 @@
-"""One agent installation on a board: its root, configuration, pinned key, server and firmware."""
+"""One agent installation on a board: its root, configuration, trusted keys, server and firmware."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from edgetune.agent.client import SERVER_VIA_ENV, ArtifactServer, parse_via
 from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, load_server_tls, read_token
+from edgetune.agent.errors import AgentError
 from edgetune.agent.file_tree import FileTree
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
+from edgetune.artifact_format.trust import TrustError, TrustFile, Trusted, accept_trust
+from edgetune.durable import write_atomic
 
 FIRMWARE_TIMEOUT_S = 10.0
 
@@ -31,8 +33,30 @@ class Installation:
     def root(self) -> Path:
         return self.tree.root
 
-    def public_key(self) -> Ed25519PublicKey:
-        return load_pinned_key(self.root, self.config)
+    def trusted(self, offered: TrustFile | None = None, now: float | None = None) -> Trusted:
+        """The keys this board trusts: its pinned anchor, followed through the trust file it took
+        before, after taking the one the rollout left (once) and the server's `offered` one when
+        they are newer (`artifact_format.trust.accept_trust`); one it must not take is an AgentError."""
+        now = time.time() if now is None else now
+        anchor = load_pinned_key(self.root, self.config)
+        accepted = _read_trust(self.tree.trust)
+        pushed = _read_trust(self.tree.offered_trust)
+        self.tree.offered_trust.unlink(missing_ok=True)
+        for where, candidate in ((self.tree.offered_trust, pushed), ("the server's trust file", offered)):
+            if candidate is None or candidate == accepted:
+                continue
+            try:
+                accept_trust(anchor, candidate, accepted, now)
+            except TrustError as err:
+                raise AgentError(f"{where}: {err}") from None
+            write_atomic(self.tree.trust, candidate.to_bytes())
+            accepted = candidate
+        if accepted is None:
+            return Trusted(anchor, (anchor,), None, None)
+        try:
+            return accept_trust(anchor, accepted, accepted, now)
+        except TrustError as err:
+            raise AgentError(f"{self.tree.trust}: {err}") from None
 
     def server(self) -> ArtifactServer:
         via = os.environ.get(SERVER_VIA_ENV)
@@ -55,6 +79,15 @@ class Installation:
         if state != stored:
             save_state(self.tree, state)
         return state
+
+
+def _read_trust(path: Path) -> TrustFile | None:
+    """The trust file at `path`; None if there is none or it is damaged (the anchor then
+    roots the history alone)."""
+    try:
+        return TrustFile.from_bytes(path.read_bytes(), str(path))
+    except (OSError, TrustError):
+        return None
 
 
 def firmware_fingerprint(command: str, timeout_s: float = FIRMWARE_TIMEOUT_S) -> str:

@@ -60,7 +60,7 @@ def run_current(
     if version is None:
         raise AgentError(f"no release of {model} is active on {installation.config.board}: install one first")
     directory = installation.tree.release(model, version)
-    verify_artifact(directory, installation.public_key())
+    verify_artifact(directory, installation.trusted().release_keys)
     given = _read_input(input_path) if input_path else None
     os.environ.setdefault("TVM_NUM_THREADS", str(installation.config.threads))
     try:

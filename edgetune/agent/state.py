@@ -2,7 +2,8 @@
 
 Schema `edgetune.agent-state` version 1, canonical JSON, replaced atomically:
 `{"schema", "schema_version", "models": {<model>: {"version", "since", "firmware", "previous",
-"highest_installed"}}}`.
+"highest_installed"}}}`, and per model `"health"`, the last run of its health check (hooks.py's
+`HookRun`), once it has one (a file without it reads as before).
 
 `decisions.json` (schema `edgetune.agent-decisions` version 1, replaced atomically, under the
 board's lock): `{"schema", "schema_version", "last_serial"}`, the highest serial of a signed
@@ -25,7 +26,9 @@ from typing import TypeVar
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.file_tree import FileTree
+from edgetune.agent.hooks import HookRun
 from edgetune.artifact_format.codec import (
+    added_field,
     canonical_bytes,
     load_versioned,
     rule,
@@ -47,6 +50,7 @@ class ModelState:
     firmware: str | None  # the firmware fingerprint at that time
     previous: int | None  # what was current before
     highest_installed: int  # installs below it are refused (`rollback` and --allow-downgrade excepted)
+    health: HookRun | None = added_field()  # the last run of the model's health check (None: none yet)
 
 
 def utc_iso(timestamp: float | None = None) -> str:
@@ -101,6 +105,7 @@ def activated(old: ModelState | None, version: int | None, firmware: str, since:
         firmware=firmware,
         previous=old.version if old else None,
         highest_installed=max(old.highest_installed if old else 0, version or 0),
+        health=old.health if old else None,
     )
 
 

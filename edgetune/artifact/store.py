@@ -301,6 +301,26 @@ class ArtifactStore:
             write_atomic(self.root / INDEX_SIGNATURE_NAME, sign(key, data).to_bytes())
         return index
 
+    def resign(self, key: Ed25519PrivateKey) -> int:
+        """Sign every version's manifest and the index again with `key` (the artifact key's
+        successor), each tarball re-packed to match; the number of versions signed."""
+        signed = 0
+        for model, device_class in sorted({(p.model, p.device_class) for p in self.places()}):
+            directory = self.class_dir(model, device_class)
+            with _locked(directory / ".lock"):
+                for version in self.versions(model, device_class):
+                    version_dir = directory / f"v{version}"
+                    try:
+                        data = _read_no_follow(version_dir / MANIFEST_NAME)
+                    except OSError as err:
+                        log.warning("warning: %s/%s v%d not signed again: %s", model, device_class, version, err)
+                        continue
+                    write_atomic(version_dir / SIGNATURE_NAME, sign(key, data).to_bytes())
+                    signed += 1
+                self._ensure_tarballs(model, device_class)
+        self.write_index(key)
+        return signed
+
     def _indexable_versions(self) -> Iterator[StoredVersion]:
         for place in self.places():
             try:

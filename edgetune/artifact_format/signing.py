@@ -135,6 +135,15 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return key
 
 
+def public_key_id(pem: bytes) -> str | None:
+    """The key id of a PEM ed25519 public key; None if `pem` is not one."""
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except ValueError:
+        return None
+    return key_id(key) if isinstance(key, Ed25519PublicKey) else None
+
+
 def sign(private_key: Ed25519PrivateKey, data: bytes) -> Signature:
     return Signature(
         algorithm=ALGORITHM,
@@ -143,23 +152,29 @@ def sign(private_key: Ed25519PrivateKey, data: bytes) -> Signature:
     )
 
 
-def signature_problem(public_key: Ed25519PublicKey, data: bytes, sig: Signature, signed: str = "manifest") -> str | None:
-    """None if `sig` is a valid signature of `data` (a `signed`) by `public_key`, else what is wrong."""
-    expected_id = key_id(public_key)
-    if sig.key_id != expected_id:
+PublicKeys = Ed25519PublicKey | tuple[Ed25519PublicKey, ...]
+
+
+def signature_problem(public_key: PublicKeys, data: bytes, sig: Signature, signed: str = "manifest") -> str | None:
+    """None if `sig` is a valid signature of `data` (a `signed`) by `public_key` (or by one of
+    a tuple of keys: the one `sig.key_id` names), else what is wrong."""
+    keys = public_key if isinstance(public_key, tuple) else (public_key,)
+    by_id = {key_id(key): key for key in keys}
+    if sig.key_id not in by_id:
+        given = ", ".join(by_id) or "none"
         return (
-            f"signed by key {sig.key_id}, but the public key given is {expected_id} "
+            f"signed by key {sig.key_id}, but the public key given is {given} "
             "(wrong public key, or an artifact from another signer)"
         )
     try:
-        public_key.verify(base64.b64decode(sig.signature, validate=True), data)
+        by_id[sig.key_id].verify(base64.b64decode(sig.signature, validate=True), data)
     except (InvalidSignature, binascii.Error, ValueError):
         return f"signature does not match the {signed}'s bytes (the {signed} was modified after signing)"
     return None
 
 
 def signature_file_problems(
-    public_key: Ed25519PublicKey, data: bytes, sig_bytes: bytes, signed_name: str, sig_name: str
+    public_key: PublicKeys, data: bytes, sig_bytes: bytes, signed_name: str, sig_name: str
 ) -> list[str]:
     """What is wrong with the signature file `sig_name` (bytes `sig_bytes`) as a signature of
     `signed_name` (bytes `data`) by `public_key`; empty if it is valid."""

@@ -18,8 +18,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from edgetune.artifact_format.files import (
     HEAD_NAMES,
     UnpackLimits,
@@ -31,7 +29,7 @@ from edgetune.artifact_format.files import (
 )
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
 from edgetune.artifact_format.places import StorePlace, store_place
-from edgetune.artifact_format.signing import MAX_SIGNATURE_BYTES, signature_file_problems
+from edgetune.artifact_format.signing import MAX_SIGNATURE_BYTES, PublicKeys, signature_file_problems
 from edgetune.errors import ArtifactError
 
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
@@ -75,7 +73,7 @@ class Expected:
         return cls(model, device_class, min_version, store_place(path))
 
 
-def verify_artifact(path: Path, public_key: Ed25519PublicKey, expect: Expected | None = None) -> Manifest:
+def verify_artifact(path: Path, public_key: PublicKeys, expect: Expected | None = None) -> Manifest:
     """The artifact's manifest if the artifact at `path` is intact, signed by `public_key`, and
     what `expect` says it should be."""
     path, expect = Path(path), expect or Expected()
@@ -89,7 +87,7 @@ def verify_artifact(path: Path, public_key: Ed25519PublicKey, expect: Expected |
 # --- artifacts ----------------------------------------------------------------------------
 
 
-def _verify_tarball(path: Path, public_key: Ed25519PublicKey, expect: Expected) -> Manifest:
+def _verify_tarball(path: Path, public_key: PublicKeys, expect: Expected) -> Manifest:
     try:
         with open_archive(path) as archive:
             manifest, problems = _checked_manifest(archive.manifest_bytes, archive.signature_bytes, public_key, expect)
@@ -105,7 +103,7 @@ def _verify_tarball(path: Path, public_key: Ed25519PublicKey, expect: Expected) 
     return manifest
 
 
-def _verify_dir(root: Path, public_key: Ed25519PublicKey, expect: Expected) -> Manifest:
+def _verify_dir(root: Path, public_key: PublicKeys, expect: Expected) -> Manifest:
     problems: list[str] = []
     data = read_small_file(root, MANIFEST_NAME, MAX_MANIFEST_BYTES, problems)
     sig_bytes = read_small_file(root, SIGNATURE_NAME, MAX_SIGNATURE_BYTES, problems)
@@ -122,7 +120,7 @@ def _verify_dir(root: Path, public_key: Ed25519PublicKey, expect: Expected) -> M
 
 
 def _checked_manifest(
-    data: bytes, sig_bytes: bytes | None, public_key: Ed25519PublicKey, expect: Expected
+    data: bytes, sig_bytes: bytes | None, public_key: PublicKeys, expect: Expected
 ) -> tuple[Manifest | None, list[str]]:
     """The parsed manifest (None if it cannot be) and the problems of its signature (unless
     `sig_bytes` is None: already reported missing), its file list and the expectations."""

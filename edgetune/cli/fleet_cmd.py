@@ -64,7 +64,10 @@ def drive_reset_serial(args: argparse.Namespace) -> int:
 
 
 def drive_status(args: argparse.Namespace) -> int:
+    from edgetune.deploy.rollout import read_back_interrupted
+
     fleet = load_checked_fleet(args)
+    read_back_interrupted(fleet)  # an interrupted rollout's boards, read back before they are shown
     boards = fleet_status(fleet)
     if args.json:
         print(json.dumps([dataclasses.asdict(board) for board in boards], indent=2))

@@ -1,5 +1,6 @@
 """The host's half of signed decisions (`artifact_format.decision`): serials that never go back,
-and the signer the artifact server answers offers with.
+and the signer the artifact server answers offers with: the decision key, never the artifact
+key (`deploy.keys.OnlineKeys`), its trust file sent with every offer.
 
 Serials: one counter for the fleet, in `<workdir>/state/decision-serial.json`, so every board
 sees its serials grow. The next serial is the current time in milliseconds, or the last one
@@ -18,12 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from edgetune.agent.client import Offer
 from edgetune.artifact_format.codec import canonical_bytes, load_versioned, rule
 from edgetune.artifact_format.decision import new_decision, serial_lead_problem, sign_decision
-from edgetune.artifact_format.signing import load_private_key
+from edgetune.deploy.keys import OnlineKeys
 from edgetune.deploy.offer import Choice
 from edgetune.durable import write_atomic
 from edgetune.errors import DeployError
@@ -104,8 +103,8 @@ _IF_REMOVED = ("it keeps decision serials growing: if the host's clock is right,
 class DecisionSigner:
     """Turns the server's choice for a board into the offer it sends: the signed decision."""
 
-    def __init__(self, fleet: Fleet, key: Ed25519PrivateKey | None = None):
-        self.key = key or load_private_key(fleet.artifacts.signing_key)
+    def __init__(self, fleet: Fleet):
+        self.keys = OnlineKeys(fleet)
         self.ttl_s = fleet.deploy.decision_ttl_s
         self.serials = serial_counter(fleet)
 
@@ -118,7 +117,8 @@ class DecisionSigner:
             pinned=choice.pinned, requested=choice.requested, serial=self.serials.next(now), issued_at=now,
             ttl_s=self.ttl_s, nonce=nonce,
         )  # fmt: skip
-        text, signature = sign_decision(self.key, decision)
+        key, trust = self.keys.current()
+        text, signature = sign_decision(key, decision)
         base = f"/v1/artifacts/{stored.model}/{stored.device_class}/v{stored.version}"
         return Offer(
             board=decision.board,
@@ -133,6 +133,7 @@ class DecisionSigner:
             tarball_size=decision.tarball_size,
             decision=text,
             decision_signature=signature,
+            trust=trust,
         )
 
 

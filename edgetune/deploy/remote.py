@@ -3,10 +3,12 @@
 Before its first verb on a board, the agent's bundle is delivered where its copy is missing or
 differs (`fleet.agent_bundle`: the board needs nothing of edgetune installed). Provisioning
 writes `<board workdir>/agent/`: `agent.json` (the board's name, class, the server URL, releases
-to keep, its firmware command), `fleet.pub` (the fleet's public key: the only key the agent
-trusts; a different pinned key is never replaced behind the operator's back), `fleet-ca.pem`
-(the fleet CA, the only authority the agent trusts for an https:// server; pinned the same
-way) and `token` (mode 0600). Each verb runs the hash-checked bundle with the board's Python
+to keep, its firmware command, the models' hooks), `fleet.pub` (the fleet's anchor key, its first artifact key: the
+root of every key the agent trusts; a different pinned key is never replaced),
+`trust-offered.json` (the fleet's trust file, `deploy.keys`: the agent takes it if it extends
+the history it took), `fleet-ca.pem` (the fleet CA, the only authority the agent trusts for an
+https:// server; replaced only where the board pins a CA the fleet had before) and `token`
+(mode 0600). Each verb runs the hash-checked bundle with the board's Python
 (`... --root ROOT VERB ... --json`); its JSON answer is returned as data (`status` and the
 changes decoded into the agent's own records), a failure to reach the board raised. On a board of the SSH transport a verb that downloads reaches the server
 through a forward of this very SSH connection (the agent's TLS checks unchanged).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Iterator, TypeVar
 from urllib.parse import urlsplit
@@ -23,11 +26,15 @@ from urllib.parse import urlsplit
 import paramiko
 
 from edgetune.agent.client import SERVER_VIA_ENV
-from edgetune.agent.config import AgentConfig, config_bytes
+from edgetune.agent.config import AgentConfig, HealthCheck, ModelHooks, config_bytes
 from edgetune.agent.fetch import SerialReset
 from edgetune.agent.install import ChangeRecord
 from edgetune.agent.status import InstallationStatus
 from edgetune.artifact_format.codec import from_json
+from edgetune.artifact_format.signing import key_id, public_key_id
+from edgetune.artifact_format.trust import anchor_pem, artifact_history
+from edgetune.deploy.keys import KeyFiles, read_trust
+from edgetune.deploy.tls import is_fleet_ca
 from edgetune.errors import ArtifactError, DeployError
 from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
 from edgetune.fleet.forward import RemoteForward
@@ -37,6 +44,7 @@ from edgetune.fleet.ssh_route import uses_ssh_transport
 from edgetune.inventory.schema import Board, Fleet
 
 PUBLIC_KEY_NAME = "fleet.pub"
+OFFERED_TRUST_NAME = "trust-offered.json"
 CA_NAME = "fleet-ca.pem"
 TOKEN_NAME = "token"
 T = TypeVar("T")
@@ -61,7 +69,22 @@ def agent_config(fleet: Fleet, board: Board) -> AgentConfig:
         keep_releases=fleet.deploy.keep_releases,
         firmware_command=firmware_command(fleet, board),
         threads=board.threads or profile.runtime_threads,
+        hooks=model_hooks(fleet),
     )
+
+
+def model_hooks(fleet: Fleet) -> dict[str, ModelHooks] | None:
+    """The models' `on_switch` and `health` (fleet.yaml) as agent.json carries them; None (not
+    written) when no model has any."""
+    hooks = {
+        model.name: ModelHooks(
+            on_switch=model.on_switch,
+            health=HealthCheck(model.health.command, model.health.timeout_s) if model.health else None,
+        )
+        for model in fleet.models
+        if model.on_switch is not None or model.health is not None
+    }
+    return hooks or None
 
 
 class RemoteAgent:
@@ -73,20 +96,31 @@ class RemoteAgent:
         self._bundle_checked = False
 
     def provision(self, token: str, public_key_pem: bytes) -> None:
-        """Write the agent's config, pinned key and CA, and token (idempotent)."""
-        self._pin(PUBLIC_KEY_NAME, public_key_pem, "fleet key", "signing key")
+        """Write the agent's config, anchor key, trust file, CA and token (idempotent).
+        `public_key_pem`: the artifact key's public half, which must be the trust file's newest."""
+        files = KeyFiles.of(self.fleet)
+        trust = read_trust(files.trust)
+        newest = key_id(artifact_history(trust)[-1])
+        if public_key_id(public_key_pem) != newest:
+            raise DeployError(f"{files.public_key} is not the newest artifact key of {files.trust} ({newest}): the keys "
+                              "directory mixes two fleets' files, or a rotation was not finished (run it again)")
+        self._pin(PUBLIC_KEY_NAME, anchor_pem(trust), "fleet anchor key", lambda pinned: False)
+        self.session.put_file(f"{self.root}/{OFFERED_TRUST_NAME}", trust.to_bytes(), mode=0o644)
         if self.fleet.deploy.tls:
-            self._pin(CA_NAME, self.fleet.deploy.tls.ca_cert.read_bytes(), "fleet CA", "CA (fleet-ca.pem)")
+            self._pin(CA_NAME, self.fleet.deploy.tls.ca_cert.read_bytes(), "fleet CA",
+                      lambda pinned: is_fleet_ca(self.fleet, pinned))  # fmt: skip
         self.session.put_file(f"{self.root}/{TOKEN_NAME}", token.encode("ascii"), mode=0o600)
         self.session.put_file(f"{self.root}/agent.json", config_bytes(agent_config(self.fleet, self.board)), mode=0o644)
 
-    def _pin(self, name: str, pem: bytes, what: str, replaced: str) -> None:
-        """Write `pem` as the board's pinned `name`, unless it pins another one already."""
+    def _pin(self, name: str, pem: bytes, what: str, replaceable: Callable[[bytes], bool]) -> None:
+        """Write `pem` as the board's pinned `name`, unless it pins another one that is not
+        `replaceable` (an earlier one of this fleet)."""
         pinned = self.session.run(f"cat {shlex.quote(self.root)}/{name}", check=False)
-        if pinned.exit_status == 0 and pinned.stdout.strip() != pem.decode().strip():
+        other = pinned.exit_status == 0 and pinned.stdout.strip() != pem.decode().strip()
+        if other and not replaceable(pinned.stdout.encode()):
             raise DeployError(
-                f"{self.board.name}: the agent pins another {what} ({self.root}/{name}); if the fleet's "
-                f"{replaced} was really replaced, remove that file on the board, then roll out again"
+                f"{self.board.name}: the agent pins a {what} this fleet never had ({self.root}/{name}): the board "
+                "belongs to another fleet; if it really is this fleet's, remove that file on the board, then roll out again"
             )
         self.session.put_file(f"{self.root}/{name}", pem, mode=0o644)
 

@@ -21,8 +21,18 @@ Execution (`rollout`); docs/rollout.md says what it guarantees:
   `max_failed_pct` of the targets, the rollout stops and every board it switched is rolled
   back (`agent rollback --to <its previous version>`); a rollback that fails is
   `rollback_failed`; boards not reached are `skipped`;
+- a model with hooks (fleet.yaml `on_switch`, `health`) has them run by each board's agent after
+  its switch, within the agent's deadline: a board whose on_switch or health check fails (or
+  outlives that deadline) is switched back by its agent and is `failed`, the command's output
+  in its error and every hook run in its outcome's `hooks`;
 - at the end every targeted board is read back, and that is what the fleet state records
-  (`deployed.json`, shown by `fleet status`) and each outcome's `runs` says.
+  (`deployed.json`, shown by `fleet status`) and each outcome's `runs` says;
+- all along, the intent journal (`rollout_journal`) says which boards a stage is about to change
+  and each board's previous version, and each board's answer or read-back is recorded (in the
+  journal and `deployed.json`) as it comes, so a host killed at any point leaves `unknown` where
+  a change was under way; the next rollout of the model (or `fleet status`,
+  `read_back_interrupted`) reads back every board an interrupted one touched, and a rollout
+  that stops rolls back the boards the interrupted one switched too.
 """
 
 from __future__ import annotations
@@ -36,9 +46,12 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from edgetune.agent.install import ChangeRecord
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.codec import to_json
 from edgetune.deploy.offer import offer
 from edgetune.deploy.remote import RemoteAgent
+from edgetune.deploy.rollout_journal import RolloutJournal, RolloutUnderWay, journalled_models
 from edgetune.deploy.tls import host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.errors import DeployError, EdgetuneError
@@ -105,6 +118,7 @@ class BoardOutcome:
     error: str | None = None
     downgrade: bool = False  # to_version is below the newest the board had installed, by an operator's choice
     runs: int | str | None = None  # what the board runs, read back at the end (None: no release; UNKNOWN)
+    hooks: tuple[dict, ...] | None = None  # the model's hooks the agent ran (its `HookRun`s as JSON); None: none
 
     @property
     def runs_target(self) -> bool:
@@ -123,8 +137,9 @@ class RolloutResult:
 
     def records(self) -> list[dict]:
         """One JSON record per board: board, class, model, from_version, to_version, result, error,
-        downgrade, runs."""
-        return [{("class" if k == "device_class" else k): v for k, v in vars(o).items()} for o in self.outcomes]
+        downgrade, runs, and `hooks` where the agent ran any."""
+        return [{("class" if k == "device_class" else k): v for k, v in vars(o).items() if not (k == "hooks" and v is None)}
+                for o in self.outcomes]  # fmt: skip
 
 
 def plan_rollout(
@@ -146,27 +161,54 @@ def plan_rollout(
 
 
 def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
-    """Carry out `plan`; stop and roll back at the threshold (see the module docstring)."""
+    """Carry out `plan`; stop and roll back at the threshold (see the module docstring). The
+    outcomes are the targets', then those of boards outside the plan that an interrupted
+    rollout of the model switched and this one rolled back."""
     check_server(fleet)
+    _warn_of_a_long_health_check(fleet, plan)
     public_key = fleet.artifacts.public_key.read_bytes()
-    before = load_deployed(fleet)
-    outcomes: dict[str, BoardOutcome] = {}
-    stopped = None
-    for stage in plan.stages:
-        log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
-        outcomes.update(_run_stage(fleet, plan, stage, public_key, before))
-        stopped = _stop_reason(plan, stage, list(outcomes.values()))
-        if stopped:
-            log.info(f"stopping: {stopped}; rolling back the boards this rollout switched")
-            outcomes.update(_roll_back(fleet, plan, outcomes))
-            break
-    for target in plan.targets:
-        if target.board.name not in outcomes:
-            outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
-    runs = _record_what_boards_run(fleet, plan)
-    result = RolloutResult(plan, tuple(replace(outcomes[t.board.name], runs=runs[t.board.name]) for t in plan.targets), stopped)
-    record_event(fleet, "rollout", model=plan.model, stopped=stopped, outcomes=result.records())
+    with RolloutJournal.held(fleet, plan.model) as journal:
+        _read_back_interrupted(fleet, journal)
+        before = load_deployed(fleet)
+        outcomes: dict[str, BoardOutcome] = {}
+        stopped = None
+        for stage in plan.stages:
+            log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
+            journal.plan_stage(stage.name, {t.board.name: t.version for t in stage.targets})
+            outcomes.update(_run_stage(fleet, plan, stage, public_key, before, journal))
+            stopped = _stop_reason(plan, stage, list(outcomes.values()))
+            if stopped:
+                log.info(f"stopping: {stopped}; rolling back the boards this rollout (or an interrupted one) switched")
+                outcomes.update(_roll_back(fleet, plan, outcomes, journal))
+                break
+        for target in plan.targets:
+            if target.board.name not in outcomes:
+                outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
+        targeted = [t.board.name for t in plan.targets]
+        others = [name for name, entry in journal.boards.items() if entry.touched and name not in targeted and _has_board(fleet, name)]
+        runs = _record_what_boards_run(fleet, plan, others)
+        listed = [*targeted, *(name for name in others if name in outcomes)]
+        result = RolloutResult(plan, tuple(replace(outcomes[name], runs=runs[name]) for name in listed), stopped)
+        record_event(fleet, "rollout", model=plan.model, stopped=stopped, outcomes=result.records())
+        journal.close()
     return result
+
+
+def read_back_interrupted(fleet: Fleet) -> None:
+    """For `fleet status`: the boards every interrupted rollout touched, read back and recorded
+    (its journal kept for the next rollout of the model), and what to run, logged."""
+    for model in journalled_models(fleet):
+        try:
+            with RolloutJournal.held(fleet, model) as journal:
+                if journal.interrupted is None:
+                    continue  # it ended meanwhile
+                _read_back_interrupted(fleet, journal)
+                switched = [f"{name} (back to {_named(entry.previous)})" for name, entry in sorted(journal.boards.items()) if entry.switched]
+                rolls_back = f"; if it stops, it rolls back {', '.join(switched)}" if switched else ""
+                log.warning(f"run `edgetune rollout -f {fleet.path} --model {model}` (with the options it had) to finish it: it reads "
+                            f"these boards back first{rolls_back}")  # fmt: skip
+        except RolloutUnderWay as err:
+            log.warning(str(err))
 
 
 def check_server(fleet: Fleet) -> None:
@@ -215,11 +257,47 @@ def _stages(targets: list[Target], canary: int, batch: int) -> tuple[Stage, ...]
     return (*canaries, *batches)
 
 
-def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before) -> dict[str, BoardOutcome]:
+def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal) -> None:
+    """The boards the interrupted rollout whose journal `journal` took over touched, read back:
+    what each runs is recorded (one that cannot be read stays as recorded: `unknown` if its
+    change was under way)."""
+    record = journal.interrupted
+    if record is None:
+        return
+    touched = {name: entry for name, entry in record.boards.items() if entry.touched}
+    log.warning(f"a rollout of {journal.model} (pid {record.pid}, started {record.started}) was interrupted; reading back the "
+                f"{len(touched)} board(s) it touched: {', '.join(sorted(touched)) or 'none'}")  # fmt: skip
+    boards = [b for b in fleet.boards if b.name in touched]
+    for name in sorted(set(touched) - {b.name for b in boards}):
+        log.warning(f"  {name}: no longer in {fleet.path}: not read back")
+    results = for_each_board(boards, lambda board: read_back(fleet, board, journal.model))
+    for board in boards:
+        runs = results.succeeded.get(board.name, UNKNOWN)
+        if runs != UNKNOWN:
+            journal.read_back(board.name, runs)
+        entry = journal.boards[board.name]
+        found = "could not be read back" if runs == UNKNOWN else f"runs {_named(runs)}"
+        log.warning(f"  {board.name}: {found} (before the rollout: {_named(entry.previous)}; its target: v{entry.target})")
+
+
+def _warn_of_a_long_health_check(fleet: Fleet, plan: RolloutPlan) -> None:
+    model = next((m for m in fleet.models if m.name == plan.model), None)
+    if model is not None and model.health is not None and model.health.timeout_s >= plan.agent_deadline_s:
+        log.warning(f"{plan.model}'s health check may take {model.health.timeout_s:g} s, not less than the agent's deadline "
+                    f"({plan.agent_deadline_s:g} s, from --timeout-s {plan.timeout_s:g}): a board whose check runs that "
+                    "long is switched back; give --timeout-s more room")  # fmt: skip
+
+
+def _has_board(fleet: Fleet, name: str) -> bool:
+    return any(b.name == name for b in fleet.boards)
+
+
+def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before,
+               journal: RolloutJournal) -> dict[str, BoardOutcome]:  # fmt: skip
     """Install on the stage's boards in parallel; a board no install reached is `failed`."""
     targets = {t.board.name: t for t in stage.targets}
     results = for_each_board([t.board for t in stage.targets],
-                             lambda board: _install(fleet, plan, targets[board.name], public_key))  # fmt: skip
+                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal))  # fmt: skip
     outcomes = {}
     for name, target in targets.items():
         outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
@@ -227,17 +305,20 @@ def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes,
     return outcomes
 
 
-def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes) -> BoardOutcome:
-    """Provision the board, read its state, then `agent install` under the agent's deadline. An
-    error before the install leaves the board untouched (raised: `failed`); a lost answer is
-    read back."""
+def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, journal: RolloutJournal) -> BoardOutcome:
+    """Provision the board, read its state, journal the change, then `agent install` under the
+    agent's deadline; its answer (or, lost, a read-back) is recorded at once. An error before
+    the install leaves the board untouched (raised: `failed`). `from_version` is what it ran
+    before the rollout (an interrupted rollout of the model may have switched it since)."""
     board = target.board
     with BoardSession(board) as session:
         agent = RemoteAgent(session, fleet)
         agent.provision(ensure_token(fleet, board), public_key)
         entry = agent.status().models.get(plan.model)
         highest = entry.highest_installed if entry is not None else 0
-        outcome = BoardOutcome(board.name, board.device_class, plan.model, None if entry is None else entry.version, target.version,
+        running = None if entry is None else entry.version
+        previous = journal.changing(board.name, running)
+        outcome = BoardOutcome(board.name, board.device_class, plan.model, previous, target.version,
                                "unknown", downgrade=target.chosen_by is not None and target.version < highest)  # fmt: skip
         if outcome.downgrade:
             log.warning("%s: v%d of %s is below v%d, the newest it has installed: a deliberate downgrade (%s)",
@@ -250,15 +331,20 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes)
             lost = str(err)
         else:
             result = record.result if record.result in ("installed", "unchanged") else "failed"
-            return replace(outcome, result=result, error=record.error)
-    return _after_lost_answer(fleet, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed")
+            runs = record.to_version if result != "failed" else record.from_version
+            journal.read_back(board.name, runs)
+            note = f"switched from {_named(previous)} by an interrupted rollout" if previous != running else None
+            return replace(outcome, result=result, error=record.error or note, runs=runs, hooks=_hook_runs(outcome, record))
+    return _after_lost_answer(fleet, journal, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed")
 
 
-def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome]) -> dict[str, BoardOutcome]:
-    """Every board this rollout switched goes back to the version it had; outcomes as data."""
-    switched = {o.board: o for o in outcomes.values() if o.result == "installed"}
-    boards = [b for b in fleet.boards if b.name in switched]
-    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name]))
+def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], journal: RolloutJournal) -> dict[str, BoardOutcome]:
+    """Every board this rollout, or an interrupted one of the model, switched (read back running
+    another version than before the rollout) goes back to the version it had; outcomes as data."""
+    entries = journal.boards
+    boards = [b for b in fleet.boards if b.name in entries and entries[b.name].switched]
+    switched = {b.name: outcomes.get(b.name) or _switched_earlier(plan, b, entries[b.name]) for b in boards}
+    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], journal))
     rolled = dict(results.succeeded)
     rolled.update({name: replace(switched[name], result="rollback_failed", error=reason) for name, reason in results.failed.items()})
     for outcome in rolled.values():
@@ -266,19 +352,36 @@ def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome
     return rolled
 
 
-def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome) -> BoardOutcome:
+def _switched_earlier(plan: RolloutPlan, board: Board, entry) -> BoardOutcome:
+    """The outcome of a board outside this rollout's installs that an interrupted one switched."""
+    return BoardOutcome(board.name, board.device_class, plan.model, entry.previous, entry.target, "installed",
+                        f"switched from {_named(entry.previous)} by an interrupted rollout", runs=entry.runs)  # fmt: skip
+
+
+def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome, journal: RolloutJournal) -> BoardOutcome:
     to = "none" if outcome.from_version is None else str(outcome.from_version)
+    journal.changing(board.name, outcome.runs if isinstance(outcome.runs, int) else None)
     try:
         with BoardSession(board) as session:
             record = RemoteAgent(session, fleet).change("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
                                                         timeout_s=plan.timeout_s)  # fmt: skip
     except EdgetuneError as err:
-        return _after_lost_answer(fleet, board, outcome, str(err), aimed_at=outcome.from_version,
+        return _after_lost_answer(fleet, journal, board, outcome, str(err), aimed_at=outcome.from_version,
                                   reached="rolled_back", missed="rollback_failed")  # fmt: skip
+    hooks = _hook_runs(outcome, record)
     if record.result in ("rolled_back", "deactivated", "unchanged"):
-        return replace(outcome, result="rolled_back", error=f"rolled back to {_named(outcome.from_version)}")
+        journal.read_back(board.name, outcome.from_version)
+        error = f"rolled back to {_named(outcome.from_version)}" + (f"; {record.error}" if record.error else "")
+        return replace(outcome, result="rolled_back", error=error, runs=outcome.from_version, hooks=hooks)
+    journal.read_back(board.name, record.from_version)
     error = f"rolling back to {_named(outcome.from_version)} failed: {record.error}; {_way_back(fleet, plan, board, outcome)}"
-    return replace(outcome, result="rollback_failed", error=error)
+    return replace(outcome, result="rollback_failed", error=error, runs=record.from_version, hooks=hooks)
+
+
+def _hook_runs(outcome: BoardOutcome, record: ChangeRecord) -> tuple[dict, ...] | None:
+    """The hooks `outcome` records so far, and those the agent ran for `record`."""
+    runs = (*(outcome.hooks or ()), *to_json(record.hooks or ()))
+    return runs or None
 
 
 def _way_back(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome) -> str:
@@ -289,24 +392,27 @@ def _way_back(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutco
 
 
 def _after_lost_answer(
-    fleet: Fleet, board: Board, outcome: BoardOutcome, reason: str, aimed_at: int | None, reached: str, missed: str
+    fleet: Fleet, journal: RolloutJournal, board: Board, outcome: BoardOutcome, reason: str, aimed_at: int | None, reached: str,
+    missed: str,
 ) -> BoardOutcome:
     """A change whose answer was lost is `unknown` until the board is read back: then `reached`
-    if it runs `aimed_at`, else `missed`; still `unknown` if it cannot be read."""
+    if it runs `aimed_at`, else `missed`; still `unknown` if it cannot be read. Recorded at once."""
     reason = _first_line(reason)
     log.info(f"  {board.name}: unknown ({reason}); reading back what it runs")
     running = read_back(fleet, board, outcome.model)
+    journal.read_back(board.name, running)
     if running == UNKNOWN:
         result, found = "unknown", "it could not be read back: see `edgetune fleet status` once it answers"
     else:
         result, found = (reached if running == aimed_at else missed), f"read back: it runs {_named(running)}"
     log.info(f"  {board.name}: {found}")
-    return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}")
+    return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}", runs=running)
 
 
-def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan) -> dict[str, int | str | None]:
-    """Read every targeted board back and record that in the fleet state (UNKNOWN if unreadable)."""
-    boards = [t.board for t in plan.targets]
+def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan, others: Sequence[str] = ()) -> dict[str, int | str | None]:
+    """Read every targeted board, and the `others` (touched by an interrupted rollout), back and
+    record that in the fleet state (UNKNOWN if unreadable)."""
+    boards = [t.board for t in plan.targets] + [b for b in fleet.boards if b.name in others]
     results = for_each_board(boards, lambda board: read_back(fleet, board, plan.model))
     runs = {board.name: results.succeeded.get(board.name, UNKNOWN) for board in boards}
     for name, version in runs.items():

@@ -21,37 +21,48 @@ unknown board, model or version. Every error answer, unknown routes' included, i
 files of versions `ArtifactStore.servable` accepts are served (complete, no symbolic link, the
 manifest its place's, the tarball current); `If-None-Match` takes `*` and weak ETags. Every
 request is logged as one JSON line.
+
+Connections pass through `deploy.connections.ConnectionGuard` (`build_server`): how many may be
+open, how many from one address, how long a request head and an idle keep-alive may take.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.codec import to_json
 from edgetune.artifact_format.decision import NONCE
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from edgetune.deploy.connections import ConnectionGuard, descriptor_budget
 from edgetune.deploy.decisions import DecisionSigner
+from edgetune.deploy.log_limit import limit_repeats
 from edgetune.deploy.offer import OfferError, check_name, find_board, listed_version, offer
 from edgetune.deploy.operator import is_operator_token
-from edgetune.deploy.tls import check_server_tls
+from edgetune.deploy.tls import check_server_tls, renew_server_certificate
 from edgetune.deploy.tokens import TokenBook
 from edgetune.errors import DeployError
 from edgetune.inventory.schema import Board, Fleet
 
+log = logging.getLogger(__name__)
+RENEW_CHECK_S = 3600.0  # how often a running server looks at its certificate
 ACCESS_LOG = logging.getLogger("edgetune.access")
 ARTIFACT_FILES = (MANIFEST_NAME, SIGNATURE_NAME)
 UNAUTHENTICATED = "a valid board token is required"
@@ -259,18 +270,63 @@ class _AccessLog:
             }, sort_keys=True))  # fmt: skip
 
 
-def serve(fleet: Fleet, host: str | None = None, port: int | None = None,
-          dashboard: Callable[[], bytes] | None = None) -> None:
-    """Run the server in the foreground until interrupted (uvicorn; its own access log off)."""
-    import uvicorn
+class RenewingServer(uvicorn.Server):
+    """uvicorn's server that, while it runs, checks its certificate every RENEW_CHECK_S and
+    makes a new one from the fleet CA when it is due (`tls.renew_server_certificate`); new
+    connections are then made with it."""
 
+    def __init__(self, config: uvicorn.Config, fleet: Fleet, tls: ssl.SSLContext | None):
+        super().__init__(config)
+        self.fleet, self.tls = fleet, tls
+        self.next_check = time.monotonic() + RENEW_CHECK_S
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.tls is not None and time.monotonic() >= self.next_check:
+            self.next_check = time.monotonic() + RENEW_CHECK_S
+            await asyncio.to_thread(self.renew)
+        return await super().on_tick(counter)
+
+    def renew(self) -> None:
+        try:
+            made = renew_server_certificate(self.fleet)
+        except DeployError as err:
+            log.warning("warning: the server certificate could not be renewed: %s", err)
+            return
+        if made:
+            files = self.fleet.deploy.tls
+            self.tls.load_cert_chain(str(files.server_cert), str(files.server_key))
+            log.warning("made a new server certificate (%s): new connections use it", made)
+
+
+def build_server(fleet: Fleet, host: str | None = None, port: int | None = None,
+                 dashboard: Callable[[], bytes] | None = None) -> RenewingServer:
+    """uvicorn serving `create_app(fleet, dashboard)` on `host`:`port` (default: deploy.bind),
+    every connection through a `ConnectionGuard` holding deploy's connection limits and timeouts
+    (TLS inside it); uvicorn's own access log off, repeated warnings limited (`log_limit`). A
+    server certificate that is due is made anew first, where the fleet CA's key can be read."""
     settings = fleet.deploy
     if settings is None:
         raise DeployError(f"{fleet.path} has no 'deploy' section (bind, url): add one to serve artifacts to boards")
-    host, port = host or settings.bind_host, port or settings.port
-    tls = check_server_tls(fleet)
-    app = create_app(fleet, dashboard)
+    if settings.tls is not None and settings.tls.ca_key.exists():
+        made = renew_server_certificate(fleet)
+        if made:
+            log.warning("made a new server certificate (%s)", made)
+    tls_files = check_server_tls(fleet)
+    tls = create_ssl_context(tls_files["ssl_certfile"], tls_files["ssl_keyfile"], None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE,
+                             None, None) if tls_files else None  # fmt: skip
+    guard = ConnectionGuard(settings, tls, descriptor_budget(settings.max_connections))
+    config = uvicorn.Config(create_app(fleet, dashboard), host=host or settings.bind_host, port=port or settings.port,
+                            http=guard.protocol, ws="none", timeout_keep_alive=settings.keepalive_timeout_s,
+                            access_log=False, log_level="warning", server_header=False)  # fmt: skip
+    limit_repeats()
+    return RenewingServer(config, fleet, tls)
+
+
+def serve(fleet: Fleet, host: str | None = None, port: int | None = None,
+          dashboard: Callable[[], bytes] | None = None) -> None:
+    """Run the server in the foreground until interrupted (`build_server`)."""
+    server = build_server(fleet, host, port, dashboard)
     try:
-        uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning", server_header=False, **tls)
+        server.run()
     except OSError as err:
-        raise DeployError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        raise DeployError(f"cannot listen on {server.config.host}:{server.config.port}: {err.strerror or err}") from None

@@ -1,11 +1,14 @@
 """The fleet's TLS: its own CA, the artifact server's certificate, and the host's client context.
 
 `edgetune keys init` (and `tune-fleet`) call `ensure_tls`: a fleet CA (ECDSA P-256 key
-`fleet-ca.key`, mode 0600, and a self-signed `fleet-ca.pem`) is made once and never replaced
-(boards pin it); the server's certificate (`server.pem`, key `server.key`, mode 0600) is made
-by that CA for the hosts of `deploy.url` and `deploy.bind` (an IP address SAN for an address, a
-DNS SAN for a name) and made again whenever those names change or it is not the CA's. The rollout
+`fleet-ca.key`, mode 0600, and a self-signed `fleet-ca.pem`) is made once (boards pin it);
+the server's certificate (`server.pem`, key `server.key`, mode 0600) is made by that CA for the
+hosts of `deploy.url` and `deploy.bind` (an IP address SAN for an address, a DNS SAN for a
+name), valid `SERVER_DAYS`, and made again whenever those names change, it is not the CA's, or
+less than `RENEW_SERVER_BELOW_DAYS` are left (`serve` renews it so while it runs). The rollout
 copies `fleet-ca.pem` to every board, whose agent trusts no other authority for the server.
+`keys rotate ca` makes a new CA (and server certificate); every CA the fleet had is kept in
+`fleet-ca-history.pem`, so the rollout replaces a board's pin of an earlier one, and only that.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from edgetune.errors import DeployError
 from edgetune.inventory.schema import DeploySettings, Fleet, TlsFiles
 
 CA_DAYS = 3650
-SERVER_DAYS = 825  # what clients accept for a server certificate at most
+SERVER_DAYS = 7  # short-lived: a stolen server key serves for days at most
+RENEW_SERVER_BELOW_DAYS = 3.5
 KEYS_INIT = "run `edgetune keys init --if-missing -f {fleet}`"
 _UNSPECIFIED = {"0.0.0.0", "::"}
 
@@ -70,10 +74,86 @@ def server_certificate_problem(files: TlsFiles, names: tuple[str, ...], ca_cert:
         ca_cert.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
     except (InvalidSignature, TypeError):
         return "the one there was not signed by this CA"
-    if cert.not_valid_after_utc < _now() + datetime.timedelta(days=30):
-        return "the one there expires within 30 days"
+    if cert.not_valid_after_utc < _now() + datetime.timedelta(days=RENEW_SERVER_BELOW_DAYS):
+        return f"the one there expires within {RENEW_SERVER_BELOW_DAYS:g} days"
     missing = [n for n in names if n not in _names_of(cert)]
     return f"the one there did not name {', '.join(missing)}" if missing else None
+
+
+def renew_server_certificate(fleet: Fleet) -> str | None:
+    """For `serve`: a new server certificate when the one there is due (less than
+    RENEW_SERVER_BELOW_DAYS left, other names, another CA's): why it was made, or None."""
+    files = _tls_files(fleet)
+    names = server_names(fleet.deploy)
+    ca_cert, ca_key = _load_ca(files)
+    problem = server_certificate_problem(files, names, ca_cert)
+    if problem:
+        _make_server_certificate(files, names, ca_cert, ca_key)
+    return problem
+
+
+def rotate_server(fleet: Fleet) -> str:
+    """A new server key and certificate, now (the old key is worthless once `serve` restarted)."""
+    files, names = _tls_files(fleet), server_names(fleet.deploy)
+    ca_cert, ca_key = _load_ca(files)
+    _make_server_certificate(files, names, ca_cert, ca_key)
+    return f"new server key and certificate {files.server_cert} for {', '.join(names)} (restart `serve`)"
+
+
+def rotate_ca(fleet: Fleet) -> str:
+    """A new fleet CA and a server certificate made by it; the old CA stays in the history, so
+    the next rollout replaces it on every board it reaches."""
+    files = _tls_files(fleet)
+    _load_ca(files)
+    _append_history(files)
+    _make_ca(files, fleet.name)
+    _append_history(files)
+    ca_cert, ca_key = _load_ca(files)
+    _make_server_certificate(files, server_names(fleet.deploy), ca_cert, ca_key)
+    return (f"new fleet CA {files.ca_cert} and server certificate: restart `serve`, then roll out (boards reached "
+            "over SSH take the new CA; until then they cannot reach the server)")  # fmt: skip
+
+
+def ca_history_file(files: TlsFiles) -> Path:
+    return files.ca_cert.with_name("fleet-ca-history.pem")
+
+
+def is_fleet_ca(fleet: Fleet, pem: bytes) -> bool:
+    """Every certificate in `pem` (a board's pinned CA) is a CA this fleet has had."""
+    files = _tls_files(fleet)
+    known = {_fingerprint(c) for c in _certificates(files.ca_cert)}
+    known |= {_fingerprint(c) for c in _certificates(ca_history_file(files))}
+    try:
+        pinned = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return False
+    return bool(pinned) and all(_fingerprint(c) in known for c in pinned)
+
+
+def _append_history(files: TlsFiles) -> None:
+    history = ca_history_file(files)
+    certs = _certificates(history)
+    current = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    if _fingerprint(current) not in {_fingerprint(c) for c in certs}:
+        certs.append(current)
+        write_atomic(history, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs), mode=0o644)
+
+
+def _certificates(path: Path) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(path.read_bytes())
+    except (OSError, ValueError):
+        return []
+
+
+def _fingerprint(cert: x509.Certificate) -> bytes:
+    return cert.fingerprint(hashes.SHA256())
+
+
+def _tls_files(fleet: Fleet) -> TlsFiles:
+    if fleet.deploy is None or fleet.deploy.tls is None:
+        raise DeployError(f"{fleet.path}: the fleet serves without TLS (deploy.tls: false): there is no CA or server key")
+    return fleet.deploy.tls
 
 
 def check_server_tls(fleet: Fleet) -> dict[str, str]:

@@ -34,6 +34,7 @@ from edgetune.inventory.schema import (
     TRANSPORTS,
     DeploySettings,
     EarlyStop,
+    HealthCheck,
     Measurement,
     RayCompute,
     RegressSettings,
@@ -55,6 +56,8 @@ MAX_CONNECT_TIMEOUT_S = 3_600.0
 MAX_COMMAND_TIMEOUT_S = 86_400.0
 MAX_DECISION_TTL_S = 30 * 86400
 MAX_KEEP_RELEASES = 100
+MAX_SERVER_CONNECTIONS = 65_536
+SERVER_TIMEOUT_S = (0.1, 600.0)
 PIN = "a mapping of model name to artifact version, e.g. {mlp: 3}"
 
 
@@ -161,6 +164,8 @@ class ModelEntry:
     reference_input: Path | None = None
     quantized_weights: str | None = rule(None, allowed=QUANTIZED_WEIGHTS)  # None: keep
     layout: str = rule(DEFAULT_LAYOUT, allowed=LAYOUTS)
+    on_switch: str | None = None  # a shell command (the reader refuses blank and over-long strings)
+    health: HealthCheck | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,6 +201,10 @@ class DeployEntry:
     keep_releases: int = rule(DeploySettings.keep_releases, check=_keep_problem)
     tls: bool = True
     decision_ttl_s: int = rule(DeploySettings.decision_ttl_s, positive=True, maximum=MAX_DECISION_TTL_S)
+    max_connections: int = rule(DeploySettings.max_connections, between=(1, MAX_SERVER_CONNECTIONS))
+    max_connections_per_client: int = rule(DeploySettings.max_connections_per_client, between=(1, MAX_SERVER_CONNECTIONS))
+    header_timeout_s: float = rule(DeploySettings.header_timeout_s, between=SERVER_TIMEOUT_S)
+    keepalive_timeout_s: float = rule(DeploySettings.keepalive_timeout_s, between=SERVER_TIMEOUT_S)
 
 
 LOCAL_COMPUTE = "local"

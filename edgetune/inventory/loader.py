@@ -317,6 +317,8 @@ def _models(node: Node, entries: tuple[ModelEntry, ...]) -> tuple[Model, ...]:
                 reference_input=entry.reference_input,
                 quantized_weights=entry.quantized_weights or "keep",
                 layout=entry.layout,
+                on_switch=entry.on_switch,
+                health=entry.health,
             )
         )
     return tuple(models)
@@ -481,6 +483,11 @@ def _deploy(node: Node, entry: DeployEntry | None, workdir: Path, artifacts: Art
     _check_url_scheme(node.child("url"), entry.url, entry.tls)
     if entry.tokens_dir is not None:
         check_directory(node.child("tokens_dir"), entry.tokens_dir)
+    if entry.max_connections_per_client > entry.max_connections:
+        raise node.child("max_connections_per_client").error(
+            f"is {entry.max_connections_per_client}, more than deploy.max_connections ({entry.max_connections}): "
+            "one client may hold at most every connection the server holds"
+        )
     return DeploySettings(
         bind_host=host,
         port=int(port),
@@ -489,6 +496,10 @@ def _deploy(node: Node, entry: DeployEntry | None, workdir: Path, artifacts: Art
         keep_releases=entry.keep_releases,
         tls=TlsFiles.beside(artifacts.signing_key) if entry.tls else None,
         decision_ttl_s=entry.decision_ttl_s,
+        max_connections=entry.max_connections,
+        max_connections_per_client=entry.max_connections_per_client,
+        header_timeout_s=entry.header_timeout_s,
+        keepalive_timeout_s=entry.keepalive_timeout_s,
     )
 
 

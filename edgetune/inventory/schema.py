@@ -199,6 +199,20 @@ LAYOUTS = ("NCHW", "NHWC", "auto")  # the layout convolutions are compiled in (N
 DEFAULT_LAYOUT = "auto"
 
 
+HEALTH_TIMEOUT_S = (1.0, 3600.0)  # the range of a health check's `timeout_s`
+DEFAULT_HEALTH_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """A model's health gate (`models[].health`): the shell command the board agent runs after
+    switching to a new release (and its `on_switch`); a non-zero exit, or no exit within
+    `timeout_s`, switches the board back (docs/app.md#health-checks)."""
+
+    command: str  # blank, over-long and control-character strings are refused by the reader
+    timeout_s: float = rule(DEFAULT_HEALTH_TIMEOUT_S, between=HEALTH_TIMEOUT_S)
+
+
 @dataclass(frozen=True)
 class Model:
     name: str
@@ -209,6 +223,8 @@ class Model:
     reference_input: Path | None = None  # an .npz with one array per declared input
     quantized_weights: str = "keep"
     layout: str = DEFAULT_LAYOUT
+    on_switch: str | None = None  # the shell command the board agent runs after each switch of `current`
+    health: HealthCheck | None = None  # the health gate after an install's switch; None: none
 
     @property
     def fed_inputs(self) -> tuple[ModelInput, ...]:
@@ -302,6 +318,10 @@ class DeploySettings:
     keep_releases: int = 3
     tls: TlsFiles | None = None
     decision_ttl_s: int = 86400  # how long a board may act on a signed decision of the server
+    max_connections: int = 4096  # open at once, TLS handshakes included (`deploy.connections`)
+    max_connections_per_client: int = 32  # open at once from one IP address
+    header_timeout_s: float = 20.0  # from accept (TLS handshake included) to a complete request head
+    keepalive_timeout_s: float = 5.0  # an idle connection between requests is closed after this
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from edgetune.artifact_format.manifest import (
 from edgetune.artifact_format.reference import npz_bytes
 from edgetune.artifact_format.signing import init_keys, load_private_key
 from edgetune.compiler.models import load_model, reference_inputs, reference_outputs
+from edgetune.deploy.keys import ensure_decision_key
 from edgetune.deploy.tls import ensure_tls, host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
@@ -115,6 +116,7 @@ class Fleet:
         self.fleet = load_fleet(self.path)
         settings = self.fleet.artifacts
         init_keys(settings.signing_key, settings.public_key, settings.dir)
+        ensure_decision_key(self.fleet)
         ensure_tls(self.fleet)
         self.public_key = settings.public_key
         self.tls = self.fleet.deploy.tls

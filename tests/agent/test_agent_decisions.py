@@ -26,6 +26,7 @@ from edgetune.agent.state import last_decision_serial, record_decision_serial
 from edgetune.artifact_format.codec import to_json
 from edgetune.artifact_format.decision import Decision, sign_decision
 from edgetune.artifact_format.signing import load_private_key
+from edgetune.deploy.keys import KeyFiles
 from edgetune.deploy.tls import ensure_tls
 from edgetune.inventory.schema import TlsFiles
 
@@ -157,11 +158,11 @@ FAR_AHEAD = 4102444800001  # 2100-01-01 in milliseconds
 
 
 def test_a_decision_whose_serial_runs_far_ahead_of_its_signing_time_is_refused(board_on, server, fleet, offer_proxy):
-    """A holder of the fleet key (or a host whose clock once ran ahead) signs a serial of the
+    """A holder of the decision key (or a host whose clock once ran ahead) signs a serial of the
     year 2100 today: a board that took it would refuse every later decision. It is refused."""
     root = board_on(2, board="pinned-1", server=offer_proxy.url)
     seen = last_decision_serial(FileTree(root))
-    key = load_private_key(fleet.fleet.artifacts.signing_key)
+    key = load_private_key(KeyFiles.of(fleet.fleet).decision_key)
 
     def far_ahead(response: bytes) -> bytes:
         offer = json.loads(http_body(response))

@@ -46,7 +46,7 @@ def test_a_board_pinned_to_another_key_refuses_before_the_tarball(make_board, se
     (root / "fleet.pub").write_bytes(other.public_key.read_bytes())
     mark = len(server.requests())
     record = install(root, "mlp")
-    assert record.result == "failed" and "signed by key" in record.error and current(root) is None
+    assert record.result == "failed" and "a trust file of another fleet" in record.error and current(root) is None
     assert not any(path.endswith(".tar.gz") for path, _ in _requests_since(server, mark))
 
 

@@ -6,9 +6,11 @@ is offered or served."""
 from __future__ import annotations
 
 import json
+import socket
 import stat
 import time
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -19,12 +21,14 @@ from deploy_support import publish_version
 from test_deploy_server import get
 
 from edgetune.artifact.store import ArtifactStore
+from edgetune.artifact_format.codec import from_json
 from edgetune.artifact_format.decision import Asked, check_decision
 from edgetune.artifact_format.places import INDEX_NAME, INDEX_SIGNATURE_NAME
-from edgetune.artifact_format.signing import Signature, load_public_key
+from edgetune.artifact_format.signing import Signature, key_id, load_public_key
+from edgetune.artifact_format.trust import TrustFile, accept_trust
 from edgetune.cli import main
 from edgetune.deploy.decisions import SerialCounter
-from edgetune.deploy.tls import check_server_tls
+from edgetune.deploy.tls import check_server_tls, rotate_server
 from edgetune.errors import DeployError
 from edgetune.inventory import load_fleet
 
@@ -108,11 +112,14 @@ def test_serials_grow_across_restarts_and_a_clock_set_back(tmp_path, monkeypatch
 
 def test_offers_are_signed_decisions_and_serials_only_grow(deploy_fleet, published, artifact_server):
     _, tokens = published
-    key = load_public_key(deploy_fleet.artifacts.public_key)
+    anchor = load_public_key(deploy_fleet.artifacts.public_key)
     serials = []
     for _ in range(2):
         offer = json.loads(get(artifact_server, "/v1/boards/fast-2/models/mlp", tokens["fast-2"])[2])
         asked = Asked("fast-2", "gw-fast", "mlp", None, last_serial=serials[-1] if serials else 0)
+        trust = from_json(TrustFile, offer["trust"])
+        key = accept_trust(anchor, trust, None, time.time()).decision_key(time.time())
+        assert key_id(key) != key_id(anchor)  # the online key signs decisions, never the artifact key
         decision = check_decision(key, offer["decision"], Signature(**offer["decision_signature"]), asked, time.time())
         assert (decision.version, decision.pinned, decision.requested) == (1, True, False)  # fast-2's pin
         assert decision.manifest_sha256 == offer["manifest_sha256"] and decision.tarball_size == offer["tarball_size"]
@@ -145,3 +152,33 @@ def test_an_index_whose_signature_fails_stops_every_offer(deploy_fleet, publishe
     assert status == 503 and "signed index cannot be used" in json.loads(body)["error"]
     status, _, _ = get(artifact_server, "/v1/artifacts/mlp/gw-fast/v1.tar.gz", tokens["fast-1"])
     assert status == 503
+
+
+def _served_certificate(server) -> x509.Certificate:
+    host, port = server.url.removeprefix("https://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        with server.context.wrap_socket(raw, server_hostname=host) as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+
+
+def test_a_running_server_renews_its_short_lived_certificate(deploy_fleet, published, monkeypatch):
+    """Server certificates live days; a running `serve` makes a due one anew from the fleet CA,
+    and new connections get the new one."""
+    server = RunningServer(deploy_fleet)
+    try:
+        at_start = _served_certificate(server)
+        assert timedelta(days=6.9) < at_start.not_valid_after_utc - datetime.now(timezone.utc) < timedelta(days=7.1)
+        with monkeypatch.context() as short:
+            short.setattr("edgetune.deploy.tls.SERVER_DAYS", 2)
+            rotate_server(deploy_fleet)  # the file's certificate is due now: 2 days left
+        assert _served_certificate(server).serial_number == at_start.serial_number  # read at start only
+        server.server.next_check = 0.0  # the hourly check, now
+        deadline = time.monotonic() + 10
+        while (renewed := _served_certificate(server)).serial_number == at_start.serial_number:
+            assert time.monotonic() < deadline, "the running server did not renew its certificate"
+            time.sleep(0.1)
+        assert renewed.not_valid_after_utc - datetime.now(timezone.utc) > timedelta(days=6.9)
+        on_disk = x509.load_pem_x509_certificate(deploy_fleet.deploy.tls.server_cert.read_bytes())
+        assert on_disk.serial_number == renewed.serial_number
+    finally:
+        server.stop()

@@ -105,6 +105,8 @@ def test_deploy_section_pins_and_token_sources(fleet_dir):
     assert (fleet.deploy.bind_host, fleet.deploy.port, fleet.deploy.url) == ("10.231.99.1", 8470, "https://10.231.99.1:8470")
     assert fleet.deploy.tokens_dir == fleet_dir / "work" / "deploy" / "tokens"
     assert fleet.deploy.keep_releases == 3 and fleet.deploy.decision_ttl_s == 86400
+    assert (fleet.deploy.max_connections, fleet.deploy.max_connections_per_client) == (4096, 32)
+    assert (fleet.deploy.header_timeout_s, fleet.deploy.keepalive_timeout_s) == (20.0, 5.0)
     assert fleet.deploy.tls.ca_cert == fleet.artifacts.signing_key.parent / "fleet-ca.pem"
     assert fleet.device_class("avx512").pin == {"mlp": 2}
     assert fleet.board("b1").pin == {"relu": 1} and fleet.board("b1").token_env == "B1_TOKEN"
@@ -245,6 +247,17 @@ BAD_FLEETS = [
      "fleet.yaml: deploy.url: 'https://h:1' is HTTPS, but deploy.tls is false: write http://h:1"),
     ("deploy-tls-not-bool", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "tls": "yes please"}), "fleet.yaml: deploy.tls: must be"),
     ("deploy-ttl-zero", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "decision_ttl_s": 0}), "fleet.yaml: deploy.decision_ttl_s: must be positive"),
+    ("deploy-connections-zero", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "max_connections": 0}),
+     "fleet.yaml: deploy.max_connections: must be between 1 and 65536, got 0"),
+    ("deploy-connections-text", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "max_connections": "many"}),
+     "fleet.yaml: deploy.max_connections: must be an integer, got str 'many'"),
+    ("deploy-per-client-above-all", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "max_connections": 16,
+                                                    "max_connections_per_client": 32}),
+     "fleet.yaml: deploy.max_connections_per_client: is 32, more than deploy.max_connections (16)"),
+    ("deploy-header-timeout-zero", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "header_timeout_s": 0}),
+     "fleet.yaml: deploy.header_timeout_s: must be between 0.1 and 600, got 0"),
+    ("deploy-keepalive-bool", _set("deploy", {"bind": "10.231.99.1:8470", "url": "https://h:1", "keepalive_timeout_s": True}),
+     "fleet.yaml: deploy.keepalive_timeout_s: must be a number, got boolean True"),
     ("pin-unknown-model", _set("device_classes[0].pin", {"resnet": 2}), "fleet.yaml: device_classes[0].pin.resnet: 'resnet' is not a declared model"),
     ("pin-bad-version", _set("boards[0].pin", {"mlp": 0}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
     ("pin-version-string", _set("boards[0].pin", {"mlp": "v2"}), "fleet.yaml: boards[0].pin.mlp: must map a model name to an artifact version"),
