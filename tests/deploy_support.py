@@ -45,3 +45,42 @@ def republish(fleet, model: str, device_class: str, tag: str):
                 continue
             (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
         return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored
+
+
+def publish_copy(fleet, model: str, device_class: str, tag: str, library: bytes | None = None):
+    """A signed version of `model` for `device_class`: the files of the newest built mlp of that
+    class (a real library, its reference input and expected output), `library` instead of its
+    model.so if given; the stored version."""
+    import dataclasses
+    import shutil
+
+    from edgetune.artifact.store import ArtifactStore
+    from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
+    from edgetune.artifact_format.signing import load_private_key
+
+    store = ArtifactStore(fleet.artifacts.dir)
+    built = store.latest("mlp", device_class)
+    inputs = dataclasses.replace(built.manifest.inputs, model=model, edgetune_version=f"{built.manifest.inputs.edgetune_version}+{tag}")
+    manifest = dataclasses.replace(built.manifest, inputs=inputs, inputs_sha256=inputs.digest())
+    with store.stage(model, device_class) as staging:
+        for item in built.path.iterdir():
+            if item.name not in (MANIFEST_NAME, SIGNATURE_NAME):
+                (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
+        if library is not None:
+            (staging.path / "model.so").write_bytes(library)
+        return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored
+
+
+SLEEPING_LIBRARY_C = """
+#include <unistd.h>
+__attribute__((constructor)) static void sleep_on_load(void) { sleep(90); }
+"""
+
+
+def sleeping_library(directory) -> bytes:
+    """A shared library that sleeps 90 s when loaded (a reference check that outlives a deadline)."""
+    import subprocess
+
+    (directory / "sleep.c").write_text(SLEEPING_LIBRARY_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True)
+    return (directory / "sleep.so").read_bytes()

@@ -8,9 +8,11 @@ from edgetune.artifact_format.manifest import (
     BoardResult,
     BuildInputs,
     Entry,
+    Interface,
     Manifest,
     RecordHits,
     Reference,
+    TensorSpec,
     Timing,
     Tolerance,
     TuningStats,
@@ -53,6 +55,8 @@ def sample_manifest(inputs: BuildInputs | None = None, created: str = "2025-01-0
                 max_abs_error=1e-7,
             ),
         ),
+        interface=Interface(inputs=(TensorSpec("x", (1, 256), "float32"),),
+                            outputs=(TensorSpec("output0", (1, 10), "float32"),)),
     )
 
 

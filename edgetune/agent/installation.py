@@ -33,15 +33,18 @@ class Installation:
     def root(self) -> Path:
         return self.tree.root
 
-    def trusted(self, offered: TrustFile | None = None, now: float | None = None) -> Trusted:
+    def trusted(self, offered: TrustFile | None = None, now: float | None = None, take_offered: bool = True) -> Trusted:
         """The keys this board trusts: its pinned anchor, followed through the trust file it took
         before, after taking the one the rollout left (once) and the server's `offered` one when
-        they are newer (`artifact_format.trust.accept_trust`); one it must not take is an AgentError."""
+        they are newer (`artifact_format.trust.accept_trust`); one it must not take is an
+        AgentError. `take_offered=False` (an application's check): only what was taken counts."""
         now = time.time() if now is None else now
         anchor = load_pinned_key(self.root, self.config)
         accepted = _read_trust(self.tree.trust)
-        pushed = _read_trust(self.tree.offered_trust)
-        self.tree.offered_trust.unlink(missing_ok=True)
+        pushed = None
+        if take_offered:
+            pushed = _read_trust(self.tree.offered_trust)
+            self.tree.offered_trust.unlink(missing_ok=True)
         for where, candidate in ((self.tree.offered_trust, pushed), ("the server's trust file", offered)):
             if candidate is None or candidate == accepted:
                 continue

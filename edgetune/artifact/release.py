@@ -79,6 +79,7 @@ from edgetune.artifact_format.timing_stats import (
 from edgetune.compiler.models import (
     entry_function,
     import_model,
+    model_interface,
     reference_inputs,
     reference_outputs,
     rounding_spread,
@@ -382,6 +383,7 @@ def _build_and_measure(
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         inputs=inputs,
         entry=Entry(function=entry_function(pair.mod), inputs=tuple(pair.fed_inputs)),
+        interface=model_interface(pair.mod, tuple(pair.fed_inputs)),
         files=(),
         tuning=tuning,
         record_hits=RecordHits(tasks_with_record=coverage.tuned + len(coverage.kept_untuned),

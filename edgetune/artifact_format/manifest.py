@@ -1,4 +1,4 @@
-"""The artifact manifest (`manifest.json`), schema `edgetune.artifact` version 1.
+"""The artifact manifest (`manifest.json`), schema `edgetune.artifact` version 3 (2 still read).
 
 A manifest is plain frozen dataclasses serialized as canonical JSON (`codec.canonical_bytes`).
 Its signature is NOT part of it: `manifest.sig` (see `signing.py`) holds an ed25519 signature
@@ -18,12 +18,13 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from edgetune.artifact_format.codec import added_field, canonical_bytes, load_versioned, sha256_hex
+from edgetune.artifact_format.codec import added_field, canonical_bytes, load_json, load_versioned, sha256_hex
 from edgetune.artifact_format.timing_stats import summarize
 from edgetune.errors import ArtifactError
 
 SCHEMA = "edgetune.artifact"
-SCHEMA_VERSION = 2  # 2: the entry function and input order; every timing sample
+SCHEMA_VERSION = 3  # 2: the entry function and input order; every timing sample. 3: the interface
+READABLE_VERSIONS = (2, 3)
 
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.sig"
@@ -160,6 +161,25 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of the model: its shape (an integer per dimension, or the name of a
+    dimension the model leaves free) and element type (numpy's name: "float32", "int8", ...)."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Interface:
+    """What the library takes and answers: the inputs in call order (`entry.inputs`), the
+    outputs in return order, named `output0`, `output1`, ... (`expected_output.npz`'s names)."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     schema: str
     schema_version: int
@@ -173,10 +193,13 @@ class Manifest:
     record_hits: RecordHits
     reference: Reference
     boards: tuple[BoardResult, ...]
+    interface: Interface | None = added_field()  # from version 3 on
 
     @classmethod
     def create(cls, **fields: Any) -> "Manifest":
         """A manifest of the current schema; `inputs_sha256` is derived from `inputs`."""
+        if fields.get("interface") is None:
+            raise ArtifactError("a manifest of schema version 3 names the model's interface (its inputs and outputs)")
         return cls(
             schema=SCHEMA,
             schema_version=SCHEMA_VERSION,
@@ -205,7 +228,17 @@ class Manifest:
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> "Manifest":
         """Parse and check a manifest: schema, schema version, every field, inputs digest."""
-        manifest = load_versioned(cls, data, where, SCHEMA, SCHEMA_VERSION, what="manifest")
+        manifest = load_versioned(cls, data, where, SCHEMA, _readable_version(data, where), what="manifest")
         if manifest.inputs.digest() != manifest.inputs_sha256:
             raise ArtifactError(f"{where}: inputs_sha256 does not match its inputs")
+        if (manifest.interface is None) != (manifest.schema_version < 3):
+            raise ArtifactError(f"{where}: interface: required from schema_version 3 on, and only there")
         return manifest
+
+
+def _readable_version(data: bytes, where: str) -> int:
+    """The manifest's schema_version if this edgetune reads it, else the current one (whose
+    check then names what is wrong)."""
+    raw = load_json(data, where)
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    return version if version in READABLE_VERSIONS and not isinstance(version, bool) else SCHEMA_VERSION

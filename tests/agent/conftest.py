@@ -43,7 +43,7 @@ from edgetune.artifact_format.manifest import (
 )
 from edgetune.artifact_format.reference import npz_bytes
 from edgetune.artifact_format.signing import init_keys, load_private_key
-from edgetune.compiler.models import load_model, reference_inputs, reference_outputs
+from edgetune.compiler.models import load_model, model_interface, reference_inputs, reference_outputs
 from edgetune.deploy.keys import ensure_decision_key
 from edgetune.deploy.tls import ensure_tls, host_client_context
 from edgetune.deploy.tokens import ensure_token
@@ -90,18 +90,20 @@ class Compiled:
     library: bytes
     reference_input: dict
     expected_output: dict
+    interface: object  # the manifest's Interface, from the compiled function's signature
 
 
 @pytest.fixture(scope="session")
 @starts_fleet  # its tests run the agent's processes on real libraries: not unit-level
 def compiled(tmp_path_factory) -> Compiled:
     model = Model(name="mlp", inputs=(ModelInput("x", MODEL_INPUT_SHAPE, "float32"),), builtin="mlp")
-    executable = relax.build(load_model(model), target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled")
+    mod = load_model(model)
+    executable = relax.build(mod, target=tvm.target.Target({"kind": "llvm"}), exec_mode="compiled")
     path = tmp_path_factory.mktemp("build") / "model.so"
     executable.export_library(str(path))
     inputs = reference_inputs(model)
     expected = {f"output{i}": out for i, out in enumerate(reference_outputs(model, inputs))}
-    return Compiled(path.read_bytes(), inputs, expected)
+    return Compiled(path.read_bytes(), inputs, expected, model_interface(mod, ("x",)))
 
 
 class Fleet:
@@ -140,6 +142,7 @@ class Fleet:
             record_hits=RecordHits(tasks_with_record=0, tasks_without_record=()),
             reference=Reference(source="tvm-untuned-host", output_sha256=sha256_hex(expected_npz)),
             boards=(),
+            interface=self.compiled.interface,
         )
         with self.store.stage(model, device_class) as staging:
             (staging.path / "model.so").write_bytes(library if library is not None else self.compiled.library)

@@ -48,7 +48,7 @@ def test_inputs_digest_changes_with_any_input(make_manifest, make_inputs):
     "edit, message",
     [
         (lambda raw: raw.update(schema="other"), "manifest.json: schema: not an edgetune.artifact manifest"),
-        (lambda raw: raw.update(schema_version=99), "manifest.json: schema_version: 99 is not supported (this edgetune reads version 2)"),
+        (lambda raw: raw.update(schema_version=99), "manifest.json: schema_version: 99 is not supported (this edgetune reads version 3)"),
         (lambda raw: raw.update(extra=1), "manifest.json: extra: unknown key (did you mean 'entry'?); allowed here: schema, schema_version"),
         (lambda raw: raw["inputs"].pop("model"), "manifest.json: inputs.model: required field is missing"),
         (lambda raw: raw["tuning"].update(trials="many"), "manifest.json: tuning.trials: must be an integer, got str 'many'"),
@@ -56,6 +56,9 @@ def test_inputs_digest_changes_with_any_input(make_manifest, make_inputs):
         (lambda raw: raw["boards"][0]["untuned"].pop("iqr_ms"), "manifest.json: boards[0].untuned.iqr_ms: required field is missing"),
         (lambda raw: raw["boards"][0]["tuned"].update(spread_ms=0.1), "manifest.json: boards[0].tuned.spread_ms: unknown key; allowed here: median_ms, iqr_ms"),
         (lambda raw: raw["inputs"].update(model="other"), "inputs_sha256 does not match"),
+        (lambda raw: raw.pop("interface"), "manifest.json: interface: required from schema_version 3 on, and only there"),
+        (lambda raw: raw.update(schema_version=2), "manifest.json: interface: required from schema_version 3 on, and only there"),
+        (lambda raw: raw["interface"]["inputs"][0].update(shape=[1, 2.5]), "manifest.json: interface.inputs[0].shape[1]: must be an integer, got float 2.5"),
     ],
 )
 def test_invalid_manifests_are_rejected_precisely(make_manifest, edit, message):
@@ -64,6 +67,22 @@ def test_invalid_manifests_are_rejected_precisely(make_manifest, edit, message):
     with pytest.raises(ArtifactError) as err:
         Manifest.from_bytes(json.dumps(raw).encode())
     assert message in str(err.value)
+
+
+def test_a_version_2_manifest_reads_back_byte_for_byte(make_manifest):
+    """Signed before the interface: the same bytes, so its signature still holds."""
+    raw = json.loads(make_manifest().to_bytes())
+    del raw["interface"]
+    raw["schema_version"] = 2
+    data = json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
+    manifest = Manifest.from_bytes(data)
+    assert manifest.schema_version == 2 and manifest.interface is None and manifest.to_bytes() == data
+
+
+def test_a_new_manifest_must_name_its_interface(make_manifest):
+    with pytest.raises(ArtifactError, match="names the model's interface"):
+        Manifest.create(**{f: getattr(make_manifest(), f) for f in ("version", "created", "inputs", "entry", "files",
+                                                                    "tuning", "record_hits", "reference", "boards")})
 
 
 def test_timing_keeps_every_sample_in_order_with_its_summary():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +28,9 @@ import pytest
 import yaml
 from agent_processes import check_processes, wait_for
 from artifact_server import RunningServer
+from deploy_support import publish_copy, sleeping_library
 from inventory_dump import fleet_to_dict
 
-from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact_format.signing import load_private_key
 from edgetune.cli import main
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
@@ -47,26 +44,7 @@ from edgetune.inventory import load_fleet
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "mlp-crash"
 FAST = ("fast-1", "fast-2")
-SLEEPING_LIBRARY_C = """
-#include <unistd.h>
-__attribute__((constructor)) static void sleep_on_load(void) { sleep(90); }
-"""
 
-
-def publish_copy(fleet, tag: str, library: bytes | None = None) -> int:
-    """A signed version of MODEL for gw-fast: the files of the newest built mlp (its library, reference
-    input and expected output), `library` instead of its model.so if given; its number."""
-    store = ArtifactStore(fleet.artifacts.dir)
-    built = store.latest("mlp", "gw-fast")
-    inputs = dataclasses.replace(built.manifest.inputs, model=MODEL, edgetune_version=f"{built.manifest.inputs.edgetune_version}+{tag}")
-    manifest = dataclasses.replace(built.manifest, inputs=inputs, inputs_sha256=inputs.digest())
-    with store.stage(MODEL, "gw-fast") as staging:
-        for item in built.path.iterdir():
-            if item.name not in (MANIFEST_NAME, SIGNATURE_NAME):
-                (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
-        if library is not None:
-            (staging.path / "model.so").write_bytes(library)
-        return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored.version
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +52,7 @@ def fleet(released_fleet, tmp_path_factory):
     """released_fleet with MODEL declared, fast-1 pinned to its v2, written as a fleet.yaml the killed
     rollouts load; v1, v2 and v3 (sleeping) published, and served."""
     directory = tmp_path_factory.mktemp("rollout-crash")
-    (directory / "sleep.c").write_text(SLEEPING_LIBRARY_C)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True)
+    sleeping = sleeping_library(directory)
     mlp = next(m for m in released_fleet.models if m.name == "mlp")
     boards = tuple(dataclasses.replace(b, pin={**b.pin, MODEL: 2}) if b.name == "fast-1" else b for b in released_fleet.boards)
     declared = released_fleet.replace(models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)), boards=boards)
@@ -83,7 +60,9 @@ def fleet(released_fleet, tmp_path_factory):
     fleet = load_fleet(directory / "fleet.yaml")
     # the killed rollouts' inventory is this one (its CA and server certificate beside its signing key)
     assert fleet.replace(path=declared.path, deploy=dataclasses.replace(fleet.deploy, tls=declared.deploy.tls)) == declared
-    assert [publish_copy(fleet, "v1"), publish_copy(fleet, "v2"), publish_copy(fleet, "v3-sleeps", (directory / "sleep.so").read_bytes())] == [1, 2, 3]
+    versions = [publish_copy(fleet, MODEL, "gw-fast", tag, library).version
+                for tag, library in (("v1", None), ("v2", None), ("v3-sleeps", sleeping))]
+    assert versions == [1, 2, 3]
     server = RunningServer(fleet)
     try:
         yield fleet

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 
 import pytest
 from artifact_server import RunningServer
+from deploy_support import publish_copy
 
-from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet.journal import journal_path
@@ -32,18 +29,6 @@ FAST = ["gw-fast"]
 ON_SWITCH = 'echo "$EDGETUNE_VERSION" > {app}/$EDGETUNE_BOARD.version'
 HEALTH = 'echo "asking the app on $EDGETUNE_BOARD (v$EDGETUNE_VERSION)"; if [ -e {app}/$EDGETUNE_BOARD.broken ]; then cat {app}/$EDGETUNE_BOARD.broken; exit 1; fi'
 
-
-def publish_copy(fleet, device_class: str, tag: str):
-    """A signed version of MODEL for `device_class`: the files of the newest built mlp."""
-    store = ArtifactStore(fleet.artifacts.dir)
-    built = store.latest("mlp", device_class)
-    inputs = dataclasses.replace(built.manifest.inputs, model=MODEL, edgetune_version=f"{built.manifest.inputs.edgetune_version}+{tag}")
-    manifest = dataclasses.replace(built.manifest, inputs=inputs, inputs_sha256=inputs.digest())
-    with store.stage(MODEL, device_class) as staging:
-        for item in built.path.iterdir():
-            if item.name not in (MANIFEST_NAME, SIGNATURE_NAME):
-                (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
-        return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +43,7 @@ def fleet(released_fleet, app):
     health = HealthCheck(HEALTH.format(app=app), timeout_s=20)
     model = dataclasses.replace(mlp, name=MODEL, on_switch=ON_SWITCH.format(app=app), health=health)
     fleet = released_fleet.replace(models=(*released_fleet.models, model))
-    publish_copy(fleet, "gw-fast", "v1")
+    publish_copy(fleet, MODEL, "gw-fast", "v1")
     server = RunningServer(fleet)
     try:
         result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0))
@@ -75,7 +60,7 @@ def runs(fleet, name: str) -> int | None:
 
 def test_a_board_whose_health_check_fails_goes_back_and_is_reported_failed_with_its_output(fleet, app):
     assert {name: (app / f"{name}.version").read_text() for name in ("fast-1", "fast-2")} == {"fast-1": "1\n", "fast-2": "1\n"}
-    v2 = publish_copy(fleet, "gw-fast", "v2").version
+    v2 = publish_copy(fleet, MODEL, "gw-fast", "v2").version
     (app / "fast-2.broken").write_text("the app on fast-2 answers 503 with this model\n")
     result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0, max_failed_pct=50))
     records = {record["board"]: record for record in result.records()}

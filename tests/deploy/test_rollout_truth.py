@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,12 +22,10 @@ from pathlib import Path
 import pytest
 from agent_processes import check_processes, wait_for
 from artifact_server import RunningServer
-from deploy_support import publish_version
+from deploy_support import publish_copy, publish_version, sleeping_library
 from sim_checks import link_down
 
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
-from edgetune.artifact_format.signing import load_private_key
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet.agent_bundle import agent_root
@@ -39,34 +35,12 @@ from edgetune.fleet.state import load_deployed
 MODEL = "mlp-truth"
 BOARDS = ("fast-1", "fast-2", "slow-1", "slow-2")
 FAST = ["gw-fast"]
-SLEEPING_LIBRARY_C = """
-#include <unistd.h>
-__attribute__((constructor)) static void sleep_on_load(void) { sleep(90); }
-"""
 
-
-def publish_copy(fleet, device_class: str, tag: str, library: bytes | None = None):
-    """A signed version of MODEL for `device_class`: the files of the newest built mlp (a real
-    library, its reference input and expected output), `library` instead of its model.so if given."""
-    store = ArtifactStore(fleet.artifacts.dir)
-    built = store.latest("mlp", device_class)
-    inputs = dataclasses.replace(built.manifest.inputs, model=MODEL, edgetune_version=f"{built.manifest.inputs.edgetune_version}+{tag}")
-    manifest = dataclasses.replace(built.manifest, inputs=inputs, inputs_sha256=inputs.digest())
-    with store.stage(MODEL, device_class) as staging:
-        for item in built.path.iterdir():
-            if item.name not in (MANIFEST_NAME, SIGNATURE_NAME):
-                (shutil.copytree if item.is_dir() else shutil.copyfile)(item, staging.path / item.name)
-        if library is not None:
-            (staging.path / "model.so").write_bytes(library)
-        return store.commit(staging, manifest, load_private_key(fleet.artifacts.signing_key)).stored
 
 
 @pytest.fixture(scope="module")
-def sleeping_library(tmp_path_factory) -> bytes:
-    directory = tmp_path_factory.mktemp("sleeping")
-    (directory / "sleep.c").write_text(SLEEPING_LIBRARY_C)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True)
-    return (directory / "sleep.so").read_bytes()
+def sleeping(tmp_path_factory) -> bytes:
+    return sleeping_library(tmp_path_factory.mktemp("sleeping"))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +48,7 @@ def fleet(released_fleet):
     """released_fleet with MODEL declared, served, and v1 of it installed on the gw-fast boards."""
     mlp = next(m for m in released_fleet.models if m.name == "mlp")
     fleet = released_fleet.replace(models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)))
-    publish_copy(fleet, "gw-fast", "v1")
+    publish_copy(fleet, MODEL, "gw-fast", "v1")
     server = RunningServer(fleet)
     try:
         result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0))
@@ -122,10 +96,10 @@ def test_every_targeted_class_has_its_own_canary_stage(deploy_fleet):
     assert plan_rollout(deploy_fleet, "mlp", timeout_s=8).agent_deadline_s == 6  # a quarter of a short one
 
 
-def test_a_canary_whose_check_outlives_the_timeout_leaves_deployed_json_matching_every_board(fleet, sleeping_library):
+def test_a_canary_whose_check_outlives_the_timeout_leaves_deployed_json_matching_every_board(fleet, sleeping):
     """The agent's deadline (6 s) stops the check before the rollout's timeout (8 s) ends; should
     its answer come late all the same (a loaded host), fast-1 is read back: failed on v1 either way."""
-    publish_copy(fleet, "gw-fast", "v2-sleeps", library=sleeping_library)  # its check would take 90 s
+    publish_copy(fleet, MODEL, "gw-fast", "v2-sleeps", library=sleeping)  # its check would take 90 s
     started = time.monotonic()
     result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, timeout_s=8))
     assert time.monotonic() - started < 60
@@ -190,7 +164,7 @@ def fast_2_disk_full(fleet):
 def test_a_rollback_that_fails_is_reported_as_rollback_failed(fleet, fast_2_disk_full):
     """fast-1 (canary) installs v3, fast-2 fails (its disk is full), so fast-1 is rolled back, but
     its kept v1 was damaged on its disk meanwhile: the rollback is refused and reported as such."""
-    v3 = publish_copy(fleet, "gw-fast", "v3")
+    v3 = publish_copy(fleet, MODEL, "gw-fast", "v3")
     library = Path(agent_root(fleet.board("fast-1"))) / "releases" / MODEL / "v1" / "model.so"
     good = library.read_bytes()
     library.write_bytes(good[:-64] + bytes(64))
@@ -222,11 +196,11 @@ def test_a_pin_below_the_newest_installed_is_rolled_out_as_a_logged_downgrade(fl
     assert_deployed_json_is_every_board(fleet)
 
 
-def test_a_board_cut_off_mid_install_stays_unknown_in_the_result_and_the_record(fleet, sleeping_library):
+def test_a_board_cut_off_mid_install_stays_unknown_in_the_result_and_the_record(fleet, sleeping):
     """fast-1 (canary) checks a release whose library sleeps; its network goes down meanwhile: the
     install's answer never comes and fast-1 cannot be read back. Once it is back, it runs what it
     ran: its agent stopped at its deadline."""
-    publish_copy(fleet, "gw-fast", "v4-sleeps", library=sleeping_library)
+    publish_copy(fleet, MODEL, "gw-fast", "v4-sleeps", library=sleeping)
     plan = plan_rollout(fleet, MODEL, classes=FAST, timeout_s=6)
     outcome: dict = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", rollout(fleet, plan)))

@@ -17,6 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from edgetune.artifact_format.manifest import Interface, TensorSpec
 from edgetune.compiler.integer import integer_convolutions
 from edgetune.compiler.layout import LayoutChoice, choose_layout, convert_layout
 from edgetune.compiler.models.builtin import load_builtin
@@ -26,10 +27,11 @@ from edgetune.compiler.models.onnx_import import (
     onnx_rounding_spread,
 )
 from edgetune.compiler.models.reference_values import reference_inputs
+from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model
 
-__all__ = ["ImportedModel", "entry_function", "import_model", "load_model", "model_layouts", "reference_inputs",
-           "reference_outputs", "rounding_spread"]
+__all__ = ["ImportedModel", "entry_function", "import_model", "load_model", "model_interface", "model_layouts",
+           "reference_inputs", "reference_outputs", "rounding_spread"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,29 @@ def entry_function(mod: tvm.IRModule) -> str:
         if isinstance(func, relax.Function) and "global_symbol" in (func.attrs or {})
     ]
     return names[0]
+
+
+def model_interface(mod: tvm.IRModule, input_names: Sequence[str]) -> Interface:
+    """What the module's entry function takes and answers, from its signature: its parameters
+    (named `input_names`, in call order) and its results (`output0`, ... in return order), each
+    with its shape (a free dimension by its name) and dtype."""
+    func = mod[entry_function(mod)]
+    if len(func.params) != len(input_names):
+        raise TuneError(f"the model's entry function takes {len(func.params)} inputs, "
+                        f"{len(input_names)} are declared: {', '.join(input_names)}")
+    returned = func.ret_ty
+    results = list(returned.fields) if isinstance(returned, relax.TupleType) else [returned]
+    return Interface(
+        inputs=tuple(_tensor_spec(name, p.ty) for name, p in zip(input_names, func.params)),
+        outputs=tuple(_tensor_spec(f"output{i}", info) for i, info in enumerate(results)),
+    )
+
+
+def _tensor_spec(name: str, ty: relax.Type) -> TensorSpec:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise TuneError(f"{name}: not a tensor of known shape ({ty}): edgetune's runtime takes and answers tensors")
+    dims = tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in ty.shape.values)
+    return TensorSpec(name, dims, str(ty.dtype))
 
 
 def reference_outputs(model: Model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
