@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,7 +25,7 @@ _COMPLETE = ".edgetune-board-image-complete"
 
 def board_image() -> Path:
     """The image's venv (its Python is `<venv>/bin/python`), made if it is not cached yet."""
-    pins = sorted(board_requirements().values())
+    pins = sorted(pin for pins in board_requirements().values() for pin in pins)
     venv = CACHE / f"board-image-{hashlib.sha256(' '.join(pins).encode()).hexdigest()[:12]}"
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "board-image.lock", "w") as lock:
@@ -48,6 +49,27 @@ def image_without(image: Path, dest: Path, *distributions: str) -> Path:
         if entry.name.split("-")[0].lower() not in left_out and not (target / entry.name).exists():
             (target / entry.name).symlink_to(entry)
     return dest / "bin" / "python"
+
+
+def runtime_only_image(image: Path, dest: Path) -> Path:
+    """A venv at `dest` like `image` but whose TVM has no compiler library (`libtvm_compiler.so`,
+    most of the wheel): what a board that only runs releases can do with; TVM then loads its
+    runtime alone. Returns its Python."""
+    python = image_without(image, dest, "apache_tvm", "tvm")
+    (source,) = image.glob("lib/python3*/site-packages")
+    (target,) = dest.glob("lib/python3*/site-packages")
+    shutil.copytree(source / "tvm", target / "tvm", copy_function=_link_or_copy,
+                    ignore=lambda _, names: [n for n in names if n.startswith("libtvm_compiler")])  # fmt: skip
+    for metadata in source.glob("apache_tvm-*.dist-info"):
+        (target / metadata.name).symlink_to(metadata)
+    return python
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:  # another file system
+        shutil.copy2(source, dest)
 
 
 def _run(argv: list[str]) -> None:

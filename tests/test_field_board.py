@@ -146,13 +146,14 @@ def test_the_preflight_probe_reads_the_boards_cpu_and_names_the_profile_of_a_zen
 
 def test_preflight_refuses_a_board_missing_numpy_with_the_install_command(field, tmp_path):
     from edgetune.fleet import fleet_up
+    from edgetune.fleet.on_board import install_command
 
     bare = image_without(field.image, tmp_path / "bare", "numpy")
     board = dataclasses.replace(field.fleet.board("field-1"), python=str(bare))
     result = fleet_up(field.fleet.replace(boards=(board,)), register_timeout_s=5)
     assert not result.succeeded
     reason = result.failed["field-1"]
-    assert f"{bare} lacks numpy" in reason and f"{bare} -m pip install numpy==" in reason, reason
+    assert f"{bare} lacks numpy" in reason and reason.endswith(install_command(str(bare), ["numpy"])), reason
 
 
 @pytest.fixture(scope="module")
@@ -272,12 +273,49 @@ def test_a_tampered_bundle_is_refused_then_replaced_before_the_agent_runs(served
 
 
 def test_rollout_of_a_second_version_then_rollback_on_the_field_board(served):
+    """While the example application (examples/app.py, with the board image's Python and the
+    agent's bundle) runs the model in a loop on the board, a rollout switches it to a second
+    version: no call fails, every answer is within its version's tolerance, and the application
+    is on the new version within a call of the switch. Then a rollback."""
     from edgetune.deploy.rollout import plan_rollout, rollout
 
     fleet, _ = served
-    second = republish(fleet, MODEL, "field-x86", "field")
-    result = rollout(fleet, plan_rollout(fleet, MODEL))
-    assert [(r["result"], r["to_version"]) for r in result.records()] == [("installed", second.version)]
+    board = fleet.board("field-1")
+    log = f"{board.workdir}/app.log"
+    with BoardSession(board) as session:
+        session.put_file(f"{board.workdir}/app.py", (REPO / "examples" / "app.py").read_bytes())
+    started = on_board(fleet, f"nohup {shlex.quote(board.python)} -I {board.workdir}/app.py --workdir {board.workdir} "
+                              f"--model {MODEL} --seconds 600 < /dev/null > {log} 2>&1 & echo $!")  # fmt: skip
+    app_pid = int(started.stdout.strip())
+    try:
+        _wait_for_app(fleet, log, lambda calls: sum(call.get("version") == 1 for call in calls) >= 10)
+        second = republish(fleet, MODEL, "field-x86", "field")
+        result = rollout(fleet, plan_rollout(fleet, MODEL))
+        assert [(r["result"], r["to_version"]) for r in result.records()] == [("installed", second.version)]
+        switched = float(on_board(fleet, f"stat -c %Y {agent_root(board)}/releases/{MODEL}/current").stdout)
+        lines = _wait_for_app(fleet, log, lambda calls: sum(call.get("version") == second.version for call in calls) >= 10)
+    finally:
+        on_board(fleet, f"kill {app_pid}", check=False)
+    calls = [line for line in lines if "call" in line]
+    assert all(call["ok"] for call in calls), [call for call in calls if not call["ok"]][:3]
+    assert [call["version"] for call in calls] == sorted(call["version"] for call in calls)  # never back, never mixed
+    (moved,) = [line["time"] for line in lines if line.get("switched_to") == second.version]
+    assert moved - switched < 2.0  # the link's mtime has whole seconds: an upper bound
     back = agent(fleet, "rollback", "--model", MODEL)
     assert (back["result"], back["from_version"], back["to_version"]) == ("rolled_back", second.version, 1), back
     assert agent(fleet, "status")["models"][MODEL]["version"] == 1
+
+
+def _wait_for_app(fleet, log: str, enough, timeout_s: float = 120.0) -> list[dict]:
+    """The application's JSON lines on the board, once `enough(lines)` holds."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = on_board(fleet, f"cat {log}").stdout
+        lines = [json.loads(line) for line in text.splitlines()[:-1] if line.startswith("{")]  # whole lines only
+        if enough(lines):
+            return lines
+        assert time.monotonic() < deadline, f"the application did not get there:\n{text[-2000:]}"
+        time.sleep(0.5)

@@ -1,5 +1,6 @@
 """The board agent: `python -m edgetune.agent --root DIR VERB` (fetch, install, rollback,
-status, run), run on each board by the operator's rollout over SSH.
+status, run), run on each board by the operator's rollout over SSH; and `app`, the runtime
+library applications on the board load their model with.
 
 It needs only the standard library, `cryptography`, numpy and the TVM runtime: it imports the
 light `edgetune.artifact` modules (manifest, codec, signing, files, verify, reference) and
@@ -7,10 +8,11 @@ nothing of the host side (inventory, fleet, tune, deploy); of TVM only `tvm.runt
 runtime-only TVM build is enough). Modules, one role each:
 - `config`: agent.json (`AgentConfig`, `write_config` for the rollout), token, pinned key;
 - `file_tree`: the files under the root, the `current` link, the lock; `state`: state.json;
-- `installation`: one installation (its config, pinned key, server, firmware fingerprint);
+- `installation`: one installation (its config, trusted keys, server, firmware fingerprint);
 - `client`: the HTTP client of `edgetune serve`; `fetch`: download and accept an artifact;
-- `install`: install -> check (in a child process) -> commit, prune, rollback;
-- `status`; `run` and `runtime`: load, run and time a release (the only TVM users);
+- `install`: install -> check (in a child process) -> commit, prune, rollback; `hooks`: the
+  model's `on_switch` and `health` commands after a switch;
+- `status`; `run` and `runtime`: load, run and time a release (the only TVM users, with `app`);
 - `cli`: the command line.
 """
 

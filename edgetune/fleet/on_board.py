@@ -129,17 +129,23 @@ def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFac
                       facts.get("cpu_vendor", ""), facts.get("cpu_family", ""))  # fmt: skip
 
 
-def board_requirements() -> dict[str, str]:
+def board_requirements() -> dict[str, tuple[str, ...]]:
     """What a board's Python needs, pinned as this edgetune asks for it: the distribution's
-    dependencies without extras (pyproject.toml), by distribution name."""
-    pinned = [r for r in metadata.requires("edgetune") or () if "extra ==" not in r]
-    return {re.split(r"[=<>!~ ;\[]", r, maxsplit=1)[0].lower(): r.split(";")[0].strip() for r in pinned}
+    dependencies without extras (pyproject.toml), by distribution name: one requirement, or one
+    per Python version where the pins differ (with the environment marker pip evaluates on the
+    board)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for requirement in metadata.requires("edgetune") or ():
+        if "extra ==" not in requirement:
+            name = re.split(r"[=<>!~ ;\[]", requirement, maxsplit=1)[0].lower()
+            found[name] = (*found.get(name, ()), requirement.strip())
+    return found
 
 
 def install_command(python: str, distributions: list[str]) -> str:
     """The command that installs `distributions` (all a board needs if empty) into `python`."""
     pins = board_requirements()
-    return shlex.join([python, "-m", "pip", "install", *(pins[d] for d in (distributions or pins))])
+    return shlex.join([python, "-m", "pip", "install", *(pin for d in (distributions or pins) for pin in pins[d])])
 
 
 def missing_instruction_sets(target: Mapping[str, Any], cpu_flags: tuple[str, ...]) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from board_image import board_image
+from board_image import board_image, runtime_only_image
 
 from edgetune.agent.app import Model, ModelError
 from edgetune.agent.install import install_tarball
@@ -93,3 +93,22 @@ def _wait_for(condition, app: subprocess.Popen, timeout_s: float = 60.0) -> None
         assert app.poll() is None, f"the application exited: {app.stderr.read()}"
         assert time.monotonic() < deadline, "the application did not get there in time"
         time.sleep(0.05)
+
+
+def test_a_board_image_without_the_tvm_compiler_installs_and_runs_releases(board_on, fleet, tmp_path):
+    """The TVM wheel's compiler library is most of a board image; a board that only runs releases
+    does without it: the agent's install (its reference check) and the application both work."""
+    python = runtime_only_image(board_image(), tmp_path / "runtime-only")
+    site = next((tmp_path / "runtime-only").glob("lib/python3*/site-packages"))
+    assert not list(site.glob("tvm/lib/libtvm_compiler*")) and list(site.glob("tvm/lib/libtvm_runtime.so"))
+    root = board_on(1)
+    (root / BUNDLE_NAME).write_bytes(agent_bundle().data)
+    env = {"PATH": "/usr/bin:/bin"}
+    installed = subprocess.run([str(python), "-I", str(root / BUNDLE_NAME), "--root", str(root), "install", "--model", "mlp",
+                                "--from", str(fleet.tarball("mlp", "gw-fast", 2)), "--json"],
+                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert json.loads(installed.stdout.splitlines()[-1])["result"] == "installed", installed.stderr
+    once = subprocess.run([str(python), "-I", str(EXAMPLE), "--workdir", str(root), "--model", "mlp", "--once"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    call = json.loads(once.stdout.splitlines()[-1])
+    assert once.returncode == 0 and call["ok"] and call["version"] == 2, once.stderr

@@ -220,10 +220,11 @@ def test_preflight_names_the_profile_for_a_cpu_whose_avx512_units_are_half_width
 def test_preflight_names_the_missing_board_packages_and_the_command_that_installs_them(tmp_path):
     board = make_board(tmp_path)
     facts = dataclasses.replace(FACTS, missing=("numpy", "cloudpickle"))
-    pins = on_board.board_requirements()
     with pytest.raises(BoardNotReady) as refused:
         on_board.check_ready(board, facts, "0.27.0", V3)
-    assert f"lacks numpy, cloudpickle, which a board needs; install with: {board.python} -m pip install {pins['numpy']} {pins['cloudpickle']}" in str(refused.value)
+    install = on_board.install_command(board.python, ["numpy", "cloudpickle"])
+    assert f"lacks numpy, cloudpickle, which a board needs; install with: {install}" in str(refused.value)
+    assert "numpy==2.2.6; python_version < " in install and "numpy==2.4.6; python_version >= " in install  # per Python
     old = dataclasses.replace(FACTS, python_version="3.9.18")
     with pytest.raises(BoardNotReady, match="is Python 3.9.18; a board needs Python 3.10 or newer"):
         on_board.check_ready(board, old, "0.27.0", V3)
