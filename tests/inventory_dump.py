@@ -79,7 +79,7 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
         data["deploy"] = {"bind": f"{d.bind_host}:{d.port}", "url": d.url, "tokens_dir": str(d.tokens_dir), "keep_releases": d.keep_releases,
                           "tls": d.tls is not None, "decision_ttl_s": d.decision_ttl_s, "max_connections": d.max_connections,
                           "max_connections_per_client": d.max_connections_per_client, "header_timeout_s": d.header_timeout_s,
-                          "keepalive_timeout_s": d.keepalive_timeout_s}
+                          "keepalive_timeout_s": d.keepalive_timeout_s, "parallel": d.parallel}
     return data
 
 
@@ -113,6 +113,7 @@ def _board(board: Board) -> dict[str, Any]:
         "threads": board.threads,
         "pin": dict(board.pin),
         "token_env": board.token_env,
+        "labels": dict(board.labels),
     }
     if board.simulated is not None:
         data["simulated"] = {"cpu_quota": board.simulated.cpu_quota, "arch": board.simulated.arch}

@@ -12,10 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-from edgetune.agent.errors import AgentConfigError
+from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import fetch, reset_serial
 from edgetune.agent.guard import SwitchGuard
 from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
+from edgetune.agent.installation import take_trust_file
 from edgetune.agent.status import status
 from edgetune.errors import EdgetuneError
 
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--version", type=_version, help="this version instead of the one offered")
     source.add_argument("--from", dest="tarball", type=Path, help="install this local .tar.gz (no server)")
+    p.add_argument("--trust", type=Path, metavar="FILE", help="with --from: take this trust file of the fleet first "
+                   "(`edgetune pull` writes it beside the tarball), as one from the server would be taken")
     p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
     p.set_defaults(func=_drive_install)
 
@@ -129,6 +132,10 @@ def _drive_fetch(args: argparse.Namespace) -> int:
 
 
 def _drive_install(args: argparse.Namespace) -> int:
+    if args.trust is not None:
+        if args.tarball is None:
+            raise AgentError("--trust goes with --from (a download from the server brings the trust file itself)")
+        take_trust_file(args.root, args.trust)
     if args.tarball is not None:
         record = install_tarball(args.root, args.model, args.tarball, args.allow_downgrade, _guard(args))
     else:

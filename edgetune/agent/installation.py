@@ -84,6 +84,18 @@ class Installation:
         return state
 
 
+def take_trust_file(root: Path, path: Path) -> None:
+    """Take the fleet's trust file given by hand (`edgetune pull` writes it beside the tarball
+    it pulls) as one from the server would be taken; an AgentError names what is wrong."""
+    try:
+        offered = TrustFile.from_bytes(path.read_bytes(), str(path))
+    except OSError as err:
+        raise AgentError(f"{path}: cannot be read ({err.strerror})") from None
+    except TrustError as err:
+        raise AgentError(str(err)) from None
+    Installation.open(root).trusted(offered)
+
+
 def _read_trust(path: Path) -> TrustFile | None:
     """The trust file at `path`; None if there is none or it is damaged (the anchor then
     roots the history alone)."""

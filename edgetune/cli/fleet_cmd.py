@@ -21,6 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = actions.add_parser("up", help="start what is missing, wait until every board is registered")
     status = actions.add_parser("status", help="per tracker and class, and per board: what is running")
     status.add_argument("--json", action="store_true", help="one JSON object per board")
+    status.add_argument("--select", metavar="KEY=VALUE[,...]",
+                        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin")
     down = actions.add_parser("down", help="stop the rpc_servers and trackers that `up` started")
     trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
     trust.add_argument("board", metavar="BOARD")
@@ -65,14 +67,18 @@ def drive_reset_serial(args: argparse.Namespace) -> int:
 
 def drive_status(args: argparse.Namespace) -> int:
     from edgetune.deploy.rollout import read_back_interrupted
+    from edgetune.inventory.selectors import parse_selector, select_boards
 
     fleet = load_checked_fleet(args)
+    shown = fleet
+    if args.select is not None:  # refused before anything is contacted
+        shown = fleet.replace(boards=select_boards(fleet.boards, parse_selector(args.select)))
     read_back_interrupted(fleet)  # an interrupted rollout's boards, read back before they are shown
-    boards = fleet_status(fleet)
+    boards = fleet_status(shown)
     if args.json:
         print(json.dumps([dataclasses.asdict(board) for board in boards], indent=2))
     else:
-        classes = [dataclasses.astuple(row) for row in tracker_status(fleet)]
+        classes = [dataclasses.astuple(row) for row in tracker_status(shown)]
         print(tabulate(classes, headers=["tracker", "address", "class", "registered", "free", "busy", "pending"]))
         print()
         print(tabulate([_board_row(board) for board in boards],

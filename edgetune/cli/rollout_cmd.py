@@ -20,7 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--version", type=int, help="this version (default: each board's pin, else the newest)")
     parser.add_argument("--canary", type=int, default=1,
                         help="boards of each class tried first, one class after the other (default 1)")
-    parser.add_argument("--batch", type=int, default=0, help="boards per batch after the canaries (default: all)")
+    parser.add_argument("--select", metavar="KEY=VALUE[,...]",
+                        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin,tier=field")
+    parser.add_argument("--batch", default="0", metavar="N|PCT%",
+                        help="boards per batch after the canaries, or a percentage of each class's other boards, e.g. 10%% "
+                             "(default: all in one batch)")
+    parser.add_argument("--parallel", type=int, metavar="N",
+                        help="boards installed on at once (default: fleet.yaml's deploy.parallel, else 16)")
     parser.add_argument("--max-failed", type=float, default=0.0, metavar="PCT",
                         help="stop and roll back once more than PCT %% of the boards failed (default 0)")
     parser.add_argument("--timeout-s", type=float, default=300.0,
@@ -33,9 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def drive_rollout(args: argparse.Namespace) -> int:
     from edgetune.deploy.rollout import plan_rollout, rollout
+    from edgetune.inventory.selectors import parse_selector
 
     fleet = load_fleet(args.fleet)
-    plan = plan_rollout(fleet, args.model, args.classes, args.version, args.canary, args.batch, args.max_failed, args.timeout_s)
+    select = parse_selector(args.select) if args.select is not None else None
+    plan = plan_rollout(fleet, args.model, args.classes, args.version, args.canary, args.batch, args.max_failed, args.timeout_s,
+                        select=select, parallel=args.parallel)  # fmt: skip
     if args.dry_run:
         print(json.dumps(plan.to_json(), indent=2))
         return 0

@@ -2,7 +2,10 @@
 
 The version is chosen exactly as the server chooses it for that board (`offer`); the tarball is
 verified against the fleet's public key and must be the model, class and version offered. It is
-written as `<out>/<board>/<model>/v<N>.tar.gz` and unpacked beside it as `v<N>/`.
+written as `<out>/<board>/<model>/v<N>.tar.gz` and unpacked beside it as `v<N>/`; the fleet's
+trust file as `<out>/<board>/trust.json`, which the board's agent takes with `install --from
+TARBALL --trust trust.json` (a board that never reached the server then follows the key
+rotations it missed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from edgetune.artifact_format.files import unpack_tarball
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from edgetune.artifact_format.signing import load_public_key
 from edgetune.artifact_format.verify import Expected, verify_artifact
+from edgetune.deploy.keys import TRUST_NAME, KeyFiles, read_trust
 from edgetune.deploy.offer import find_board, offer
 from edgetune.inventory.schema import Fleet
 
@@ -36,6 +40,8 @@ def pull(fleet: Fleet, board_name: str, models: Sequence[str] = (), out_dir: Pat
     store = ArtifactStore(fleet.artifacts.dir)
     public_key = load_public_key(fleet.artifacts.public_key)
     names = list(models) or [m.name for m in fleet.models]
+    (out_dir / board.name).mkdir(parents=True, exist_ok=True)
+    (out_dir / board.name / TRUST_NAME).write_bytes(read_trust(KeyFiles.of(fleet).trust).to_bytes())
     pulled = []
     for model in names:
         chosen = offer(fleet, store, board, model)

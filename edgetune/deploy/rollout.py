@@ -1,9 +1,11 @@
 """`edgetune rollout`: roll one model's artifact over the fleet in stages, over SSH, and record
 only what the boards say they run.
 
-Plan (pure, `plan_rollout`): the targeted boards (a class, or all), each with the version it
-must run (`--version`, else what the server offers it: its pin or the newest), in stages: every
-targeted class's own canary stage (its first `--canary` boards), then batches of the rest.
+Plan (pure, `plan_rollout`): the targeted boards (a class, or all, narrowed by a `--select`
+selector), each with the version it must run (`--version`, else what the server offers it: its
+pin or the newest), in stages: every targeted class's own canary stage (its first `--canary`
+boards), then batches of the rest (`--batch`: a count, or a percentage of each class's other
+boards); `--parallel` (else fleet.yaml's `deploy.parallel`) boards are driven at once.
 
 Execution (`rollout`); docs/rollout.md says what it guarantees:
 - the server must answer before any board is touched;
@@ -54,12 +56,13 @@ from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout_journal import RolloutJournal, RolloutUnderWay, journalled_models
 from edgetune.deploy.tls import host_client_context
 from edgetune.deploy.tokens import ensure_token
-from edgetune.errors import DeployError, EdgetuneError
+from edgetune.errors import DeployError, EdgetuneError, InventoryError
 from edgetune.fleet.journal import record_event
-from edgetune.fleet.parallel import for_each_board
+from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import UNKNOWN, load_deployed, record_deployed
-from edgetune.inventory.schema import Board, Fleet
+from edgetune.inventory.schema import DEFAULT_PARALLEL, MAX_PARALLEL, Board, Fleet
+from edgetune.inventory.selectors import Selector, select_boards
 
 DEFAULT_TIMEOUT_S = 300.0
 AGENT_MARGIN_S = 30.0  # the agent's deadline ends this long before the rollout's timeout (at most a quarter of it)
@@ -68,6 +71,50 @@ READ_BACK_PAUSE_S = 2.0
 LOST = ("failed", "unknown")  # the outcomes that count against a stage
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    """`--batch`: a count of boards per batch after the canaries (0: one batch), or a percentage
+    of each class's non-canary boards (its batch size ceil(percent * n / 100), at least 1)."""
+
+    count: int = 0
+    percent: float | None = None
+
+    def size_of(self, boards: int) -> int:
+        """Boards per batch out of `boards`."""
+        if self.percent is None:
+            return self.count or boards or 1
+        return max(1, math.ceil(self.percent * boards / 100))
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
+
+
+BatchSpec = int | str | BatchSize
+
+
+def parse_batch(value: BatchSpec) -> BatchSize:
+    """`--batch N` (boards, 0: one batch) or `--batch P%` (0 < P <= 100)."""
+    if isinstance(value, BatchSize):
+        return value
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            percent = math.nan
+        if not (0 < percent <= 100):  # NaN too
+            raise DeployError(f"--batch {text}: a percentage must be above 0% and at most 100% (of each class's boards "
+                              "after its canaries), e.g. --batch 10%")
+        return BatchSize(percent=percent)
+    try:
+        count = int(text)
+    except ValueError:
+        raise DeployError(f"--batch {text}: must be a number of boards (0: one batch) or a percentage, e.g. --batch 10%") from None
+    if count < 0:
+        raise DeployError(f"--batch {text}: must be zero (one batch) or more boards, or a percentage, e.g. --batch 10%")
+    return BatchSize(count=count)
 
 
 @dataclass(frozen=True)
@@ -91,6 +138,7 @@ class RolloutPlan:
     canary: int  # boards per class in its canary stage
     max_failed_pct: float
     timeout_s: float
+    parallel: int = DEFAULT_PARALLEL  # boards driven at once
 
     @property
     def targets(self) -> tuple[Target, ...]:
@@ -104,7 +152,8 @@ class RolloutPlan:
     def to_json(self) -> dict:
         stages = [{"name": s.name, "boards": [{"board": t.board.name, "version": t.version} for t in s.targets]} for s in self.stages]
         return {"model": self.model, "canary": self.canary, "max_failed_pct": self.max_failed_pct,
-                "timeout_s": self.timeout_s, "agent_deadline_s": self.agent_deadline_s, "stages": stages}  # fmt: skip
+                "timeout_s": self.timeout_s, "agent_deadline_s": self.agent_deadline_s, "parallel": self.parallel,
+                "stages": stages}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -148,16 +197,28 @@ def plan_rollout(
     classes: Sequence[str] = (),
     version: int | None = None,
     canary: int = 1,
-    batch: int = 0,
+    batch: BatchSpec = 0,
     max_failed_pct: float = 0.0,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    select: Selector | None = None,
+    parallel: int | None = None,
 ) -> RolloutPlan:
-    """Which boards get which version, in which stages (nothing is contacted)."""
-    _check_settings(fleet, model, classes, canary, batch, max_failed_pct, timeout_s)
-    store = ArtifactStore(fleet.artifacts.dir)
+    """Which boards get which version, in which stages (nothing is contacted). `select`: only
+    the boards it matches (among `classes`' when given); `parallel`: boards driven at once
+    (None: fleet.yaml's `deploy.parallel`)."""
+    batch = parse_batch(batch)
+    _check_settings(fleet, model, classes, canary, batch.count, max_failed_pct, timeout_s)
+    parallel = _parallel(fleet, parallel)
     boards = [b for b in fleet.boards if not classes or b.device_class in classes]
+    if select is not None:
+        chosen = {b.name for b in select_boards(fleet.boards, select)}
+        boards = [b for b in boards if b.name in chosen]
+        if not boards:
+            raise InventoryError(f"--select {select.text} matches no board of class {', '.join(classes)}")
+    store = ArtifactStore(fleet.artifacts.dir)
     targets = [_target(fleet, store, b, model, version) for b in boards]
-    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s)
+    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s, parallel)
 
 
 def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
@@ -168,7 +229,7 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
     _warn_of_a_long_health_check(fleet, plan)
     public_key = fleet.artifacts.public_key.read_bytes()
     with RolloutJournal.held(fleet, plan.model) as journal:
-        _read_back_interrupted(fleet, journal)
+        _read_back_interrupted(fleet, journal, plan.parallel)
         before = load_deployed(fleet)
         outcomes: dict[str, BoardOutcome] = {}
         stopped = None
@@ -244,20 +305,40 @@ def _target(fleet: Fleet, store: ArtifactStore, board: Board, model: str, versio
     return Target(board, choice.version, chosen_by)
 
 
-def _stages(targets: list[Target], canary: int, batch: int) -> tuple[Stage, ...]:
-    """Each class's first `canary` boards alone, class after class; then the others in batches
-    of `batch` (0: one batch)."""
+def _stages(targets: list[Target], canary: int, batch: BatchSpec) -> tuple[Stage, ...]:
+    """Each class's first `canary` boards alone, class after class; then the others in batches:
+    of `batch.count` boards (0: one batch), or, by percentage, batch n holds the n-th share of
+    every class's other boards (ceil(percent * its boards / 100) of them, at least 1)."""
+    batch = parse_batch(batch)
     classes = dict.fromkeys(t.board.device_class for t in targets)
     canaries = [Stage(f"canary {c}", tuple([t for t in targets if t.board.device_class == c][:canary]), canary=True)
                 for c in classes] if canary else []  # fmt: skip
     picked = {t.board.name for stage in canaries for t in stage.targets}
     rest = [t for t in targets if t.board.name not in picked]
-    size = batch or len(rest) or 1
-    batches = [Stage(f"batch {n}", tuple(rest[i : i + size]), canary=False) for n, i in enumerate(range(0, len(rest), size), 1)]
+    if batch.percent is None:
+        size = batch.size_of(len(rest))
+        chunks = [rest[i : i + size] for i in range(0, len(rest), size)]
+    else:
+        shares = []  # per class: its other boards in batches of its own size
+        for c in classes:
+            of_class = [t for t in rest if t.board.device_class == c]
+            size = batch.size_of(len(of_class))
+            shares.append([of_class[i : i + size] for i in range(0, len(of_class), size)])
+        chunks = [[t for share in shares if n < len(share) for t in share[n]] for n in range(max(map(len, shares), default=0))]
+    batches = [Stage(f"batch {n}", tuple(chunk), canary=False) for n, chunk in enumerate(chunks, 1)]
     return (*canaries, *batches)
 
 
-def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal) -> None:
+def _parallel(fleet: Fleet, parallel: int | None) -> int:
+    """Boards driven at once: `--parallel`, else fleet.yaml's `deploy.parallel`."""
+    if parallel is None:
+        return fleet.deploy.parallel
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= MAX_PARALLEL:
+        raise DeployError(f"--parallel must be a number of boards between 1 and {MAX_PARALLEL}, got {parallel}")
+    return parallel
+
+
+def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal, workers: int = MAX_WORKERS) -> None:
     """The boards the interrupted rollout whose journal `journal` took over touched, read back:
     what each runs is recorded (one that cannot be read stays as recorded: `unknown` if its
     change was under way)."""
@@ -270,7 +351,7 @@ def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal) -> None:
     boards = [b for b in fleet.boards if b.name in touched]
     for name in sorted(set(touched) - {b.name for b in boards}):
         log.warning(f"  {name}: no longer in {fleet.path}: not read back")
-    results = for_each_board(boards, lambda board: read_back(fleet, board, journal.model))
+    results = for_each_board(boards, lambda board: read_back(fleet, board, journal.model), workers)
     for board in boards:
         runs = results.succeeded.get(board.name, UNKNOWN)
         if runs != UNKNOWN:
@@ -297,7 +378,7 @@ def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes,
     """Install on the stage's boards in parallel; a board no install reached is `failed`."""
     targets = {t.board.name: t for t in stage.targets}
     results = for_each_board([t.board for t in stage.targets],
-                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal))  # fmt: skip
+                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal), plan.parallel)  # fmt: skip
     outcomes = {}
     for name, target in targets.items():
         outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
@@ -344,7 +425,7 @@ def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome
     entries = journal.boards
     boards = [b for b in fleet.boards if b.name in entries and entries[b.name].switched]
     switched = {b.name: outcomes.get(b.name) or _switched_earlier(plan, b, entries[b.name]) for b in boards}
-    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], journal))
+    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], journal), plan.parallel)
     rolled = dict(results.succeeded)
     rolled.update({name: replace(switched[name], result="rollback_failed", error=reason) for name, reason in results.failed.items()})
     for outcome in rolled.values():
@@ -413,7 +494,7 @@ def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan, others: Sequence[st
     """Read every targeted board, and the `others` (touched by an interrupted rollout), back and
     record that in the fleet state (UNKNOWN if unreadable)."""
     boards = [t.board for t in plan.targets] + [b for b in fleet.boards if b.name in others]
-    results = for_each_board(boards, lambda board: read_back(fleet, board, plan.model))
+    results = for_each_board(boards, lambda board: read_back(fleet, board, plan.model), plan.parallel)
     runs = {board.name: results.succeeded.get(board.name, UNKNOWN) for board in boards}
     for name, version in runs.items():
         record_deployed(fleet, name, plan.model, version)

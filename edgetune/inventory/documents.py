@@ -25,10 +25,12 @@ from edgetune.inventory.fields import (
 from edgetune.inventory.schema import (
     BUILTIN_MODELS,
     DEFAULT_LAYOUT,
+    DEFAULT_PARALLEL,
     DEFAULT_TRIALS_PER_ITER,
     DTYPES,
     HOST_KEY_POLICIES,
     LAYOUTS,
+    MAX_PARALLEL,
     MAX_TRIALS,
     QUANTIZED_WEIGHTS,
     TRANSPORTS,
@@ -59,6 +61,8 @@ MAX_KEEP_RELEASES = 100
 MAX_SERVER_CONNECTIONS = 65_536
 SERVER_TIMEOUT_S = (0.1, 600.0)
 PIN = "a mapping of model name to artifact version, e.g. {mlp: 3}"
+MAX_LABELS = 64
+LABELS = "a mapping of label name to value, e.g. {site: berlin, tier: field}"
 
 
 def at_least_one(what: str) -> Any:
@@ -138,6 +142,7 @@ class BoardEntry:
     simulated: Simulation | None = None
     pin: Mapping[str, Any] = pin_field()
     token_env: str | None = rule(None, check=env_name_problem)
+    labels: Mapping[str, Any] = rule(factory=FrozenMap, expect=LABELS, max_items=MAX_LABELS)  # checked by the loader
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +210,7 @@ class DeployEntry:
     max_connections_per_client: int = rule(DeploySettings.max_connections_per_client, between=(1, MAX_SERVER_CONNECTIONS))
     header_timeout_s: float = rule(DeploySettings.header_timeout_s, between=SERVER_TIMEOUT_S)
     keepalive_timeout_s: float = rule(DeploySettings.keepalive_timeout_s, between=SERVER_TIMEOUT_S)
+    parallel: int = rule(DEFAULT_PARALLEL, between=(1, MAX_PARALLEL))
 
 
 LOCAL_COMPUTE = "local"

@@ -10,6 +10,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTERFACE = re.compile(r"[A-Za-z0-9_-]{1,15}")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+MAX_LABEL_CHARS = 63
+RESERVED_LABELS = ("class", "board")  # selector keys that name a board's device class and its name
 
 
 def name_problem(value: str) -> str | None:
@@ -61,4 +64,35 @@ def host_interface_problem(value: str) -> str | None:
         return f"'{value}' is not an IPv4 address with prefix, e.g. 10.231.7.1/24"
     if interface.network.prefixlen == 32:
         return "needs a prefix length that leaves room for boards, e.g. /24"
+    return None
+
+
+def label_key_problem(key: object) -> str | None:
+    """A board label's name (`boards[].labels`, and the keys of a `--select`)."""
+    if not isinstance(key, str):
+        return f"label names are strings, got {type(key).__name__} {key!r}"
+    problem = _label_problem(key, "name")
+    if problem:
+        return problem
+    if key in RESERVED_LABELS:
+        return f"'{key}' is not a label name: selectors use it for the board's {'device class' if key == 'class' else 'name'}"
+    return None
+
+
+def label_value_problem(value: object) -> str | None:
+    """A board label's value: a short string (a YAML number or boolean must be quoted)."""
+    if value is None:
+        return "must be a string value, got nothing"
+    if not isinstance(value, str):
+        quoted = str(value).lower() if isinstance(value, bool) else str(value)
+        return f"must be a string (quote it: '{quoted[:70]}'), got {type(value).__name__} {str(value)[:70]}"
+    return _label_problem(value, "value")
+
+
+def _label_problem(text: str, what: str) -> str | None:
+    if len(text) > MAX_LABEL_CHARS:
+        return f"'{text[:70]}{'...' if len(text) > 70 else ''}' is too long for a label {what} ({len(text)} characters, at most {MAX_LABEL_CHARS})"
+    if not _LABEL.fullmatch(text):
+        return (f"'{text}' is not a valid label {what} (1-{MAX_LABEL_CHARS} letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit)")
     return None

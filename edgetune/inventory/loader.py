@@ -38,7 +38,7 @@ from edgetune.inventory.documents import (
     TrackerEntry,
     TuningEntry,
 )
-from edgetune.inventory.fields import address_problem
+from edgetune.inventory.fields import address_problem, label_key_problem, label_value_problem
 from edgetune.inventory.local_files import (
     check_directory,
     check_existing_file,
@@ -219,10 +219,23 @@ def _boards(root: Node, doc: FleetFile, base: Path, classes: tuple[DeviceClass, 
                 simulated=entry.simulated,
                 pin=_pin(item.child("pin"), entry.pin),
                 token_env=entry.token_env,
+                labels=_labels(item.child("labels"), entry.labels),
             )
         )
     _check_own_token_variables(node, boards)
     return tuple(boards)
+
+
+def _labels(node: Node, labels: Mapping[Any, Any]) -> FrozenMap:
+    """A board's labels: short names (not `class` or `board`, which selectors use) to short string values."""
+    for key, value in labels.items():
+        problem = label_key_problem(key)
+        if problem:
+            raise node.child(str(key)).error(problem)
+        problem = label_value_problem(value)
+        if problem:
+            raise node.child(key).error(problem)
+    return FrozenMap(labels)
 
 
 def _check_own_token_variables(node: Node, boards: list[Board]) -> None:
@@ -500,6 +513,7 @@ def _deploy(node: Node, entry: DeployEntry | None, workdir: Path, artifacts: Art
         max_connections_per_client=entry.max_connections_per_client,
         header_timeout_s=entry.header_timeout_s,
         keepalive_timeout_s=entry.keepalive_timeout_s,
+        parallel=entry.parallel,
     )
 
 

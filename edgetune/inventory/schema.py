@@ -42,6 +42,8 @@ HOST_KEY_POLICIES = ("strict",)
 TRANSPORTS = ("ssh", "direct", "auto")
 NO_SSH_CONFIG = "none"  # `ssh.config: none`: no OpenSSH client config file, not even ~/.ssh/config
 DEFAULT_TRIALS_PER_ITER = 16  # trials per round (tuning.trials_per_iter) when not set
+DEFAULT_PARALLEL = 16  # boards a rollout drives at once by default (fleet.parallel.MAX_WORKERS, every other fan-out's)
+MAX_PARALLEL = 1024
 DEFAULT_ROUNDS_PER_TASK = 1  # rounds per task when no trials_per_task, trials_per_class or time_limit_s is set:
 # a round of the default 16 trials (twice the 8 per task the bench models were tuned with) keeps a
 # 60-task model at 960 trials, about half an hour at the ~1.5-2 s per trial measured on simulated boards
@@ -153,6 +155,7 @@ class Board:
     simulated: Simulation | None = None
     pin: Mapping[str, int] = field(default_factory=FrozenMap)  # model -> artifact version this board runs (over its class's pin)
     token_env: str | None = None  # its download token comes from this variable instead of a file
+    labels: Mapping[str, str] = field(default_factory=FrozenMap)  # free-form name -> value, matched by `--select`
 
     @property
     def shares_host_cpus(self) -> bool:
@@ -322,6 +325,7 @@ class DeploySettings:
     max_connections_per_client: int = 32  # open at once from one IP address
     header_timeout_s: float = 20.0  # from accept (TLS handshake included) to a complete request head
     keepalive_timeout_s: float = 5.0  # an idle connection between requests is closed after this
+    parallel: int = DEFAULT_PARALLEL  # boards a rollout drives at once (`--parallel` overrides it)
 
 
 @dataclass(frozen=True)

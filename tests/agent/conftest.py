@@ -43,8 +43,9 @@ from edgetune.artifact_format.manifest import (
 )
 from edgetune.artifact_format.reference import npz_bytes
 from edgetune.artifact_format.signing import init_keys, load_private_key
+from edgetune.artifact_format.trust import anchor_pem
 from edgetune.compiler.models import load_model, model_interface, reference_inputs, reference_outputs
-from edgetune.deploy.keys import ensure_decision_key
+from edgetune.deploy.keys import KeyFiles, ensure_decision_key, read_trust
 from edgetune.deploy.tls import ensure_tls, host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.inventory import load_fleet
@@ -243,8 +244,28 @@ def server(fleet, tmp_path_factory):
         running.stop()
 
 
+@pytest.fixture(scope="module")
+@starts_fleet
+def own_host(tmp_path_factory, compiled):
+    """A host fleet of the module's own (keys, store, `edgetune serve`), for tests that change its
+    keys: (fleet, server), mlp v1 of gw-fast published."""
+    fleet = Fleet(tmp_path_factory.mktemp("own-host"), compiled)
+    fleet.publish("mlp", "gw-fast", "own-v1")
+    server = Server(fleet, tmp_path_factory.mktemp("own-server") / "access.log")
+    try:
+        yield fleet, server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def board_of():
+    """board_of(root, host_fleet, board, server=NO_SERVER): an agent root of that fleet's board."""
+    return lambda root, fleet, board, server=NO_SERVER: write_board(root, fleet, board, server)
+
+
 def write_board(root: Path, fleet: Fleet, board: str, server: str, keep_releases: int = 3, **changes) -> Path:
-    """An agent root as the rollout leaves it: agent.json, the token (0600), the pinned key and CA."""
+    """An agent root as the rollout leaves it: agent.json, the token (0600), the pinned anchor key and CA."""
     classes = {b.name: b.device_class for b in fleet.fleet.boards}
     config = AgentConfig(board=board, device_class=classes[board], server=server, token_file="token",
                          public_key="fleet.pub", server_ca="fleet-ca.pem", keep_releases=keep_releases,
@@ -252,7 +273,7 @@ def write_board(root: Path, fleet: Fleet, board: str, server: str, keep_releases
     write_config(root, replace(config, **changes))
     (root / "token").write_text(fleet.tokens[board])
     (root / "token").chmod(0o600)
-    shutil.copy(fleet.public_key, root / "fleet.pub")
+    (root / "fleet.pub").write_bytes(anchor_pem(read_trust(KeyFiles.of(fleet.fleet).trust)))  # as the rollout pins it
     shutil.copy(fleet.tls.ca_cert, root / "fleet-ca.pem")
     return root
 

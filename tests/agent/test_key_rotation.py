@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from agent_support import current
-from conftest import Fleet, Server, write_board
+from agent_support import agent_cli, current
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import fetch
@@ -20,40 +19,28 @@ from edgetune.artifact_format.signing import key_id, load_private_key, load_publ
 from edgetune.artifact_format.trust import ARTIFACT, TrustError, TrustFile, key_statement
 from edgetune.cli import main
 from edgetune.deploy.keys import KeyFiles, OnlineKeys
+from edgetune.deploy.pull import pull
 from edgetune.errors import DeployError
-from fleet_marker import starts_fleet
 
 
-@pytest.fixture(scope="module")
-@starts_fleet
-def host(tmp_path_factory, compiled):
-    fleet = Fleet(tmp_path_factory.mktemp("rotating-host"), compiled)
-    fleet.publish("mlp", "gw-fast", "r-v1")
-    server = Server(fleet, tmp_path_factory.mktemp("rotating-server") / "access.log")
-    try:
-        yield fleet, server
-    finally:
-        server.stop()
-
-
-def _keys(host_fleet: Fleet, *args: str) -> None:
+def _keys(host_fleet, *args: str) -> None:
     assert main(["keys", *args, "-f", str(host_fleet.path)]) == 0
 
 
-def _publish_with_current_key(host_fleet: Fleet, tag: str) -> None:
+def _publish_with_current_key(host_fleet, tag: str) -> None:
     host_fleet._key = load_private_key(host_fleet.fleet.artifacts.signing_key)
     host_fleet.publish("mlp", "gw-fast", tag)
 
 
-def _trust(host_fleet: Fleet) -> TrustFile:
+def _trust(host_fleet) -> TrustFile:
     return TrustFile.from_bytes(KeyFiles.of(host_fleet.fleet).trust.read_bytes(), "trust.json")
 
 
-def test_boards_follow_every_rotation_and_refuse_what_retired_keys_sign(host, tmp_path):
-    fleet, server = host
+def test_boards_follow_every_rotation_and_refuse_what_retired_keys_sign(own_host, board_of, tmp_path):
+    fleet, server = own_host
     files = KeyFiles.of(fleet.fleet)
-    board = write_board(tmp_path / "board" / "agent", fleet, "fast-1", server.url)
-    offline = write_board(tmp_path / "offline" / "agent", fleet, "fast-1", server.url)  # away during the rotations
+    board = board_of(tmp_path / "board" / "agent", fleet, "fast-1", server.url)
+    offline = board_of(tmp_path / "offline" / "agent", fleet, "fast-1", server.url)  # away during the rotations
     anchor = load_public_key(files.public_key)
 
     assert install(board, "mlp").result == "installed" and current(board) == "v1"
@@ -107,8 +94,8 @@ def test_boards_follow_every_rotation_and_refuse_what_retired_keys_sign(host, tm
     assert current(board) == "v2"
 
 
-def test_serve_never_holds_the_artifact_key(host):
-    fleet, server = host
+def test_serve_never_holds_the_artifact_key(own_host):
+    fleet, server = own_host
     files = KeyFiles.of(fleet.fleet)
     # serve runs (and answers offers) with the artifact key out of its reach
     hidden = files.signing_key.with_name("offline.key")
@@ -127,3 +114,19 @@ def test_serve_never_holds_the_artifact_key(host):
     finally:
         files.decision_key.unlink()
         kept.rename(files.decision_key)
+
+
+def test_a_board_that_never_reaches_the_server_follows_rotations_through_pull(own_host, board_of, tmp_path):
+    """`edgetune pull` writes the fleet's trust file beside the tarball; an anchor-only board
+    refuses a tarball the successor key signed until it is given that file."""
+    fleet, _ = own_host
+    _keys(fleet, "rotate", "artifact")
+    _publish_with_current_key(fleet, f"r-pull-{time.time_ns()}")
+    (pulled,) = pull(fleet.fleet, "fast-1", ["mlp"], tmp_path / "pulled")
+    trust = tmp_path / "pulled" / "fast-1" / "trust.json"
+    assert TrustFile.from_bytes(trust.read_bytes(), "pulled") == _trust(fleet)
+    board = board_of(tmp_path / "away" / "agent", fleet, "fast-1")
+    status, refused = agent_cli(board, "install", "--model", "mlp", "--from", str(pulled.tarball))
+    assert refused["result"] == "failed" and "signed by key" in refused["error"] and current(board) is None
+    status, record = agent_cli(board, "install", "--model", "mlp", "--from", str(pulled.tarball), "--trust", str(trust))
+    assert (status, record["result"], current(board)) == (0, "installed", f"v{pulled.version}"), record
