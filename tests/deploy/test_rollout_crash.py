@@ -107,13 +107,13 @@ def second_stage_checking(fleet) -> bool:
     return bool(checking(fleet, "fast-2"))
 
 
-def killed_rollout(fleet, tmp_path, when) -> None:
-    """`edgetune rollout` of gw-fast (fast-1 canary, then fast-2) in its own process group, killed
-    with SIGKILL by its PID as soon as `when(fleet)` holds."""
+def killed_rollout(fleet, tmp_path, when, *options: str) -> None:
+    """`edgetune rollout` of gw-fast (fast-1 canary, then fast-2; `options` added) in its own
+    process group, killed with SIGKILL by its PID as soon as `when(fleet)` holds."""
     log = tmp_path / "rollout.log"
     with open(log, "wb") as output:
         process = subprocess.Popen([sys.executable, "-m", "edgetune", "rollout", "-f", str(fleet.path), "--model", MODEL,
-                                    "--class", "gw-fast", "--timeout-s", "120"],
+                                    "--class", "gw-fast", "--timeout-s", "120", *options],
                                    cwd=REPO, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
     try:
@@ -166,6 +166,28 @@ def test_a_rollout_killed_leaves_a_true_record_and_the_next_one_rolls_its_switch
     wait_for(lambda: not checking(fleet, "fast-2"), "fast-2's agent to stop its check at its deadline", timeout_s=20)
     assert recorded(fleet) == running(fleet) == {"fast-1": 1, "fast-2": 1}
     assert not journal_path(fleet, MODEL).exists()  # the rollout ended: its journal is closed
+
+
+def test_a_rollout_killed_in_its_canarys_check_leaves_the_canary_unknown_until_read_back(on_v1, tmp_path, capsys):
+    """Killed in the first stage, while the canary (fast-1, given v3, whose check sleeps) checks:
+    the record says fast-1 is `unknown`, never that it switched; its agent stops (its channel is
+    gone) and it still runs v1; `fleet status` reads it back and shows v1; the next rollout, which
+    finds nothing switched, rolls nothing back and closes the journal."""
+    fleet = on_v1
+    killed_rollout(fleet, tmp_path, lambda f: bool(checking(f, "fast-1")), "--version", "3")
+    assert recorded(fleet) == {"fast-1": UNKNOWN, "fast-2": 1} and journal_path(fleet, MODEL).exists()
+    wait_for(lambda: not checking(fleet, "fast-1"), "fast-1's agent to stop its check (its channel is gone)", timeout_s=20)
+    assert running(fleet) == {"fast-1": 1, "fast-2": 1}
+
+    main(["fleet", "status", "-f", str(fleet.path), "--json"])
+    out, err = capsys.readouterr()
+    shown = {board["name"]: board["deployed"].get(MODEL) for board in json.loads(out) if board["name"] in FAST}
+    assert shown == recorded(fleet) == running(fleet) == {"fast-1": 1, "fast-2": 1}
+    assert f"a rollout of {MODEL} (pid" in err and "was interrupted" in err and "back to" not in err
+
+    result = rollout(fleet, plan_rollout(fleet, MODEL, classes=["gw-fast"], version=1, canary=0))
+    assert result.ok and {record["result"] for record in result.records()} == {"unchanged"}, result.records()
+    assert recorded(fleet) == running(fleet) == {"fast-1": 1, "fast-2": 1} and not journal_path(fleet, MODEL).exists()
 
 
 def test_a_second_rollout_of_a_model_under_way_is_refused_and_a_damaged_journal_named(deploy_fleet, published, artifact_server):
