@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 def publish_version(fleet, model: str, device_class: str, payload: bytes):
     """Commit a small signed version of (model, class) whose library is `payload` (the server
@@ -84,3 +87,21 @@ def sleeping_library(directory) -> bytes:
     (directory / "sleep.c").write_text(SLEEPING_LIBRARY_C)
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True)
     return (directory / "sleep.so").read_bytes()
+
+
+@contextmanager
+def served_on_v1(fleet, model: str, device_class: str) -> Iterator[None]:
+    """While the block runs: v1 of `model` for `device_class` published (`publish_copy`), the real
+    artifact server up, and v1 rolled out to every board of that class."""
+    from artifact_server import RunningServer
+
+    from edgetune.deploy.rollout import plan_rollout, rollout
+
+    publish_copy(fleet, model, device_class, "v1")
+    server = RunningServer(fleet)
+    try:
+        result = rollout(fleet, plan_rollout(fleet, model, classes=[device_class], canary=0))
+        assert result.ok, result.records()
+        yield
+    finally:
+        server.stop()

@@ -14,8 +14,7 @@ import dataclasses
 import json
 
 import pytest
-from artifact_server import RunningServer
-from deploy_support import publish_copy
+from deploy_support import publish_copy, served_on_v1
 
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
@@ -43,14 +42,8 @@ def fleet(released_fleet, app):
     health = HealthCheck(HEALTH.format(app=app), timeout_s=20)
     model = dataclasses.replace(mlp, name=MODEL, on_switch=ON_SWITCH.format(app=app), health=health)
     fleet = released_fleet.replace(models=(*released_fleet.models, model))
-    publish_copy(fleet, MODEL, "gw-fast", "v1")
-    server = RunningServer(fleet)
-    try:
-        result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0))
-        assert result.ok, result.records()
+    with served_on_v1(fleet, MODEL, "gw-fast"):
         yield fleet
-    finally:
-        server.stop()
 
 
 def runs(fleet, name: str) -> int | None:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 from agent_processes import check_processes, wait_for
-from artifact_server import RunningServer
-from deploy_support import publish_copy, publish_version, sleeping_library
+from deploy_support import publish_copy, publish_version, served_on_v1, sleeping_library
 from sim_checks import link_down
 
 from edgetune.artifact.store import ArtifactStore
@@ -48,14 +47,8 @@ def fleet(released_fleet):
     """released_fleet with MODEL declared, served, and v1 of it installed on the gw-fast boards."""
     mlp = next(m for m in released_fleet.models if m.name == "mlp")
     fleet = released_fleet.replace(models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)))
-    publish_copy(fleet, MODEL, "gw-fast", "v1")
-    server = RunningServer(fleet)
-    try:
-        result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0))
-        assert result.ok, result.records()
+    with served_on_v1(fleet, MODEL, "gw-fast"):
         yield fleet
-    finally:
-        server.stop()
 
 
 def status(fleet, name: str) -> dict:
