@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := openssh-server iproute2 procps cmake g++
 
 ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
-.PHONY: setup system-packages arm-packages browser-packages test test-unit test-slow test-arm test-ray tune-fleet tune-fleet-ray check plan bench clean
+.PHONY: setup system-packages arm-packages browser-packages lint test test-unit test-slow test-arm test-ray test-scale tune-fleet tune-fleet-ray check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -56,6 +56,12 @@ arm-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# ruff's lint rules and mypy, as pyproject.toml configures them (CI runs it before the tests); the
+# venv alone, no system packages. `ruff format --diff` shows what the formatter would change.
+lint: $(STAMP)
+	$(PY) -m ruff check edgetune tests bench examples
+	$(PY) -m mypy
+
 # On two cores (pytest-xdist): the users of the session's simulated fleet on one worker, so it is
 # built once, the other modules whole on either (tests/worker_groups.py).
 test: setup browser-packages
@@ -76,6 +82,12 @@ test-arm: setup arm-packages
 # cluster of its own (a head and worker nodes on this machine).
 test-ray: setup
 	$(PY) -m pytest -q -m ray tests/compute
+
+# A rollout at scale (tests/scale, marker `scale`): 20 simulated boards whose Python is a board image,
+# two of them switched off during the rollout and caught up by their pull timers; a few minutes.
+# bench/scale_rollout.py runs the same at 200 boards and measures it (bench/README.md).
+test-scale: setup
+	$(PY) -m pytest -q -m scale tests/scale
 
 check: setup
 	$(PY) -m edgetune check -f $(FLEET)
@@ -102,5 +114,5 @@ bench: setup
 
 clean:
 	-[ -x $(PY) ] && $(PY) -m edgetune sim down -f $(FLEET)
-	rm -rf .edgetune build *.egg-info .pytest_cache
+	rm -rf .edgetune build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

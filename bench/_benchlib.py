@@ -24,9 +24,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import yaml
@@ -201,7 +201,7 @@ class CpuSnapshot:
     ours_s: float
 
     @classmethod
-    def now(cls) -> "CpuSnapshot":
+    def now(cls) -> CpuSnapshot:
         fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
         ticks = os.sysconf("SC_CLK_TCK")
         idle = fields[3] + fields[4]  # idle + iowait
@@ -323,7 +323,7 @@ class RecordWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> "RecordWatcher":
+    def __enter__(self) -> RecordWatcher:
         self._thread.start()
         return self
 

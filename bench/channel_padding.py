@@ -63,7 +63,7 @@ class Shape:
     kernel_w: int
 
     @classmethod
-    def parse(cls, text: str) -> "Shape":
+    def parse(cls, text: str) -> Shape:
         """CINxCOUT@SIZEkK (a square image and filter) or CINxCOUT@HxWkKHxKW."""
         found = re.fullmatch(r"(\d+)x(\d+)@(\d+)(?:x(\d+))?k(\d+)(?:x(\d+))?", text)
         if not found:

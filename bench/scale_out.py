@@ -170,7 +170,7 @@ class TrialCosts:
     board_s: float
 
     @classmethod
-    def measured(cls, local: Samples, exclusive: Samples, boards: int) -> "TrialCosts":
+    def measured(cls, local: Samples, exclusive: Samples, boards: int) -> TrialCosts:
         def per_trial(run: Samples, seconds_of) -> float:
             return statistics.median(seconds_of(run, i) / run.trials[i] for i in range(len(run.trials)))
 

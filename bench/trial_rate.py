@@ -33,9 +33,9 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from _benchlib import (
     ONNX_CNN_INPUT,
@@ -166,7 +166,6 @@ def _one_run(fleet, model: str, setting: Setting) -> tuple[int, float, float, di
     """One class run of `model` from an empty database: (trials, seconds, the model's best
     estimated latency in seconds, profiler seconds by scope)."""
     import json
-
     from unittest import mock
 
     from tvm.s_tir import meta_schedule as ms

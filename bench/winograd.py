@@ -66,7 +66,7 @@ class Layer:
     kernel_w: int = 3
 
     @classmethod
-    def parse(cls, text: str) -> "Layer":
+    def parse(cls, text: str) -> Layer:
         found = re.fullmatch(r"(\d+)x(\d+)@(\d+)(?:x(\d+)k(\d+)x(\d+))?", text)
         if not found:
             raise SystemExit(f"--shapes: {text!r} is not CINxCOUT@SIZE or CINxCOUT@HxWkKHxKW (e.g. 96x96@52, 256x512@1x512k1x5)")

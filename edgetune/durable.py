@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:

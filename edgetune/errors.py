@@ -1,4 +1,6 @@
-"""The one exception hierarchy of edgetune; `cli.main` maps each type to an exit code."""
+"""The one exception hierarchy of edgetune. Each base type's `exit_code` is the code `cli.main`
+returns when an error of that type (or of a subclass: none sets its own) stops a verb
+(`cli.EXIT_CODES`; the table is in docs/cli.md, "Exit codes")."""
 
 
 class EdgetuneError(Exception):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from fleet_marker import starts_fleet
 from quick_profiles import quick_profiles
 from quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)

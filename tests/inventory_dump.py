@@ -12,6 +12,7 @@ from edgetune.inventory.schema import (
     NO_SSH_CONFIG,
     SCHEMA_VERSION,
     Board,
+    DeviceClass,
     DeviceProfile,
     EarlyStop,
     FixedValue,
@@ -52,7 +53,7 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
             {"name": t.name, "bind_host": t.bind_host, "public_address": t.public_address, "port": t.port, "port_end": t.port_end}
             for t in fleet.trackers
         ],
-        "device_classes": [{"name": c.name, "profile": str(c.profile.path), "pin": dict(c.pin)} for c in fleet.device_classes],
+        "device_classes": [_device_class(c) for c in fleet.device_classes],
         "boards": [_board(b) for b in fleet.boards],
         "models": [_model(m) for m in fleet.models],
         "tuning": {
@@ -80,6 +81,13 @@ def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
                           "tls": d.tls is not None, "decision_ttl_s": d.decision_ttl_s, "max_connections": d.max_connections,
                           "max_connections_per_client": d.max_connections_per_client, "header_timeout_s": d.header_timeout_s,
                           "keepalive_timeout_s": d.keepalive_timeout_s, "parallel": d.parallel}
+    return data
+
+
+def _device_class(device_class: DeviceClass) -> dict[str, Any]:
+    data = {"name": device_class.name, "profile": str(device_class.profile.path), "pin": dict(device_class.pin)}
+    if device_class.tuning_pool is not None:
+        data["tuning_pool"] = list(device_class.tuning_pool)
     return data
 
 

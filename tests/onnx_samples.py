@@ -52,8 +52,9 @@ def qdq_model(path: Path, rate_branch: bool = False) -> Path:
     return save(path, nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])], weights)
 
 
-def write_conv_model(path: Path) -> Path:
-    """conv 3x3 (3->8) + relu + flatten + matmul (512->10): a real ONNX graph with weights."""
+def write_conv_model(path: Path, batch: int | str = "batch") -> Path:
+    """conv 3x3 (3->8) + relu + flatten + matmul (512->10): a real ONNX graph with weights, its
+    batch dimension dynamic (named `batch`) or of the size given."""
     rng = np.random.default_rng(0)
     weights = [
         numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.2, "w_conv"),
@@ -67,14 +68,14 @@ def write_conv_model(path: Path) -> Path:
         helper.make_node("Reshape", ["relu", "shape"], ["flat"]),
         helper.make_node("MatMul", ["flat", "w_fc"], ["logits"]),
     ]
-    return save(path, nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 16, 16])],
-                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], weights)  # fmt: skip
+    return save(path, nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], weights)  # fmt: skip
 
 
-def conv_model(path: Path, name: str = "convnet"):
+def conv_model(path: Path, name: str = "convnet", batch: int | str = "batch"):
     from edgetune.inventory.schema import Model, ModelInput
 
-    return Model(name=name, inputs=(ModelInput("image", (1, 3, 16, 16)),), onnx=write_conv_model(path))
+    return Model(name=name, inputs=(ModelInput("image", (1, 3, 16, 16)),), onnx=write_conv_model(path, batch))
 
 
 def write_separable_block(path: Path) -> Path:

@@ -1,7 +1,10 @@
 """Every command the user docs show runs as written: each `edgetune ...` (or `python -m edgetune
 ...`) line of a fenced ```sh block in README.md, docs/*.md and bench/README.md names a verb that
-exists, with flags and arguments its argparse parser accepts, and each `make TARGET` names a
-target of the Makefile. The parser is edgetune.cli's own, built once as `main` builds it, and asked in-process."""
+exists, with flags and arguments its argparse parser accepts; each board agent line (`python
+.../edgetune-agent.pyz ...` or `python -m edgetune.agent ...`) is one the agent's parser accepts;
+and each `make TARGET` names a target of the Makefile. The parsers are edgetune.cli's and
+edgetune.agent.cli's own, built once as their `main`s build them, and asked in-process. README's
+documentation list names every page of docs/."""
 
 from __future__ import annotations
 
@@ -61,9 +64,30 @@ def edgetune_arguments(command: list[str]) -> list[str] | None:
     return None
 
 
+def agent_arguments(command: list[str]) -> list[str] | None:
+    """The arguments after `python .../edgetune-agent.pyz` or `python -m edgetune.agent` (the board
+    agent's bundle, or its module in a checkout); None for any other program."""
+    while command and ENV_ASSIGNMENT.match(command[0]):
+        command = command[1:]
+    if len(command) < 2 or not re.fullmatch(r"python[0-9.]*", Path(command[0]).name):
+        return None
+    if Path(command[1]).name == "edgetune-agent.pyz":
+        return command[2:]
+    if command[1:3] == ["-m", "edgetune.agent"]:
+        return command[3:]
+    return None
+
+
 @cache
 def cli_parser():
     return build_parser()
+
+
+@cache
+def agent_parser():
+    from edgetune.agent.cli import build_parser as build_agent_parser
+
+    return build_agent_parser()
 
 
 @cache
@@ -72,14 +96,14 @@ def makefile_targets() -> frozenset[str]:
     return frozenset(name for match in MAKE_TARGET.finditer(text) for name in match.group(1).split())
 
 
-def edgetune_problem(arguments: list[str]) -> str | None:
-    """What the CLI's own parser says about these arguments, or None if it takes them."""
+def edgetune_problem(arguments: list[str], parser=None) -> str | None:
+    """What the CLI's own parser (or `parser`) says about these arguments, or None if it takes them."""
     if any(argument in ("-h", "--help") for argument in arguments):
         arguments = [argument for argument in arguments if argument not in ("-h", "--help")]
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            cli_parser().parse_args(arguments)
+            (parser or cli_parser()).parse_args(arguments)
     except SystemExit:
         return stderr.getvalue().strip().splitlines()[-1]
     return None
@@ -99,6 +123,8 @@ def problems(markdown: str) -> list[str]:
             arguments = edgetune_arguments(command)
             if arguments is not None:
                 problem = edgetune_problem(arguments)
+            elif (arguments := agent_arguments(command)) is not None:
+                problem = edgetune_problem(arguments, agent_parser())
             elif Path(command[0]).name == "make":
                 problem = make_problem(command[1:])
             else:
@@ -113,7 +139,9 @@ def checked_commands(markdown: str) -> list[list[str]]:
         command
         for block in sh_blocks(markdown)
         for command in command_lines(block)
-        if edgetune_arguments(command) is not None or Path(command[0]).name == "make"
+        if edgetune_arguments(command) is not None
+        or agent_arguments(command) is not None
+        or Path(command[0]).name == "make"
     ]
 
 
@@ -166,3 +194,40 @@ def test_the_checker_reads_blocks_as_a_shell_would():
     assert commands == [["A=1", "edgetune", "check", "-f", "my fleet.yaml"], ["make", "plan"], ["edgetune", "sim", "up"]]
     assert edgetune_arguments(commands[0]) == ["check", "-f", "my fleet.yaml"]
     assert problems("```sh\nedgetune plan --json\nmake test\n```\n") == []
+
+
+AGENT_SAMPLE = """\
+```sh
+/opt/board/bin/python /var/lib/edgetune/agent/edgetune-agent.pyz --root /var/lib/edgetune/agent status --json  # fine
+python3 -m edgetune.agent --root /tmp/agent fetch --model mlp                     # fine
+python3 /var/lib/edgetune/agent/edgetune-agent.pyz install --model mlp           # --root is required
+python3 -m edgetune.agent --root /tmp/agent --json status                         # --json goes after the verb
+python3 /var/lib/edgetune/agent/edgetune-agent.pyz --root /tmp/agent install --from v3.tar.gz   # --model is required
+python3 /var/lib/edgetune/agent/edgetune-agent.pyz --root /tmp/agent verify v3.tar.gz           # the agent has no verify
+```
+"""
+
+
+def test_the_checker_reads_board_agent_lines_with_the_agents_parser():
+    found = problems(AGENT_SAMPLE)
+    assert len(found) == 4, found
+    root, json_first, model, verify = found
+    assert "--root" in root
+    assert "unrecognized arguments: --json" in json_first
+    assert "--model" in model
+    assert "invalid choice: 'verify'" in verify
+    assert agent_arguments(["python3", "-m", "edgetune", "check"]) is None
+    assert edgetune_arguments(["python3", "-m", "edgetune.agent", "--root", "r", "status"]) is None
+
+
+def test_the_docs_show_the_board_agent_by_hand():
+    commands = checked_commands((ROOT / "docs" / "deploy.md").read_text())
+    agent = [agent_arguments(c) for c in commands if agent_arguments(c) is not None]
+    assert {a[2] for a in agent} >= {"status", "fetch", "install"}, agent
+
+
+def test_the_readme_lists_every_page_of_docs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"\]\(docs/([^)#]+\.md)", section))
+    assert listed == {path.name for path in (ROOT / "docs").glob("*.md")}

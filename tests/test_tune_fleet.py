@@ -1,19 +1,30 @@
 """`edgetune tune-fleet`, the job behind `make tune-fleet`, end to end on a simulated fleet of
 its own (one board per class): boards created, tuned, artifacts built, signed and verifiable,
-everything taken down; a second run reuses the databases and artifacts: no trial, no build, no
-board timed. (Its wall time is not compared with the first's: both pay the same start-up of the
-fleet and of the imports, about 27 s of the second's 27-28 s and the first's 55 s here, so their
-ratio said more about the machine's load than about the job.)"""
+everything taken down; a second run with nothing left to do (every budget spent, every
+artifact's inputs unchanged) says so, prints the table of the current versions and starts
+nothing: no simulated board, no tracker, no rpc_server, the fleet's state file untouched; a
+third, after a class's budget is raised, brings the fleet up again, tunes that class alone and
+builds its new version. The first two runs' wall and CPU times are printed (`-s`); the second's
+are bounded loosely (a fifth of the first's CPU time, half its wall time): it is mostly Python's
+and TVM's imports, which a loaded machine stretches more than it stretches a run of many processes.
+"""
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from edgetune.inventory import load_fleet
-
 from sim_checks import leftovers
+
+from edgetune.fleet.sim import plan_sim
+from edgetune.fleet.state import state_path
+from edgetune.inventory import load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,6 +34,58 @@ def tune_fleet(fleet_yaml: Path) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "edgetune", "tune-fleet", "-f", str(fleet_yaml)],
         cwd=fleet_yaml.parent, capture_output=True, text=True, timeout=900,
     )
+
+
+def timed_tune_fleet(fleet_yaml: Path) -> tuple[subprocess.CompletedProcess, float, float]:
+    """The run, its wall time and the CPU time of it and the children it waited for (class
+    processes, builds, ssh; not the detached trackers, sshd and rpc_servers), in seconds."""
+    started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = tune_fleet(fleet_yaml)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return run, time.monotonic() - started, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+@contextmanager
+def watching(fleet):
+    """What of the fleet appears on this host while the block runs, polled every 50 ms: its
+    simulated boards' namespaces, its bridge, and any process naming its workdir (sshd, rpc_servers)
+    or its tracker's address."""
+    seen: set[str] = set()
+    done = threading.Event()
+    netns = {sim.netns for sim in plan_sim(fleet)}
+    marks = (str(fleet.workdir), *(t.bind_host for t in fleet.trackers))
+
+    def poll():
+        while not done.is_set():
+            names = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()  # `ip netns list`'s
+            seen.update(f"netns {name}" for name in netns & names)
+            if Path(f"/sys/class/net/{fleet.sim.bridge}").exists():
+                seen.add(f"bridge {fleet.sim.bridge}")
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if "pytest" not in cmdline and "tune-fleet" not in cmdline and any(m in cmdline for m in marks):
+                    seen.add(f"process {cmdline.strip()}")
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        poller.join()
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime in ns), None if missing: a state file rewritten (atomically) changes both."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def table_rows(stdout: str) -> dict[str, list[str]]:
@@ -38,11 +101,19 @@ def one_board_per_class(fleet_yaml: Path) -> None:
     fleet_yaml.write_text("".join(line for line in lines if "{name: fast-2," not in line and "{name: slow-2," not in line))
 
 
-def test_tune_fleet_runs_the_whole_job_and_is_idempotent(spare_fleet_yaml):
+def raise_budget(fleet_yaml: Path, device_class: str, trials: int) -> None:
+    """`device_class`'s budget raised to `trials`, and every task's cap from 8 to 16 trials."""
+    text = fleet_yaml.read_text()
+    assert "  max_trials_per_task: 8\n" in text
+    fleet_yaml.write_text(text.replace("  max_trials_per_task: 8\n", "  max_trials_per_task: 16\n"
+                                       f"  trials_per_class_override: {{{device_class}: {trials}}}\n"))
+
+
+def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(spare_fleet_yaml):
     one_board_per_class(spare_fleet_yaml)
     fleet = load_fleet(spare_fleet_yaml)
     assert [(b.name, b.simulated.cpu_quota) for b in fleet.boards] == [("fast-1", 1.0), ("slow-1", 0.5)]
-    first = tune_fleet(spare_fleet_yaml)
+    first, first_s, first_cpu_s = timed_tune_fleet(spare_fleet_yaml)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = table_rows(first.stdout)
     assert set(rows) == {"gw-fast", "gw-slow"}
@@ -59,9 +130,35 @@ def test_tune_fleet_runs_the_whole_job_and_is_idempotent(spare_fleet_yaml):
         )
         assert verify.returncode == 0 and "signature valid" in verify.stdout, verify.stdout + verify.stderr
 
-    second = tune_fleet(spare_fleet_yaml)
+    fleet_state = state_path(fleet, "fleet")
+    before = (file_identity(fleet_state), file_identity(state_path(fleet, "sim")))
+    assert before[0] is not None and before[1] is None  # the first run's fleet down wrote it; its sim down removed sim.json
+    with watching(fleet) as seen:
+        second, second_s, second_cpu_s = timed_tune_fleet(spare_fleet_yaml)
+    print(f"\ntune-fleet: first run {first_s:.1f} s ({first_cpu_s:.1f} s of CPU), the run with nothing to do "
+          f"{second_s:.1f} s ({second_cpu_s:.1f} s of CPU): {100 * second_s / first_s:.1f} % of the wall time")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "gw-fast: 0 trials this run" in second.stderr and "gw-slow: 0 trials this run" in second.stderr
+    assert "nothing to do: every class's trial budget is spent" in second.stdout
     assert all(row[-2:] == ["v1", "unchanged"] for row in table_rows(second.stdout).values())
-    assert "measuring on" in first.stderr and "measuring on" not in second.stderr  # nothing built, nothing timed
+    assert set(table_rows(second.stdout)) == {"gw-fast", "gw-slow"}
+    assert "mlp on gw-fast: unchanged since v1" in second.stderr and "mlp on gw-slow: unchanged since v1" in second.stderr
+    assert seen == set()  # no namespace, bridge, sshd, tracker or rpc_server, at any moment
+    for stage in ("== sim up", "== fleet up", "== tune", "== build", "== fleet down"):
+        assert stage not in second.stderr
+    assert (file_identity(fleet_state), file_identity(state_path(fleet, "sim"))) == before  # not even read-modify-written
+    assert leftovers(fleet) == []
+    assert second_cpu_s < first_cpu_s / 5 and second_s < first_s / 2, (first_s, first_cpu_s, second_s, second_cpu_s)
+
+    # a class's budget raised: the fleet comes up again, that class alone tunes, its pair alone is built
+    from edgetune.pipeline.work import find_work
+
+    done = {c.device_class: c.done for c in find_work(fleet).classes}
+    raise_budget(spare_fleet_yaml, "gw-fast", done["gw-fast"] + 8)
+    third = tune_fleet(spare_fleet_yaml)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert "nothing to do" not in third.stdout and "gw-fast: 8 trials left to tune" in third.stderr
+    assert "== fleet up" in third.stderr and "gw-fast: 8 trials this run" in third.stderr
+    assert "gw-slow: 0 trials this run" in third.stderr
+    rows = table_rows(third.stdout)
+    assert rows["gw-fast"][-2:] == ["v2", "built"] and rows["gw-slow"][-2:] == ["v1", "unchanged"]
     assert leftovers(fleet) == []

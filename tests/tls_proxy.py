@@ -14,7 +14,7 @@ import ssl
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class TlsProxy:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
+import time
 from pathlib import Path
 
 from edgetune.agent.errors import AgentConfigError, AgentError
@@ -82,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=_rollback_target, metavar="N|none",
                    help="the kept version (default: the newest below the current one); none: deactivate")
     p.set_defaults(func=_drive_rollback)
+
+    p = verbs.add_parser("sync", parents=[common], help="install the versions assigned to this board, then report to the server "
+                         "(what a pull timer runs)")
+    p.add_argument("--deadline-s", type=_seconds, metavar="S", help="each install stops before its switch after S seconds")
+    p.add_argument("--every", type=_seconds, metavar="S",
+                   help="run again every S seconds (plus up to 10%% at random), until stopped: a timer for boards with "
+                        "neither systemd nor cron")
+    p.set_defaults(func=_drive_sync)
 
     p = verbs.add_parser("reset-serial", parents=[common], help="make N the highest decision serial accepted (recovery)")
     p.add_argument("--to", dest="serial", type=_serial, required=True, metavar="N")
@@ -162,6 +172,23 @@ def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
         line = f"{record.model}:{target} failed, {was} stays current: {record.error}"
     _print(args, record.to_json(), [line])
     return 0 if record.ok else 1
+
+
+def _drive_sync(args: argparse.Namespace) -> int:
+    from edgetune.agent.sync import sync
+
+    while True:
+        try:
+            record = sync(args.root, args.deadline_s)
+            _print(args, record.to_json(), record.lines())
+            ok = record.ok
+        except (EdgetuneError, OSError) as err:
+            if args.every is None:
+                raise
+            _print(args, {"error": str(err)}, [f"error: {err}"])
+        if args.every is None:
+            return 0 if ok else 1
+        time.sleep(args.every * random.uniform(1.0, 1.1))
 
 
 def _drive_reset_serial(args: argparse.Namespace) -> int:

@@ -22,9 +22,10 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 from edgetune.agent.errors import AgentError
@@ -166,6 +167,27 @@ class ArtifactServer:
         except ArtifactError as err:
             raise AgentError(f"{self.base_url}{path}: not an offer ({err})") from None
 
+    def assigned(self, board: str) -> dict[str, int]:
+        """model -> the version the fleet's last rollout of it assigned this board."""
+        path = f"/v1/boards/{quote(board, safe='')}/assigned"
+        models = self._json(path).get("models")
+        if not isinstance(models, dict) or not all(isinstance(m, str) and type(v) is int and v >= 1 for m, v in models.items()):
+            raise AgentError(f"{self._url(path)}: not an assignment (models: a map of model names to versions)")
+        return models
+
+    def report(self, board: str, report: dict) -> None:
+        """POST the board's report (its status, what its pull could not do) to the server."""
+        path = f"/v1/boards/{quote(board, safe='')}/status"
+        body = json.dumps(report, sort_keys=True).encode()
+        _retrying(lambda: self._post_once(path, body))
+
+    def _post_once(self, path: str, body: bytes) -> None:
+        try:
+            with self._open(path, {"Content-Type": "application/json"}, data=body) as response:
+                response.read(MAX_SMALL_FILE)
+        except (OSError, http.client.HTTPException) as err:
+            raise TransientError(f"{self._url(path)}: the answer was cut short ({err!r}); retry") from None
+
     def get_bytes(self, path: str) -> bytes:
         data = _retrying(lambda: self._get_once(path))
         if len(data) > MAX_SMALL_FILE:
@@ -228,9 +250,9 @@ class ArtifactServer:
             raise AgentError(f"the server named {path!r}, not a path on {self.base_url}; refused")
         return self.base_url + path
 
-    def _open(self, path: str, headers: dict[str, str] | None = None):
+    def _open(self, path: str, headers: dict[str, str] | None = None, data: bytes | None = None):
         url = self._url(path)
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._token}", **(headers or {})})
+        request = urllib.request.Request(url, data=data, headers={"Authorization": f"Bearer {self._token}", **(headers or {})})
         try:
             return self._opener.open(request, timeout=self._timeout)
         except urllib.error.HTTPError as err:

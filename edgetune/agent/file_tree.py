@@ -22,9 +22,10 @@ import os
 import re
 import secrets
 import shutil
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from edgetune.agent.config import SAFE_NAME
 from edgetune.agent.errors import AgentConfigError, AgentError
@@ -32,6 +33,7 @@ from edgetune.durable import fsync_dir
 
 RELEASE_DIR = re.compile(r"^v([1-9][0-9]*)$")
 CURRENT = "current"
+LOCK_POLL_S = 0.2
 _LEFTOVER_PREFIXES = (".staging-", ".trash-", f".{CURRENT}.tmp-")
 
 
@@ -175,14 +177,20 @@ class FileTree:
         return leftovers
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold `<root>/.lock`: one changing run at a time (a killed run's lock goes with it)."""
+    def locked(self, wait_s: float = 0.0) -> Iterator[None]:
+        """Hold `<root>/.lock`: one changing run at a time (a killed run's lock goes with it);
+        wait up to `wait_s` for another run (a pull timer's, a rollout's) to let it go."""
+        deadline = time.monotonic() + wait_s
         with open(self.root / ".lock", "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise AgentError(f"another agent run is changing {self.root} (it holds .lock): "
-                                 "wait for it to finish, then run again") from None
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise AgentError(f"another agent run is changing {self.root} (it holds .lock): "
+                                         "wait for it to finish, then run again") from None
+                    time.sleep(LOCK_POLL_S)
             try:
                 yield
             finally:

@@ -50,7 +50,7 @@ class SwitchGuard:
     def active(self) -> bool:
         return self.deadline_s is not None or self.abort_on_hangup
 
-    def __enter__(self) -> "SwitchGuard":
+    def __enter__(self) -> SwitchGuard:
         if not self.active:
             return self
         self._previous = {signum: signal.signal(signum, self._stop) for signum in _SIGNALS}

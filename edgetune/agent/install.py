@@ -54,6 +54,7 @@ from edgetune.durable import write_atomic
 from edgetune.errors import ArtifactError, EdgetuneError
 
 CHECK_TIMEOUT_S = 600.0
+LOCK_WAIT_S = 60.0  # how long an install or rollback waits for another run (a pull timer's) to finish
 # The child imports this same edgetune, from the folder or the bundle (a zip) it came from; -I
 # keeps the working directory and PYTHONPATH from putting another one first.
 _PACKAGE_PARENT = str(Path(edgetune.__file__).resolve().parents[1])
@@ -240,7 +241,7 @@ def _run_change(root: Path, model: str, action, guard: SwitchGuard | None) -> Ch
     installation = Installation.open(root)
     check_model_name(model)
     guard = guard or SwitchGuard()
-    with guard, installation.tree.locked():
+    with guard, installation.tree.locked(max(LOCK_WAIT_S, guard.deadline_s or 0.0)):
         change = _Change(installation, model, installation.recover(), guard)
         try:
             return action(change)

@@ -14,7 +14,7 @@ from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, loa
 from edgetune.agent.errors import AgentError
 from edgetune.agent.file_tree import FileTree
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
-from edgetune.artifact_format.trust import TrustError, TrustFile, Trusted, accept_trust
+from edgetune.artifact_format.trust import Trusted, TrustError, TrustFile, accept_trust
 from edgetune.durable import write_atomic
 
 FIRMWARE_TIMEOUT_S = 10.0
@@ -26,7 +26,7 @@ class Installation:
     config: AgentConfig
 
     @classmethod
-    def open(cls, root: Path) -> "Installation":
+    def open(cls, root: Path) -> Installation:
         return cls(FileTree(root), load_config(root))
 
     @property

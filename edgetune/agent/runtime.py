@@ -10,16 +10,22 @@ measurement (`artifact/measure.py`): `set_input`, then `time_evaluator("invoke_s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import tvm
 from tvm.runtime.vm import VirtualMachine
 
 from edgetune.agent.errors import AgentError
-from edgetune.artifact_format.manifest import EXPECTED_OUTPUT_NAME, LIBRARY_NAME, MANIFEST_NAME, REFERENCE_INPUT_NAME, Manifest
+from edgetune.artifact_format.manifest import (
+    EXPECTED_OUTPUT_NAME,
+    LIBRARY_NAME,
+    MANIFEST_NAME,
+    REFERENCE_INPUT_NAME,
+    Manifest,
+)
 from edgetune.artifact_format.reference import check_outputs, read_npz
 
 

@@ -320,12 +320,10 @@ def _stored_version(fleet: Fleet, store: ArtifactStore, model: Model, device_cla
 
 
 def _board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> tuple[RpcEndpoint, Board]:
-    """The tracker endpoint and the board to profile on: `name` (a board of the class), or the
-    first of the class's boards registered with the tracker."""
-    boards = fleet.boards_of(device_class.name)
-    if name is not None and name not in [b.name for b in boards]:
-        raise FleetError(f"'{name}' is not a board of class {device_class.name} "
-                         f"(its boards: {', '.join(b.name for b in boards) or 'none'})")  # fmt: skip
+    """The tracker endpoint and the board to profile on: `name` (a board of the class's tuning
+    pool, the boards with an rpc_server), or the first of the pool registered with the tracker."""
+    _check_profiled_board(fleet, device_class, name)
+    boards = fleet.pool_of(device_class.name)
     endpoint = rpc_endpoint(fleet, device_class.name)
     if not port_answers(endpoint.host, endpoint.port):
         raise FleetError(f"the tracker at {endpoint.address} does not answer: run `edgetune fleet up -f {fleet.path}`")
@@ -337,6 +335,17 @@ def _board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> tuple[R
         raise FleetError(f"{which} is not registered with the tracker at {endpoint.address}: "
                          f"run `edgetune fleet up -f {fleet.path}`")  # fmt: skip
     return endpoint, chosen[0]
+
+
+def _check_profiled_board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> None:
+    """`name`, if given, is a board of the class's tuning pool."""
+    boards, pool = fleet.boards_of(device_class.name), fleet.pool_of(device_class.name)
+    if name is not None and name not in [b.name for b in boards]:
+        raise FleetError(f"'{name}' is not a board of class {device_class.name} "
+                         f"(its boards: {', '.join(b.name for b in boards) or 'none'})")  # fmt: skip
+    if name is not None and name not in [b.name for b in pool]:
+        raise FleetError(f"'{name}' is outside class {device_class.name}'s tuning pool, so it runs no rpc_server to "
+                         f"profile on; profile on a pool board ({', '.join(b.name for b in pool)})")  # fmt: skip
 
 
 def _check_model_unchanged(fleet: Fleet, stored: StoredVersion, mod: tvm.IRModule) -> None:

@@ -1,7 +1,7 @@
-"""Run built libraries on every board of a device class through the fleet's TVM tracker, and
-time the ones being compared against each other.
+"""Run built libraries on the boards of a device class's tuning pool through the fleet's TVM
+tracker, and time the ones being compared against each other.
 
-Every board of the class is held at once through the tracker (`edgetune.fleet.tracker.
+Every board asked for is held at once through the tracker (`edgetune.fleet.tracker.
 board_sessions`, one session per board); boards are then driven one at a time, so that boards
 sharing a host (the simulated fleet) do not disturb each other's timing.
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm

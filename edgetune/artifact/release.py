@@ -7,7 +7,8 @@ For each pair (`plan_builds`, pure), `build_pair`:
 2. prepares the model the way the tuner did, applies the snapshot and builds the tuned library
    (`relax.build(exec_mode="compiled")`, weights pre-packed and bound) and the untuned one,
    exported with the profile's cross compiler (host compiler when it has none);
-3. runs both on every board of the class through the tracker, timed against each other in
+3. runs both on every board of the class's tuning pool (`Fleet.pool_of`: every board of the
+   class unless fleet.yaml names a pool) through the tracker, timed against each other in
    interleaved rounds (`measure.compare_on_board`, the profile's `measurement.compare`), and
    checks the tuned outputs on the reference input against the host reference (onnxruntime
    for ONNX models, an untuned host build otherwise) within `reference.output_tolerance`
@@ -16,7 +17,7 @@ For each pair (`plan_builds`, pure), `build_pair`:
    file on the board in the same rounds: recorded in the manifest (the build against the
    runtime the board would otherwise run), never a reason to refuse;
 4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
-   on every board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
+   on every pool board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
    `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
 5. stages the library, reference input / expected output, database snapshot and tuning report,
    and commits them to the store (manifest listed, signed, renamed, tarball, index).
@@ -34,11 +35,11 @@ import logging
 import shutil
 import statistics
 import tempfile
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
-from typing import Collection, Sequence
 
 import numpy as np
 import tvm
@@ -136,7 +137,7 @@ class BuildOutcome:
     @classmethod
     def from_manifest(
         cls, status: str, manifest: Manifest, path: Path | None, error: str | None = None, layout: str | None = None
-    ) -> "BuildOutcome":
+    ) -> BuildOutcome:
         hits = manifest.record_hits
         speedups = board_speedups(manifest.boards)
         return cls(
@@ -251,7 +252,7 @@ def build_artifacts(
 
 
 @dataclass(frozen=True)
-class _Pair:
+class BuildPair:
     """One (model, class) being built, with what every step needs."""
 
     fleet: Fleet
@@ -282,10 +283,10 @@ def build_pair(
     """Build one (model, class) unless its inputs equal the latest version's."""
     with tempfile.TemporaryDirectory(prefix="edgetune-build-") as tmp:
         imported = import_model(model)
-        pair = _Pair(fleet, model, device_class, imported.mod, reference_inputs(model), Path(tmp))
+        pair = BuildPair(fleet, model, device_class, imported.mod, reference_inputs(model), Path(tmp))
         layout = imported.layout.line
         database_dir = tuning_inputs.snapshot_database(fleet, device_class.name, pair.work / DATABASE_DIR)
-        inputs = _build_inputs(pair, database_dir)
+        inputs = build_inputs(pair, database_dir)
         latest = store.latest(model.name, device_class.name)
         if latest is not None and latest.manifest.inputs_sha256 == inputs.digest():
             return BuildOutcome.from_manifest("unchanged", latest.manifest, latest.path, layout=layout)
@@ -352,7 +353,7 @@ def _passes_gate(speedup: RatioEstimate, emulated: bool) -> bool:
 
 
 def _build_and_measure(
-    pair: _Pair, inputs: BuildInputs, database_dir: Path, staging: Staging
+    pair: BuildPair, inputs: BuildInputs, database_dir: Path, staging: Staging
 ) -> Manifest:
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
@@ -397,11 +398,12 @@ def _build_and_measure(
 
 
 def _measure(
-    pair: _Pair, libraries: dict[str, Path], expected: dict[str, np.ndarray]
+    pair: BuildPair, libraries: dict[str, Path], expected: dict[str, np.ndarray]
 ) -> tuple[BoardResult, ...]:
-    """Run the libraries on every board; any board failing to run or to match fails the pair."""
+    """Run the libraries on every board of the class's tuning pool; any board failing to run or
+    to match fails the pair."""
     fleet, device_class = pair.fleet, pair.device_class
-    boards = fleet.boards_of(device_class.name)
+    boards = fleet.pool_of(device_class.name)
     if not boards:
         raise ArtifactError(f"class {device_class.name} has no board to measure on: add one to {fleet.path}")
     compare_settings = device_class.profile.measurement.compare
@@ -448,7 +450,9 @@ def _board_result(
     return result, problem
 
 
-def _build_inputs(pair: _Pair, database_dir: Path) -> BuildInputs:
+def build_inputs(pair: BuildPair, database_dir: Path) -> BuildInputs:
+    """What a build of `pair` over the database snapshot `database_dir` records as its inputs
+    (the digest that says whether a version with them exists: `build_pair`, `pipeline.work`)."""
     profile = pair.device_class.profile
     return BuildInputs(
         model=pair.model.name,

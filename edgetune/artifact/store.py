@@ -33,10 +33,10 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -117,7 +117,7 @@ class StoreIndex:
     versions: tuple[IndexEntry, ...]
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = INDEX_NAME) -> "StoreIndex":
+    def from_bytes(cls, data: bytes, where: str = INDEX_NAME) -> StoreIndex:
         return load_versioned(cls, data, where, INDEX_SCHEMA, INDEX_SCHEMA_VERSION)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -145,7 +146,7 @@ def load_versioned(
             f"{where}: schema_version: {str(raw.get('schema_version'))[:40]} is not supported "
             f"({reader} reads version {version})"
         )
-    if "schema" not in {f.name for f in dataclasses.fields(cls)}:
+    if "schema" not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]  # cls: a dataclass
         raw = {k: v for k, v in raw.items() if k not in VERSION_KEYS}
     try:
         return decode(cls, raw)
@@ -169,9 +170,9 @@ class FrozenMap(dict):
     def _immutable(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("records are immutable")
 
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _immutable
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[Any, Any]]]:
         return (FrozenMap, (dict(self),))
 
 
@@ -262,7 +263,7 @@ class _Decoder:
     def value(self, tp: Any, data: Any, path: str, limits: Rule) -> Any:
         origin = typing.get_origin(tp)
         if dataclasses.is_dataclass(tp):
-            value = self.record(tp, data, path)
+            value = self.record(tp, data, path)  # type: ignore[arg-type]  # an annotation: a class, not an instance
         elif origin in (typing.Union, types.UnionType):
             return self.union(tp, data, path, limits)
         elif origin is tuple:
@@ -286,7 +287,7 @@ class _Decoder:
                 hint = difflib.get_close_matches(str(key), keys, n=1)
                 suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
                 raise SchemaError(join_path(path, str(key)), f"unknown key{suggestion}; allowed here: {', '.join(keys)}")
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         values = {}
         for field in fields:
             key, limits = field.name, field.metadata.get("rule", _NO_RULE)
@@ -386,3 +387,9 @@ def _fits(tp: type, data: Any) -> bool:
     if tp is Path:
         return isinstance(data, str)
     return isinstance(data, tp)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A record type's field types, resolved once (most of the cost of decoding a large state file)."""
+    return typing.get_type_hints(cls)

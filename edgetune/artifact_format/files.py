@@ -21,10 +21,11 @@ import os
 import stat
 import tarfile
 import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterator, TypeVar
+from typing import IO, BinaryIO, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -169,7 +170,7 @@ class _Budget:
     """A read-only stream that refuses to deliver more than `allowed` bytes in total: every
     decompressed byte of the archive is accounted for before it is read."""
 
-    def __init__(self, stream: BinaryIO, allowed: int, name: str):
+    def __init__(self, stream: io.BufferedIOBase, allowed: int, name: str):
         self.stream, self.allowed, self.used, self.name = stream, allowed, 0, name
 
     def read(self, size: int = -1) -> bytes:
@@ -206,7 +207,7 @@ class ArtifactArchive:
             raise ArtifactError(f"{self.path.name}: {name}: not a regular file")
         if member.size > max_bytes:
             raise ArtifactError(f"{self.path.name}: {name}: {member.size} bytes, more than the {max_bytes} allowed")
-        return self._tar.extractfile(member).read()
+        return self._data(member).read()
 
     def check_members(self, manifest: Manifest, dest: Path | None) -> list[str]:
         """Read the rest of the archive against `manifest`'s file list, writing each file under
@@ -215,7 +216,8 @@ class ArtifactArchive:
         problems (sha256 differs, listed file absent)."""
         entries = self._checked_listing(manifest)
         self._budget.allowed = self._budget.used + sum(_archived_size(e.size) for e in entries.values()) + 20 * _BLOCK
-        problems, seen = [], set()
+        problems: list[str] = []
+        seen: set[str] = set()
         while (member := self._tar.next()) is not None:
             entry = self._accept(member, entries, seen)
             digest = self._copy(member, entry, dest)
@@ -236,6 +238,13 @@ class ArtifactArchive:
             )
         return {e.path: e for e in manifest.files}
 
+    def _data(self, member: tarfile.TarInfo) -> IO[bytes]:
+        """The data of `member`, a regular file (checked before)."""
+        data = self._tar.extractfile(member)
+        if data is None:
+            raise ArtifactError(f"{self.path.name}: {member.name[:200]}: not a regular file")
+        return data
+
     def _accept(self, member: tarfile.TarInfo, entries: dict[str, FileEntry], seen: set[str]) -> FileEntry:
         name = member.name[:200]
         entry = entries.get(member.name)
@@ -254,7 +263,7 @@ class ArtifactArchive:
 
     def _copy(self, member: tarfile.TarInfo, entry: FileEntry, dest: Path | None) -> str:
         """Stream the member's data (into `dest` if given); its sha256."""
-        source, digest = self._tar.extractfile(member), hashlib.sha256()
+        source, digest = self._data(member), hashlib.sha256()
         target = dest.joinpath(*PurePosixPath(entry.path).parts) if dest is not None else None
         with _created(target) as write:
             while chunk := source.read(_CHUNK):
@@ -316,7 +325,8 @@ def open_archive(tarball: Path, limits: UnpackLimits = UnpackLimits()) -> Iterat
     try:
         with open(tarball, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
             budget = _Budget(gz, head_budget, tarball.name)
-            with tarfile.open(fileobj=budget, mode="r|") as tar:
+            # typeshed asks any fileobj for write/seek/tell/close; a stream ("r|") is only read
+            with tarfile.open(fileobj=budget, mode="r|") as tar:  # type: ignore[call-overload]
                 yield ArtifactArchive(tarball, tar, budget, limits)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         raise ArtifactError(f"{tarball.name}: truncated or corrupt archive ({err}): download it again") from None

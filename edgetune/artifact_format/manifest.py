@@ -15,8 +15,9 @@ Two digests matter:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from edgetune.artifact_format.codec import added_field, canonical_bytes, load_json, load_versioned, sha256_hex
 from edgetune.artifact_format.timing_stats import summarize
@@ -86,7 +87,7 @@ class Timing:
     samples_ms: tuple[float, ...]
 
     @classmethod
-    def from_samples_ms(cls, samples_ms: Sequence[float]) -> "Timing":
+    def from_samples_ms(cls, samples_ms: Sequence[float]) -> Timing:
         summary = summarize(samples_ms)
         return cls(
             median_ms=summary.median,
@@ -98,7 +99,7 @@ class Timing:
         )
 
     @classmethod
-    def from_samples_s(cls, samples_s: Sequence[float]) -> "Timing":
+    def from_samples_s(cls, samples_s: Sequence[float]) -> Timing:
         return cls.from_samples_ms([s * 1e3 for s in samples_s])
 
 
@@ -196,7 +197,7 @@ class Manifest:
     interface: Interface | None = added_field()  # from version 3 on
 
     @classmethod
-    def create(cls, **fields: Any) -> "Manifest":
+    def create(cls, **fields: Any) -> Manifest:
         """A manifest of the current schema; `inputs_sha256` is derived from `inputs`."""
         if fields.get("interface") is None:
             raise ArtifactError("a manifest of schema version 3 names the model's interface (its inputs and outputs)")
@@ -207,7 +208,7 @@ class Manifest:
             **fields,
         )
 
-    def with_files(self, version: int, files: list[FileEntry]) -> "Manifest":
+    def with_files(self, version: int, files: list[FileEntry]) -> Manifest:
         return replace(self, version=version, files=tuple(sorted(files, key=lambda f: f.path)))
 
     def to_bytes(self) -> bytes:
@@ -226,7 +227,7 @@ class Manifest:
         return statistics.median(medians) if medians else None
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> "Manifest":
+    def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         """Parse and check a manifest: schema, schema version, every field, inputs digest."""
         manifest = load_versioned(cls, data, where, SCHEMA, _readable_version(data, where), what="manifest")
         if manifest.inputs.digest() != manifest.inputs_sha256:

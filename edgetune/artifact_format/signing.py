@@ -41,7 +41,7 @@ class Signature:
         return canonical_bytes(self)
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> "Signature":
+    def from_bytes(cls, data: bytes, where: str) -> Signature:
         raw = load_json(data, where)
         try:
             sig = from_json(cls, raw)

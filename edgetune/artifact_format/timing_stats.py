@@ -18,8 +18,8 @@ by the regression check (is the deployed build slower than its baseline?).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -129,10 +129,7 @@ class Trusted:
 
     def decision_key(self, now: float) -> Ed25519PublicKey:
         """The decision key, if its certificate holds at `now` (the board's clock)."""
-        cert = self.decision
-        if cert is None:
-            raise TrustError("the server's trust file certifies no decision key (run `edgetune keys init` on the "
-                             "host with the artifact key); refused")  # fmt: skip
+        cert = self._decision_certificate()
         self._refuse_after_expiry(now, "this board's clock")
         self.refuse_revoked(cert.key_id, "decision key", now)
         return cert.public_key()
@@ -141,8 +138,14 @@ class Trusted:
         """A decision signed after its key's certificate ended is refused."""
         self._refuse_after_expiry(parse_utc(decision.issued), "the decision's signing time")
 
+    def _decision_certificate(self) -> KeyStatement:
+        if self.decision is None:
+            raise TrustError("the server's trust file certifies no decision key (run `edgetune keys init` on the "
+                             "host with the artifact key); refused")  # fmt: skip
+        return self.decision
+
     def _refuse_after_expiry(self, moment: float, whose: str) -> None:
-        cert = self.decision
+        cert = self._decision_certificate()
         if moment > parse_utc(cert.expires or ""):
             raise TrustError(f"the decision key {cert.key_id} was certified until {cert.expires}, past by {whose} "
                              f"({utc_text(moment)}): run `edgetune keys rotate decision` on the host; refused")
@@ -165,7 +168,7 @@ def raw_text(key: Ed25519PublicKey) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def signed_statement(signer: Ed25519PrivateKey, statement) -> Signed:
+def signed_statement(signer: Ed25519PrivateKey, statement: KeyStatement | Revocations) -> Signed:
     data = canonical_bytes(statement)
     return Signed(data.decode("utf-8"), sign(signer, data))
 

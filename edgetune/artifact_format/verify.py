@@ -68,7 +68,7 @@ class Expected:
     @classmethod
     def for_path(
         cls, path: Path, model: str | None = None, device_class: str | None = None, min_version: int | None = None
-    ) -> "Expected":
+    ) -> Expected:
         """These expectations, plus the place `path` has in an artifacts store (if it is in one)."""
         return cls(model, device_class, min_version, store_place(path))
 

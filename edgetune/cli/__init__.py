@@ -1,6 +1,7 @@
 """Command line: argument parsing only. Each verb lives in its own module with a
 `register(subparsers)` that sets `func=drive_<verb>`; the drive function calls one library
-function. Every `EdgetuneError` becomes its exit code here; `--verbose` adds the traceback."""
+function. Every `EdgetuneError` becomes the exit code of its type here (`EXIT_CODES`, the table
+docs/cli.md shows); `--verbose` adds the traceback."""
 
 from __future__ import annotations
 
@@ -24,18 +25,37 @@ from edgetune.cli import (
     rollout_cmd,
     serve_cmd,
     sim_cmd,
+    timer_cmd,
     tune_cmd,
     tune_fleet_cmd,
     verify_cmd,
 )
-from edgetune.errors import EdgetuneError
+from edgetune.errors import (
+    ArtifactError,
+    DeployError,
+    EdgetuneError,
+    FleetError,
+    Interrupted,
+    InventoryError,
+    TuneError,
+)
 
 CONSOLE_HANDLER = "edgetune-console"
+
+# The exit codes: each exception base type of edgetune.errors, and the code `main` returns when
+# one stops a verb (a subclass takes its base's code). A verb whose result failed returns the
+# code of the same kind (e.g. `FleetError.exit_code` when a board did not come up). docs/cli.md
+# ("Exit codes") shows this table; tests/test_exit_codes.py reads it there and compares.
+USAGE = 2  # argparse's code for a command line it refuses; like an invalid inventory, nothing was started
+EXIT_CODES: dict[type[BaseException], int] = {
+    error_type: error_type.exit_code
+    for error_type in (EdgetuneError, InventoryError, FleetError, TuneError, ArtifactError, DeployError, Interrupted)
+} | {KeyboardInterrupt: Interrupted.exit_code}
 
 # In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
     import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, profile_cmd,
-    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, regress_cmd, report_cmd,
+    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, timer_cmd, regress_cmd, report_cmd,
 )  # fmt: skip
 
 
@@ -90,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
+        return exit_code(err)
+    except KeyboardInterrupt as err:
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_code(err)
+
+
+def exit_code(err: BaseException) -> int:
+    """The code of `err`'s nearest type in `EXIT_CODES`: its own, else its nearest base's."""
+    return next(EXIT_CODES[cls] for cls in type(err).__mro__ if cls in EXIT_CODES)

@@ -32,7 +32,7 @@ def check(fleet: Fleet) -> str:
             c.profile,
             c.target.get("mcpu", ""),
             len(c.boards),
-            ", ".join(c.boards),
+            c.boards_text(),
             c.trials if c.trials is not None else f"{c.trials_per_task} per task",
             c.borrows_from or "",
         ]

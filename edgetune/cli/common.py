@@ -5,12 +5,26 @@ from __future__ import annotations
 import argparse
 
 from edgetune.inventory import Fleet, load_fleet
+from edgetune.inventory.schema import Board
 
 
 def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f", "--fleet", default="fleet.yaml", help="the fleet inventory (default: fleet.yaml)"
     )
+
+
+def add_select_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--select", metavar="KEY=VALUE[,...]",
+                        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin,tier=field")  # fmt: skip
+
+
+def selected_boards(fleet: Fleet, args: argparse.Namespace) -> tuple[Board, ...]:
+    """The boards `--select` matches (all without it); a selector that names an unknown label or
+    matches no board is refused before anything is contacted."""
+    from edgetune.inventory.selectors import parse_selector, select_boards
+
+    return fleet.boards if args.select is None else select_boards(fleet.boards, parse_selector(args.select))
 
 
 def load_checked_fleet(args: argparse.Namespace) -> Fleet:

@@ -1,6 +1,7 @@
 """`edgetune fleet up|status|down|trust BOARD|reset-serial [BOARD...]`: bring the fleet's
-trackers and rpc_servers online, show them, take them down, accept a board's host key, restart
-the signed decisions' serials. Exit status 3 if any board failed."""
+trackers and the tuning pools' rpc_servers online, show them (each board's role: `pool` or
+`target`), take them down, accept a board's host key, restart the signed decisions' serials.
+Exit status 3 if any board failed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import json
 
 from tabulate import tabulate
 
-from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.cli.common import add_fleet_argument, add_select_argument, load_checked_fleet, selected_boards
 from edgetune.errors import FleetError
 from edgetune.fleet import GroupResult, fleet_down, fleet_status, fleet_up, tracker_status, trust_board
+from edgetune.inventory.schema import POOL
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,8 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = actions.add_parser("up", help="start what is missing, wait until every board is registered")
     status = actions.add_parser("status", help="per tracker and class, and per board: what is running")
     status.add_argument("--json", action="store_true", help="one JSON object per board")
-    status.add_argument("--select", metavar="KEY=VALUE[,...]",
-                        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin")
+    add_select_argument(status)
     down = actions.add_parser("down", help="stop the rpc_servers and trackers that `up` started")
     trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
     trust.add_argument("board", metavar="BOARD")
@@ -67,12 +68,9 @@ def drive_reset_serial(args: argparse.Namespace) -> int:
 
 def drive_status(args: argparse.Namespace) -> int:
     from edgetune.deploy.rollout import read_back_interrupted
-    from edgetune.inventory.selectors import parse_selector, select_boards
 
     fleet = load_checked_fleet(args)
-    shown = fleet
-    if args.select is not None:  # refused before anything is contacted
-        shown = fleet.replace(boards=select_boards(fleet.boards, parse_selector(args.select)))
+    shown = fleet.replace(boards=selected_boards(fleet, args))
     read_back_interrupted(fleet)  # an interrupted rollout's boards, read back before they are shown
     boards = fleet_status(shown)
     if args.json:
@@ -82,9 +80,9 @@ def drive_status(args: argparse.Namespace) -> int:
         print(tabulate(classes, headers=["tracker", "address", "class", "registered", "free", "busy", "pending"]))
         print()
         print(tabulate([_board_row(board) for board in boards],
-                       headers=["board", "class", "address", "reachable", "registered", "python", "tvm", "runs", "firmware", "error"]))  # fmt: skip
-    healthy = all(board.reachable and board.registered and not board.error for board in boards)
-    return 0 if healthy else FleetError.exit_code
+                       headers=["board", "class", "role", "address", "reachable", "registered", "python", "tvm", "runs",
+                                "reported", "firmware", "error"]))  # fmt: skip
+    return 0 if all(board.healthy for board in boards) else FleetError.exit_code
 
 
 def _board_row(board) -> list:
@@ -92,9 +90,12 @@ def _board_row(board) -> list:
     if board.firmware_changed:
         firmware += " (CHANGED)"
     error = (board.error or "").splitlines()[0] if board.error else ""
+    if board.pull_errors:
+        error = "; ".join([*filter(None, [error]), *(f"pull of {m}: {e.splitlines()[0]}" for m, e in sorted(board.pull_errors.items()))])
     deployed = ", ".join(f"{model} {'v' if isinstance(version, int) else ''}{version}" for model, version in sorted(board.deployed.items()))
-    return [board.name, board.device_class, board.address, _yes(board.reachable), _yes(board.registered),
-            board.python_version or "", board.tvm_version or "", deployed, firmware, error]  # fmt: skip
+    registered = _yes(board.registered) if board.role == POOL or board.registered else "-"  # a target needs none
+    return [board.name, board.device_class, board.role, board.address, _yes(board.reachable), registered,
+            board.python_version or "", board.tvm_version or "", deployed, board.reported or "", firmware, error]  # fmt: skip
 
 
 def _yes(flag: bool) -> str:

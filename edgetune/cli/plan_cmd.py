@@ -63,7 +63,7 @@ def tuning_time(fleet: Fleet, plan: FleetClassPlan) -> str:
 
 def format_plan(plan: FleetPlan, times: dict[str, str]) -> str:
     rows = [
-        [c.device_class, c.tracker, ", ".join(c.boards), b.model, b.weight,
+        [c.device_class, c.tracker, c.boards_text(), b.model, b.weight,
          f"{c.trials_per_task} per task" if c.trials_per_task else b.trials, c.borrows_from or ""]
         for c in plan.classes
         for b in c.budgets

@@ -1,4 +1,8 @@
-"""`edgetune regress`: after a firmware change, are the deployed models still right and fast?"""
+"""`edgetune regress`: after a firmware change, are the deployed models still right and fast?
+
+Exit code: 0 every board checked is ok (or faster); else, the first that applies: 5 a regression
+(`slower`, `wrong_output`, `load_failed`), 3 a board could not be reached, 6 a board runs no
+release of a model checked (`not_deployed`)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import json
 
 from tabulate import tabulate
 
-from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.cli.common import add_fleet_argument, add_select_argument, load_checked_fleet, selected_boards
+from edgetune.errors import InventoryError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--board", dest="boards", action="append", default=[], metavar="BOARD", help="only this board (repeatable)")
     which.add_argument("--class", dest="classes", action="append", default=[], metavar="CLASS", help="only this class's boards (repeatable)")
+    add_select_argument(parser)
     parser.add_argument("--model", dest="models", action="append", default=[], metavar="MODEL", help="only this model (repeatable)")
     parser.add_argument("--changed-only", action="store_true", help="only boards whose firmware changed since the baseline")
     parser.add_argument("--json", action="store_true", help="one JSON record per board and model")
@@ -28,7 +34,13 @@ def drive_regress(args: argparse.Namespace) -> int:
     from edgetune.regress.check import regress
 
     fleet = load_checked_fleet(args)
-    report = regress(fleet, args.boards, args.classes, args.models, args.changed_only)
+    boards, classes = args.boards, args.classes
+    if args.select is not None:  # the selected boards among those named, or of the classes named
+        chosen = [b for b in selected_boards(fleet, args) if (not boards or b.name in boards) and (not classes or b.device_class in classes)]
+        if not chosen:
+            raise InventoryError(f"--select {args.select} matches none of the boards --board or --class names")
+        boards, classes = [b.name for b in chosen], []
+    report = regress(fleet, boards, classes, args.models, args.changed_only)
     if args.json:
         print(json.dumps([v.to_json() for v in report.verdicts], indent=2))
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edgetune.cli.common import add_fleet_argument
+from edgetune.cli.common import add_fleet_argument, add_select_argument, selected_boards
 from edgetune.inventory import load_fleet
 
 
@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report", help="write the fleet dashboard (boards, artifacts, tuning, history) as one HTML page"
     )
     add_fleet_argument(parser)
+    add_select_argument(parser)
     parser.add_argument("-o", "--output", type=Path, metavar="DIR",
                         help="write DIR/dashboard.html (default: the fleet's workdir, under reports/)")
     parser.set_defaults(func=drive_report)
@@ -25,5 +26,5 @@ def drive_report(args: argparse.Namespace) -> int:
 
     fleet = load_fleet(args.fleet)
     out_dir = args.output or Path(Workdir(fleet.workdir).root) / "reports"
-    print(report(fleet, out_dir))
+    print(report(fleet.replace(boards=selected_boards(fleet, args)), out_dir))
     return 0

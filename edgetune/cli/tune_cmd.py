@@ -7,7 +7,7 @@ import json
 import sys
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
-from edgetune.errors import Interrupted
+from edgetune.errors import Interrupted, TuneError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def drive_tune(args: argparse.Namespace) -> int:
     if not result.ok:
         print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
               "(finished trials are kept)", file=sys.stderr)
-    return 0 if result.ok else 4
+    return 0 if result.ok else TuneError.exit_code
 
 
 def _print_plan(fleet, plan, models: tuple[str, ...] | None, as_json: bool) -> int:

@@ -1,10 +1,12 @@
-"""`edgetune tune-fleet`: the whole job on one inventory (what `make tune-fleet` runs)."""
+"""`edgetune tune-fleet`: the whole job on one inventory (what `make tune-fleet` runs). Its exit
+code is that of the first stage that failed: boards (3), tuning (4), the build (5)."""
 
 from __future__ import annotations
 
 import argparse
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.errors import ArtifactError, FleetError, TuneError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +30,9 @@ def drive_tune_fleet(args: argparse.Namespace) -> int:
         fleet = with_ray_compute(fleet, args.ray)
     with stop_on_signals():
         result = run_pipeline(fleet)
+    if result.nothing_to_do is not None:
+        print("nothing to do: every class's trial budget is spent and every artifact's inputs are its latest "
+              "version's; no board, simulated board or tracker was started")
     if result.build is not None:
         print()
         print(result.build.table())
@@ -35,4 +40,17 @@ def drive_tune_fleet(args: argparse.Namespace) -> int:
             print(f"warning: {line}")
     for line in result.problems():
         print(f"error: {line}")
-    return 0 if result.ok else 1
+    return pipeline_exit_code(result)
+
+
+def pipeline_exit_code(result) -> int:
+    """0 when the whole job succeeded or there was nothing to do, else the code of the first stage
+    that failed: a board that did not come up (3; the others went on), a class that could not
+    tune (4), a build (5)."""
+    if result.failed_boards:
+        return FleetError.exit_code
+    if result.nothing_to_do is None and (result.tuning is None or not result.tuning.ok):
+        return TuneError.exit_code
+    if result.build is None or not result.build.ok:
+        return ArtifactError.exit_code
+    return 0

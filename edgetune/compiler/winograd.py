@@ -26,7 +26,6 @@ convolutions), so tuning and building see the same kernels.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import fcntl
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from edgetune.agent.client import Offer
 from edgetune.artifact_format.codec import canonical_bytes, load_versioned, rule

@@ -27,8 +27,18 @@ from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.decision import parse_utc, utc_text
 from edgetune.artifact_format.signing import key_id, load_private_key
 from edgetune.artifact_format.trust import (
-    ARTIFACT, DECISION, TRUST_SCHEMA, Revoked, TrustError, TrustFile, artifact_history, key_statement, raw_text,
-    read_revocations, read_statement, revocations_statement,
+    ARTIFACT,
+    DECISION,
+    TRUST_SCHEMA,
+    Revoked,
+    TrustError,
+    TrustFile,
+    artifact_history,
+    key_statement,
+    raw_text,
+    read_revocations,
+    read_statement,
+    revocations_statement,
 )  # fmt: skip
 from edgetune.durable import write_atomic
 from edgetune.errors import DeployError

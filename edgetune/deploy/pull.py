@@ -11,9 +11,9 @@ rotations it missed).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from edgetune.artifact.store import ArtifactStore, StoredVersion
 from edgetune.artifact_format.files import unpack_tarball

@@ -5,10 +5,19 @@ Plan (pure, `plan_rollout`): the targeted boards (a class, or all, narrowed by a
 selector), each with the version it must run (`--version`, else what the server offers it: its
 pin or the newest), in stages: every targeted class's own canary stage (its first `--canary`
 boards), then batches of the rest (`--batch`: a count, or a percentage of each class's other
-boards); `--parallel` (else fleet.yaml's `deploy.parallel`) boards are driven at once.
+boards); `--parallel` (else fleet.yaml's `deploy.parallel`, else a width sized to the targets) boards are driven at once.
 
 Execution (`rollout`); docs/rollout.md says what it guarantees:
 - the server must answer before any board is touched;
+- a board whose SSH connection cannot be made at its turn (no route, refused, timed out) is
+  `pending`: untouched, neither failed nor installed, not counted against the threshold unless
+  `count_pending`; a canary that is pending is replaced by the next board of its class; a pending
+  board keeps the version assigned to it, which its pull timer installs when it is back;
+- each board is assigned the version (`state/assigned.json`, what `GET
+  /v1/boards/<board>/assigned` answers a board's pull) at its turn: once its earlier version is
+  journalled, just before its install, or when it is found pending; after the stage, a failed or
+  lost board gets its earlier assignment back, and a rollout that stops gives it back to every
+  board it reached;
 - each stage's boards are provisioned, their state read (`agent status`), and run `agent
   install` in parallel, with a deadline shorter than `--timeout-s` and the SSH channel watched:
   the agent switches only after the reference check passed, never after its deadline nor once
@@ -27,7 +36,7 @@ Execution (`rollout`); docs/rollout.md says what it guarantees:
   its switch, within the agent's deadline: a board whose on_switch or health check fails (or
   outlives that deadline) is switched back by its agent and is `failed`, the command's output
   in its error and every hook run in its outcome's `hooks`;
-- at the end every targeted board is read back, and that is what the fleet state records
+- at the end every targeted board but the pending ones is read back, and that is what the fleet state records
   (`deployed.json`, shown by `fleet status`) and each outcome's `runs` says;
 - all along, the intent journal (`rollout_journal`) says which boards a stage is about to change
   and each board's previous version, and each board's answer or read-back is recorded (in the
@@ -45,8 +54,8 @@ import math
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from edgetune.agent.install import ChangeRecord
 from edgetune.artifact.store import ArtifactStore
@@ -57,10 +66,11 @@ from edgetune.deploy.rollout_journal import RolloutJournal, RolloutUnderWay, jou
 from edgetune.deploy.tls import host_client_context
 from edgetune.deploy.tokens import ensure_token
 from edgetune.errors import DeployError, EdgetuneError, InventoryError
+from edgetune.fleet.errors import SshConnectRefused, SshTimeout, SshUnreachable
 from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
 from edgetune.fleet.ssh import BoardSession
-from edgetune.fleet.state import UNKNOWN, load_deployed, record_deployed
+from edgetune.fleet.state import UNKNOWN, load_assigned, load_deployed, record_assigned, record_deployed
 from edgetune.inventory.schema import DEFAULT_PARALLEL, MAX_PARALLEL, Board, Fleet
 from edgetune.inventory.selectors import Selector, select_boards
 
@@ -69,6 +79,8 @@ AGENT_MARGIN_S = 30.0  # the agent's deadline ends this long before the rollout'
 READ_BACK_ATTEMPTS = 3
 READ_BACK_PAUSE_S = 2.0
 LOST = ("failed", "unknown")  # the outcomes that count against a stage
+PENDING = "pending"  # not reachable at its turn: untouched
+NOT_REACHED = (SshUnreachable, SshTimeout, SshConnectRefused)
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +151,7 @@ class RolloutPlan:
     max_failed_pct: float
     timeout_s: float
     parallel: int = DEFAULT_PARALLEL  # boards driven at once
+    count_pending: bool = False  # pending boards count against the canaries and max_failed_pct
 
     @property
     def targets(self) -> tuple[Target, ...]:
@@ -153,6 +166,7 @@ class RolloutPlan:
         stages = [{"name": s.name, "boards": [{"board": t.board.name, "version": t.version} for t in s.targets]} for s in self.stages]
         return {"model": self.model, "canary": self.canary, "max_failed_pct": self.max_failed_pct,
                 "timeout_s": self.timeout_s, "agent_deadline_s": self.agent_deadline_s, "parallel": self.parallel,
+                "count_pending": self.count_pending,
                 "stages": stages}  # fmt: skip
 
 
@@ -163,7 +177,7 @@ class BoardOutcome:
     model: str
     from_version: int | None
     to_version: int
-    result: str  # installed | unchanged | failed | unknown | rolled_back | rollback_failed | skipped
+    result: str  # installed | unchanged | pending | failed | unknown | rolled_back | rollback_failed | skipped
     error: str | None = None
     downgrade: bool = False  # to_version is below the newest the board had installed, by an operator's choice
     runs: int | str | None = None  # what the board runs, read back at the end (None: no release; UNKNOWN)
@@ -182,7 +196,12 @@ class RolloutResult:
 
     @property
     def ok(self) -> bool:
-        return self.stopped is None and all(o.runs_target for o in self.outcomes)
+        """It went through, and every board runs the target but those not reachable (pending)."""
+        return self.stopped is None and all(o.runs_target or o.result == PENDING for o in self.outcomes)
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        return tuple(o.board for o in self.outcomes if o.result == PENDING)
 
     def records(self) -> list[dict]:
         """One JSON record per board: board, class, model, from_version, to_version, result, error,
@@ -203,13 +222,13 @@ def plan_rollout(
     *,
     select: Selector | None = None,
     parallel: int | None = None,
+    count_pending: bool = False,
 ) -> RolloutPlan:
     """Which boards get which version, in which stages (nothing is contacted). `select`: only
     the boards it matches (among `classes`' when given); `parallel`: boards driven at once
-    (None: fleet.yaml's `deploy.parallel`)."""
+    (None: fleet.yaml's `deploy.parallel`, else sized to the targets); `count_pending`: unreachable boards count as failed."""
     batch = parse_batch(batch)
     _check_settings(fleet, model, classes, canary, batch.count, max_failed_pct, timeout_s)
-    parallel = _parallel(fleet, parallel)
     boards = [b for b in fleet.boards if not classes or b.device_class in classes]
     if select is not None:
         chosen = {b.name for b in select_boards(fleet.boards, select)}
@@ -218,7 +237,8 @@ def plan_rollout(
             raise InventoryError(f"--select {select.text} matches no board of class {', '.join(classes)}")
     store = ArtifactStore(fleet.artifacts.dir)
     targets = [_target(fleet, store, b, model, version) for b in boards]
-    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s, parallel)
+    parallel = _parallel(fleet, parallel, len(targets))
+    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s, parallel, count_pending)
 
 
 def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
@@ -230,16 +250,19 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
     public_key = fleet.artifacts.public_key.read_bytes()
     with RolloutJournal.held(fleet, plan.model) as journal:
         _read_back_interrupted(fleet, journal, plan.parallel)
-        before = load_deployed(fleet)
+        before, assigned_before = load_deployed(fleet), load_assigned(fleet)
         outcomes: dict[str, BoardOutcome] = {}
         stopped = None
         for stage in plan.stages:
-            log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
-            journal.plan_stage(stage.name, {t.board.name: t.version for t in stage.targets})
-            outcomes.update(_run_stage(fleet, plan, stage, public_key, before, journal))
-            stopped = _stop_reason(plan, stage, list(outcomes.values()))
+            stage = replace(stage, targets=tuple(t for t in stage.targets if t.board.name not in outcomes))
+            while stage is not None and stage.targets:  # a canary stage, then its replacements for pending canaries
+                outcomes.update(_run_stage(fleet, plan, stage, public_key, before, journal))
+                _unassign(fleet, plan, [t for t in stage.targets if _counted(plan, outcomes[t.board.name])], assigned_before)
+                stopped = _stop_reason(plan, stage, list(outcomes.values()))
+                stage = None if stopped else _replacement_canaries(plan, stage, outcomes)
             if stopped:
                 log.info(f"stopping: {stopped}; rolling back the boards this rollout (or an interrupted one) switched")
+                _unassign(fleet, plan, [t for t in plan.targets if t.board.name in outcomes], assigned_before)
                 outcomes.update(_roll_back(fleet, plan, outcomes, journal))
                 break
         for target in plan.targets:
@@ -247,9 +270,9 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
                 outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
         targeted = [t.board.name for t in plan.targets]
         others = [name for name, entry in journal.boards.items() if entry.touched and name not in targeted and _has_board(fleet, name)]
-        runs = _record_what_boards_run(fleet, plan, others)
+        runs = _record_what_boards_run(fleet, plan, outcomes, others)
         listed = [*targeted, *(name for name in others if name in outcomes)]
-        result = RolloutResult(plan, tuple(replace(outcomes[name], runs=runs[name]) for name in listed), stopped)
+        result = RolloutResult(plan, tuple(replace(outcomes[name], runs=runs.get(name, outcomes[name].runs)) for name in listed), stopped)
         record_event(fleet, "rollout", model=plan.model, stopped=stopped, outcomes=result.records())
         journal.close()
     return result
@@ -329,10 +352,10 @@ def _stages(targets: list[Target], canary: int, batch: BatchSpec) -> tuple[Stage
     return (*canaries, *batches)
 
 
-def _parallel(fleet: Fleet, parallel: int | None) -> int:
-    """Boards driven at once: `--parallel`, else fleet.yaml's `deploy.parallel`."""
+def _parallel(fleet: Fleet, parallel: int | None, targets: int) -> int:
+    """Boards driven at once: `--parallel`, else fleet.yaml's `deploy.parallel`, else sized to the targets."""
     if parallel is None:
-        return fleet.deploy.parallel
+        return fleet.deploy.parallel_for(targets)
     if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= MAX_PARALLEL:
         raise DeployError(f"--parallel must be a number of boards between 1 and {MAX_PARALLEL}, got {parallel}")
     return parallel
@@ -375,10 +398,13 @@ def _has_board(fleet: Fleet, name: str) -> bool:
 
 def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before,
                journal: RolloutJournal) -> dict[str, BoardOutcome]:  # fmt: skip
-    """Install on the stage's boards in parallel; a board no install reached is `failed`."""
+    """Install on the stage's boards in parallel; a board no install reached is `failed`
+    (`pending` if it could not be reached)."""
+    log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
+    journal.plan_stage(stage.name, {t.board.name: t.version for t in stage.targets})
     targets = {t.board.name: t for t in stage.targets}
     results = for_each_board([t.board for t in stage.targets],
-                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal), plan.parallel)  # fmt: skip
+                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal, before), plan.parallel)  # fmt: skip
     outcomes = {}
     for name, target in targets.items():
         outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
@@ -386,19 +412,27 @@ def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes,
     return outcomes
 
 
-def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, journal: RolloutJournal) -> BoardOutcome:
+def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, journal: RolloutJournal, before) -> BoardOutcome:
     """Provision the board, read its state, journal the change, then `agent install` under the
-    agent's deadline; its answer (or, lost, a read-back) is recorded at once. An error before
-    the install leaves the board untouched (raised: `failed`). `from_version` is what it ran
-    before the rollout (an interrupted rollout of the model may have switched it since)."""
+    agent's deadline; its answer (or, lost, a read-back) is recorded at once. A board that
+    cannot be connected to is `pending`; an error after that but before the install leaves the
+    board untouched (raised: `failed`). `from_version` is what it ran before the rollout (an
+    interrupted rollout of the model may have switched it since)."""
     board = target.board
     with BoardSession(board) as session:
+        try:
+            session.connect()
+        except NOT_REACHED as err:
+            record_assigned(fleet, board.name, plan.model, target.version)
+            return _untouched(plan, target, before, PENDING, f"not reachable at its turn ({_first_line(str(err))}); "
+                              f"untouched: it pulls v{target.version} when it is back, or the next rollout installs it")  # fmt: skip
         agent = RemoteAgent(session, fleet)
         agent.provision(ensure_token(fleet, board), public_key)
         entry = agent.status().models.get(plan.model)
         highest = entry.highest_installed if entry is not None else 0
         running = None if entry is None else entry.version
         previous = journal.changing(board.name, running)
+        record_assigned(fleet, board.name, plan.model, target.version)  # its pull may install it from now on
         outcome = BoardOutcome(board.name, board.device_class, plan.model, previous, target.version,
                                "unknown", downgrade=target.chosen_by is not None and target.version < highest)  # fmt: skip
         if outcome.downgrade:
@@ -490,10 +524,12 @@ def _after_lost_answer(
     return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}", runs=running)
 
 
-def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan, others: Sequence[str] = ()) -> dict[str, int | str | None]:
-    """Read every targeted board, and the `others` (touched by an interrupted rollout), back and
-    record that in the fleet state (UNKNOWN if unreadable)."""
-    boards = [t.board for t in plan.targets] + [b for b in fleet.boards if b.name in others]
+def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome],
+                            others: Sequence[str] = ()) -> dict[str, int | str | None]:  # fmt: skip
+    """Read every targeted board but the pending ones, and the `others` (touched by an
+    interrupted rollout), back and record that in the fleet state (UNKNOWN if unreadable)."""
+    reached = [t.board for t in plan.targets if outcomes[t.board.name].result != PENDING]
+    boards = reached + [b for b in fleet.boards if b.name in others]
     results = for_each_board(boards, lambda board: read_back(fleet, board, plan.model), plan.parallel)
     runs = {board.name: results.succeeded.get(board.name, UNKNOWN) for board in boards}
     for name, version in runs.items():
@@ -506,12 +542,37 @@ def _guarded(plan: RolloutPlan) -> list[str]:
     return ["--deadline-s", f"{plan.agent_deadline_s:g}", "--abort-on-hangup"]
 
 
+def _replacement_canaries(plan: RolloutPlan, stage: Stage, outcomes: dict[str, BoardOutcome]) -> Stage | None:
+    """For a canary stage's pending boards, as many boards of its class that nothing ran yet."""
+    pending = [t.board.name for t in stage.targets if outcomes[t.board.name].result == PENDING]
+    if not stage.canary or not pending or plan.count_pending:
+        return None
+    device_class = stage.targets[0].board.device_class
+    spare = [t for t in plan.targets if t.board.device_class == device_class and t.board.name not in outcomes]
+    if not spare:
+        return None
+    return Stage(f"canary {device_class} (for {', '.join(pending)}, pending)", tuple(spare[: len(pending)]), canary=True)
+
+
+def _unassign(fleet: Fleet, plan: RolloutPlan, targets: Sequence[Target], assigned_before: dict) -> None:
+    """`targets` get back the assignment they had before the rollout (a failed or lost board's
+    pull must not try the version again; a stopped rollout's boards keep what they had)."""
+    for target in targets:
+        record_assigned(fleet, target.board.name, plan.model, assigned_before.get(target.board.name, {}).get(plan.model))
+
+
+def _counted(plan: RolloutPlan, outcome: BoardOutcome) -> bool:
+    """Whether `outcome` counts against the canaries and `max_failed_pct`."""
+    return outcome.result in LOST or (plan.count_pending and outcome.result == PENDING)
+
+
 def _stop_reason(plan: RolloutPlan, stage: Stage, outcomes: list[BoardOutcome]) -> str | None:
-    bad = [o for o in outcomes if o.result in LOST]
+    bad = [o for o in outcomes if _counted(plan, o)]
     if not bad:
         return None
     if stage.canary:
-        return f"{len(bad)} of {len(stage.targets)} board(s) of the {stage.name} stage failed or were lost"
+        unreachable = " or not reachable" if plan.count_pending else ""
+        return f"{len(bad)} of {len(stage.targets)} board(s) of the {stage.name} stage failed or were lost{unreachable}"
     allowed = math.floor(len(plan.targets) * plan.max_failed_pct / 100)
     if len(bad) > allowed:
         return f"{len(bad)} board(s) failed or were lost, more than --max-failed {plan.max_failed_pct:g}% of {len(plan.targets)} allows ({allowed})"

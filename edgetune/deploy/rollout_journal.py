@@ -23,11 +23,10 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
 from edgetune.artifact_format.codec import FrozenMap, canonical_bytes, load_versioned, rule, to_json
 from edgetune.durable import fsync_dir, write_atomic

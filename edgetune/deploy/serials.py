@@ -8,7 +8,7 @@ serial it accepted, so it refuses every decision signed before the reset and tak
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from edgetune.deploy.decisions import serial_counter
 from edgetune.deploy.remote import RemoteAgent

@@ -8,13 +8,18 @@ URL scheme (every request but /v1/health carries `Authorization: Bearer <board t
   sha256, tarball size, and the same as a signed, expiring, numbered decision echoing the nonce,
   `deploy.decisions`: what the board acts on).
 - `GET /v1/boards/<board>/models/<model>/versions/<N>`: the same for one version.
+- `GET /v1/boards/<board>/assigned`: `{"board", "models": {model: version}}`, the versions the
+  last rollouts assigned the board (`state/assigned.json`): what its pull timer installs.
+- `POST /v1/boards/<board>/status`: the board's report after a pull (`agent.sync.PullReport`,
+  JSON, at most 64 kB), decoded and kept with the server's time in `state/reported.json`, and
+  what it runs in `state/deployed.json`; `{"ok": true}`.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
   `Range` / `If-Range` for resumed downloads): only for the token's own class.
 - `GET /dashboard` (only when the server was given a dashboard): the fleet dashboard's HTML,
   for the operator token alone (`edgetune.deploy.operator`; Bearer, or Basic with the token as password):
   401 without it, 403 for a board's token.
-Statuses: 400 a malformed name (`..`, encoded traversal, a trailing newline), 401 no or unknown
+A board's token opens only its own board's routes. Statuses: 400 a malformed name or report (`..`, encoded traversal, a trailing newline), 401 no or unknown
 token (the answer says nothing more), 403 another board's or another class's resource, 404
 unknown board, model or version. Every error answer, unknown routes' included, is a JSON object
 `{"error": ...}`; a 500 says no more than that it happened (the access log has the cause). Only
@@ -37,17 +42,20 @@ import os
 import ssl
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
 
+from edgetune.agent.sync import PullReport
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.codec import to_json
+from edgetune.artifact_format.codec import FrozenMap, from_json, to_json
 from edgetune.artifact_format.decision import NONCE
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
@@ -58,7 +66,8 @@ from edgetune.deploy.offer import OfferError, check_name, find_board, listed_ver
 from edgetune.deploy.operator import is_operator_token
 from edgetune.deploy.tls import check_server_tls, renew_server_certificate
 from edgetune.deploy.tokens import TokenBook
-from edgetune.errors import DeployError
+from edgetune.errors import ArtifactError, DeployError
+from edgetune.fleet.state import BoardReport, load_assigned, record_reported
 from edgetune.inventory.schema import Board, Fleet
 
 log = logging.getLogger(__name__)
@@ -70,6 +79,7 @@ OPERATOR_ONLY = "the dashboard needs the operator token (deploy/operator.token u
 DASHBOARD_CHALLENGE = {"www-authenticate": 'Basic realm="edgetune dashboard", charset="UTF-8"'}
 DASHBOARD_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 INTERNAL_ERROR = "internal error (the server's log says why)"
+MAX_REPORT_BYTES = 64 << 10
 
 
 class _Digests:
@@ -106,15 +116,29 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         request.state.board = board.name
         return board
 
-    def board_offer(request: Request) -> Response:
+    def own_board(request: Request) -> Board:
         caller = authenticate(request)
         board = find_board(fleet, request.path_params["board"])
         if board.name != caller.name:
             raise OfferError(403, f"this token is for board {caller.name}, not {board.name}")
+        return board
+
+    def board_offer(request: Request) -> Response:
+        board = own_board(request)
         version, nonce = request.path_params.get("version"), request.query_params.get("nonce")
         if nonce is not None and not NONCE.fullmatch(nonce):
             raise OfferError(400, "nonce: 32 lowercase hex digits, or none")
         return JSONResponse(to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version), nonce)))
+
+    def board_assigned(request: Request) -> Response:
+        board = own_board(request)
+        return JSONResponse({"board": board.name, "models": load_assigned(fleet).get(board.name, {})})
+
+    async def board_report(request: Request) -> Response:
+        board = own_board(request)
+        report = decode_report(board, await _bounded_body(request, MAX_REPORT_BYTES))
+        await run_in_threadpool(record_reported, fleet, board.name, report)
+        return JSONResponse({"ok": True})
 
     def stored_version(request: Request):
         caller = authenticate(request)
@@ -162,6 +186,8 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         Route("/v1/health", lambda request: JSONResponse({"ok": True})),
         Route("/v1/boards/{board}/models/{model}", board_offer),
         Route("/v1/boards/{board}/models/{model}/versions/{version:int}", board_offer),
+        Route("/v1/boards/{board}/assigned", board_assigned),
+        Route("/v1/boards/{board}/status", board_report, methods=["POST"]),
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}.tar.gz", tarball, methods=["GET", "HEAD"]),
         Route("/v1/artifacts/{model}/{device_class}/v{version:int}/{name}", artifact_file),
     ]
@@ -169,6 +195,28 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         routes.append(Route("/dashboard", operator_page))
     app = Starlette(routes=routes, exception_handlers={DeployError: on_error, Exception: on_error})
     return _AccessLog(_JsonErrors(app))
+
+
+def decode_report(board: Board, body: bytes) -> BoardReport:
+    """A board's `PullReport`, decoded and checked to be about `board`; a 400 otherwise."""
+    try:
+        report = from_json(PullReport, json.loads(body.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, ArtifactError) as err:
+        raise OfferError(400, f"not a board's report ({str(err)[:300]})") from None
+    if report.status.board != board.name:
+        raise OfferError(400, f"a report about board {report.status.board!r} sent as {board.name}'s")
+    received = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    models = {name: model.version for name, model in report.status.models.items()}
+    return BoardReport(received, report.status.firmware, FrozenMap(models), FrozenMap(report.errors))
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise OfferError(413, f"a report is at most {limit} bytes")
+    return bytes(body)
 
 
 def _presented_token(authorization: str) -> str | None:

@@ -152,7 +152,7 @@ def tracker_problem(tracker: tuple[str, int]) -> str | None:
     try:
         socket.create_connection(tracker, timeout=TRACKER_CONNECT_TIMEOUT_S).close()
         return None
-    except socket.timeout:
+    except TimeoutError:
         return f"timed out after {TRACKER_CONNECT_TIMEOUT_S:g} s"
     except ConnectionRefusedError:
         return "connection refused"

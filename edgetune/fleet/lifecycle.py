@@ -1,11 +1,16 @@
-"""Bring a fleet online and take it down: trackers on the host, an rpc_server per board, and
-for a board of the SSH transport its keeper on the host (fleet/tunnel.py).
+"""Bring a fleet online and take it down: trackers on the host, an rpc_server per board of a
+class's tuning pool, and for such a board of the SSH transport its keeper on the host
+(fleet/tunnel.py).
 
 `fleet_up` is idempotent: it starts a tracker only if its recorded one is dead, an rpc_server
 only where the recorded one is dead or not registered, and uploads the agent's bundle only
 where the board's copy differs (fleet/agent_bundle.py); then it waits until every
-board is registered under its class key, reporting boards as they come online. Every board
-is handled in parallel and reported on its own (`GroupResult`); state goes to fleet.json.
+pool board is registered under its class key, reporting boards as they come online. A board
+outside its class's tuning pool (a target: it only runs releases) is left alone: no preflight,
+bundle, keeper or rpc_server (a rollout delivers the bundle itself and needs no keeper), and an
+rpc_server recorded for it from when it was in the pool is stopped, so that the tracker hands
+out pool boards only. Every board is handled in parallel and reported on its own
+(`GroupResult`); state goes to fleet.json.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from edgetune.fleet.agent_bundle import ensure_bundle
 from edgetune.fleet.parallel import GroupResult, for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.ssh_route import rpc_address, uses_ssh_transport
-from edgetune.fleet.state import BoardRecord, FleetState, TrackerRecord, TunnelRecord, load_fleet_state, save_fleet_state
+from edgetune.fleet.state import (
+    BoardRecord,
+    FleetState,
+    TrackerRecord,
+    TunnelRecord,
+    load_fleet_state,
+    save_fleet_state,
+)
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, start_tracker, stop_tracker, tracker_alive
 from edgetune.fleet.tunnel import start_tunnel, stop_tunnel, tunnel_alive
 from edgetune.inventory.schema import Board, Fleet
@@ -34,23 +46,41 @@ log = logging.getLogger(__name__)
 
 
 def fleet_up(fleet: Fleet, register_timeout_s: float = REGISTER_TIMEOUT_S) -> GroupResult[BoardRecord]:
-    """Start what is missing (trackers, rpc_servers) and wait until every board is registered."""
+    """Start what is missing (trackers, rpc_servers of the tuning pools' boards) and wait until
+    every pool board is registered; stop what is recorded on a board outside its pool."""
+    pool = [board for board in fleet.boards if fleet.in_pool(board)]
     state = load_fleet_state(fleet)
     trackers = _ensure_trackers(fleet, state)
     state = FleetState(trackers, state.boards)
     save_fleet_state(fleet, state)
+    retired = _retire_targets(fleet, state)
     summaries = {name: query_tracker(record) for name, record in trackers.items()}
-    clashes = _address_clashes(fleet)
+    clashes = _address_clashes(pool)
 
     def bring_up(board: Board) -> tuple[BoardRecord, bool]:
         if board.name in clashes:
             raise FleetError(clashes[board.name])
         return _bring_up(fleet, board, trackers[board.tracker], summaries[board.tracker], state.boards.get(board.name))
 
-    started = for_each_board(fleet.boards, bring_up)
+    started = for_each_board(pool, bring_up)
     running = {name: record for name, (record, _) in started.succeeded.items()}
-    save_fleet_state(fleet, FleetState(trackers, {**state.boards, **running}))
-    return _await_registration(fleet, trackers, started, register_timeout_s)
+    kept = {name: record for name, record in state.boards.items() if name not in retired.succeeded}
+    save_fleet_state(fleet, FleetState(trackers, {**kept, **running}))
+    online = _await_registration(fleet, trackers, started, register_timeout_s)
+    return GroupResult(online.succeeded, {**online.failed, **retired.failed})
+
+
+def _retire_targets(fleet: Fleet, state: FleetState) -> GroupResult[bool]:
+    """Log each board outside its class's tuning pool, and stop the rpc_server (and keeper)
+    recorded for it: registered, it would be handed out for tuning and builds."""
+    targets = [board for board in fleet.boards if not fleet.in_pool(board)]
+    for board in targets:
+        log.info(f"{board.name}: a target of class {board.device_class}, outside its tuning pool: no rpc_server")
+    recorded = [board for board in targets if board.name in state.boards]
+    retired = for_each_board(recorded, lambda board: _stop_board(board, state.boards[board.name]))
+    for name, stopped in retired.succeeded.items():
+        log.info(f"{name}: rpc_server {'stopped' if stopped else 'was not running'} (outside its tuning pool)")
+    return retired
 
 
 def fleet_down(fleet: Fleet) -> GroupResult[bool]:
@@ -68,10 +98,10 @@ def fleet_down(fleet: Fleet) -> GroupResult[bool]:
     return result
 
 
-def _address_clashes(fleet: Fleet) -> dict[str, str]:
+def _address_clashes(boards: list[Board]) -> dict[str, str]:
     """Boards the tracker would list under one address (`rpc_address`), each with why it is refused."""
     by_address: dict[str, list[str]] = {}
-    for board in fleet.boards:
+    for board in boards:
         by_address.setdefault(rpc_address(board), []).append(board.name)
     return {
         name: f"{name}: the tracker would list it under {address} as it would {', '.join(n for n in names if n != name)} "
@@ -164,7 +194,7 @@ def _await_registration(
         log.info(f"{name}: already online")
     for reason in started.failed.values():
         log.info(f"FAILED: {reason}")
-    total, online = len(fleet.boards), len(started.succeeded) - len(waiting)
+    total, online = len(started.succeeded) + len(started.failed), len(started.succeeded) - len(waiting)
     deadline = time.monotonic() + timeout_s
     while waiting:
         summaries = {name: query_tracker(record) for name, record in trackers.items()}

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata, resources
-from typing import Any, Mapping
+from typing import Any
 
 import tvm
 from tvm.target.codegen import llvm_get_cpu_features

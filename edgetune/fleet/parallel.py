@@ -7,9 +7,10 @@ A failure on one board never stops the others: `GroupResult` holds what each boa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Generic, TypeVar
 
 from edgetune.errors import EdgetuneError
 from edgetune.inventory.schema import Board

@@ -11,8 +11,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 POLL_S = 0.1
 

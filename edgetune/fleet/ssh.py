@@ -25,14 +25,15 @@ import os
 import secrets
 import shlex
 import socket
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterator, Sequence
 
 import paramiko
 from paramiko.auth_strategy import AuthStrategy, InMemoryPrivateKey
 from paramiko.common import OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+from paramiko.hostkeys import HostKeyEntry
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import (
@@ -85,7 +86,7 @@ class BoardSession:
         self.board = board
         self._clients: list[paramiko.SSHClient] = []  # the bastions', this host's side first, then the board's
 
-    def __enter__(self) -> "BoardSession":
+    def __enter__(self) -> BoardSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -112,7 +113,7 @@ class BoardSession:
             stdout = channel.makefile("rb").read().decode(errors="replace")
             stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
             result = CommandResult(channel.recv_exit_status(), stdout, stderr)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             self.close()
             raise SshTimeout(f"{self.board.name}: command timed out after {timeout:g} s: {command}") from None
         except (paramiko.SSHException, OSError) as err:
@@ -238,10 +239,9 @@ def _login(
     a TCP connection of its own; `verified_key`: the hop's key as the operator just accepted it."""
     keys, offered = _keys_for(board, hop, agent)
     client = paramiko.SSHClient()
-    if board.ssh.known_hosts is not None and board.ssh.known_hosts.exists():
-        client.load_host_keys(str(board.ssh.known_hosts))
+    known = _known_hosts(board, {hop.known_hosts_name}, into=client.get_host_keys())
     if verified_key is not None:
-        client.get_host_keys().add(hop.known_hosts_name, verified_key.get_name(), verified_key)
+        known.add(hop.known_hosts_name, verified_key.get_name(), verified_key)
     client.set_missing_host_key_policy(policy(board, hop))
     timeout = board.ssh.connect_timeout_s
     try:
@@ -268,7 +268,7 @@ def _login_failure(board: Board, hop: Hop, err: Exception, spoke: bool, offered:
         return SshAuthFailed(f"{where}: authentication failed with {offered}")
     if not spoke:
         return SshTimeout(f"{where}: no SSH banner within {timeout:g} s (not an SSH server, or overloaded)")
-    if isinstance(err, (socket.timeout, TimeoutError)):
+    if isinstance(err, TimeoutError) or "No existing session" in str(err):  # paramiko's words for a key exchange cut short
         return SshTimeout(f"{where}: no answer within {timeout:g} s during the SSH handshake")
     return SshUnreachable(f"{where}: SSH handshake failed: {err}")
 
@@ -290,7 +290,7 @@ def _tcp(board: Board, hop: Hop) -> socket.socket:
         return socket.create_connection((hop.host, hop.port), timeout=timeout)
     except ConnectionRefusedError:
         raise SshConnectRefused(f"{where}: connection refused (is sshd running on the {hop.role}?)") from None
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise SshTimeout(f"{where}: no answer within {timeout:g} s ({hop.role} down or link down?)") from None
     except socket.gaierror as err:
         raise SshUnreachable(f"{where}: cannot resolve {hop.host} ({err.strerror}); is it a Host alias of the ssh config?") from None
@@ -409,7 +409,7 @@ def _open_to(board: Board, route: Route, index: int, clients: Sequence[paramiko.
 
 def _check_bastion_key(board: Board, hop: Hop, key: paramiko.PKey, bastion_fingerprints: Collection[str]) -> None:
     """A bastion's key is recorded, or the operator named its fingerprint; else refused."""
-    known = _known_hosts(board)
+    known = _known_hosts(board, {hop.known_hosts_name})
     recorded = list((known.lookup(hop.known_hosts_name) or {}).values())
     if any(other == key for other in recorded):
         return
@@ -429,12 +429,23 @@ def _bare(text: str) -> str:
     return text.strip().removeprefix("SHA256:")
 
 
-def _known_hosts(board: Board) -> paramiko.HostKeys:
+def _known_hosts(board: Board, names: Collection[str], into: paramiko.HostKeys | None = None) -> paramiko.HostKeys:
+    """The known_hosts entries that can be about `names` (the lines naming one of them, and
+    hashed ones), added to `into`. The other lines are not parsed: paramiko's own load checks
+    each entry against all before it, seconds for a file of 10,000 boards, at every connect."""
+    keys = paramiko.HostKeys() if into is None else into
     path = board.ssh.known_hosts
     try:
-        return paramiko.HostKeys(str(path)) if path is not None and Path(path).exists() else paramiko.HostKeys()
-    except (OSError, paramiko.SSHException) as err:
+        lines = Path(path).read_text().splitlines() if path is not None and Path(path).exists() else []
+        for number, line in enumerate(lines, 1):
+            hosts = line.split(None, 1)[0].split(",") if line.strip() else []
+            if any(host in names or host.startswith(("|1|", "@")) for host in hosts):
+                entry = HostKeyEntry.from_line(line, number)
+                for hostname in entry.hostnames if entry is not None and entry.key is not None else ():
+                    keys.add(hostname, entry.key.get_name(), entry.key)
+    except (OSError, UnicodeDecodeError, paramiko.SSHException) as err:
         raise FleetError(f"{board.name}: cannot read known_hosts {path}: {err}") from None
+    return keys
 
 
 def fetch_host_key(board: Board) -> paramiko.PKey:
@@ -465,7 +476,7 @@ def record_host_keys(board: Board, keys: Sequence[tuple[Hop, paramiko.PKey]]) ->
     if board.ssh.known_hosts is None:
         raise FleetError(f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards")
     path = Path(board.ssh.known_hosts)
-    known = _known_hosts(board)
+    known = _known_hosts(board, {hop.known_hosts_name for hop, _ in keys})
     new = [_is_new(board, known, hop, key) for hop, key in keys]
     lines = [f"{hop.known_hosts_name} {key.get_name()} {key.get_base64()}\n" for (hop, key), fresh in zip(keys, new) if fresh]
     if lines:

@@ -107,7 +107,7 @@ def network_address(board: Board) -> str:
 
 def uses_ssh_transport(board: Board) -> bool:
     """Whether the tracker and RPC reach the board over its SSH connection (fleet/tunnel.py):
-    `ssh.transport: ssh`, or `auto` (the default) for a board reached through a bastion."""
+    `ssh.transport: ssh` (the default), or `auto` for a board reached through a bastion."""
     transport = board.ssh.transport
     return transport == "ssh" or (transport == "auto" and bool(resolve_route(board).jumps))
 

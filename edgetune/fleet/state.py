@@ -3,7 +3,10 @@
 `fleet.json` (schema `edgetune.fleet-state`) holds a `FleetState`: trackers and rpc_servers we
 started, with the boards' firmware fingerprints; `sim.json` (`edgetune.sim-state`) the simulated
 boards' sshd PIDs; `deployed.json` (`edgetune.deployed`) which artifact version of each model
-each board runs (written by rollouts, shown by `fleet status`). Each is schema_version 1 and
+each board runs (written by rollouts and by the server from the boards' reports, shown by `fleet
+status`); `assigned.json` (`edgetune.assigned`) the version the last rollout of each model
+assigned each board (what the board's pull timer installs); `reported.json`
+(`edgetune.reported`) what each board last reported to the server, and when. Each is schema_version 1 and
 decoded by the schema codec, so a damaged or edited file is refused naming the field; files
 written before they carried the version keys are read as version 1 (the same shape). A reader
 never sees a half-written file, and a missing file is an empty state.
@@ -13,7 +16,8 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -30,9 +34,9 @@ from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 
 STATE_SCHEMA_VERSION = 1
-_DEPLOYED_LOCK = threading.Lock()
+_RECORD_LOCK = threading.Lock()
 UNKNOWN = "unknown"  # in deployed.json: the rollout could not read back what the board runs
-State = TypeVar("State", "FleetState", "SimState", "DeployedState")
+State = TypeVar("State", "FleetState", "SimState", "DeployedState", "AssignedState", "ReportedState")
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,32 @@ class DeployedState:
     boards: Mapping[str, Mapping[str, int | str]] = field(default_factory=FrozenMap)  # board -> model -> version or UNKNOWN
 
 
+@dataclass(frozen=True)
+class AssignedState:
+    SCHEMA: ClassVar[str] = "edgetune.assigned"
+    FILE: ClassVar[str] = "assigned"
+
+    boards: Mapping[str, Mapping[str, int]] = field(default_factory=FrozenMap)  # board -> model -> version
+
+
+@dataclass(frozen=True)
+class BoardReport:
+    """What a board's agent last reported to the server (`POST /v1/boards/<board>/status`)."""
+
+    received: str  # UTC ISO 8601, by the server's clock
+    firmware: str
+    models: Mapping[str, int | None] = field(default_factory=FrozenMap)  # model -> the version it runs (None: none active)
+    errors: Mapping[str, str] = field(default_factory=FrozenMap)  # model -> why its last pull did not install it
+
+
+@dataclass(frozen=True)
+class ReportedState:
+    SCHEMA: ClassVar[str] = "edgetune.reported"
+    FILE: ClassVar[str] = "reported"
+
+    boards: Mapping[str, BoardReport] = field(default_factory=FrozenMap)
+
+
 def state_path(fleet: Fleet, name: str) -> Path:
     return Workdir(fleet.workdir).state_file(name)
 
@@ -129,16 +159,55 @@ def record_deployed(fleet: Fleet, board: str, model: str, version: int | str | N
     Any other value is refused before anything is written: the record stays readable."""
     if not (version is None or version == UNKNOWN or (type(version) is int and version >= 1)):
         raise FleetError(f"{board}: {version!r} is not a version of {model} (a positive integer, None or {UNKNOWN!r})")
-    path = state_path(fleet, DeployedState.FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _DEPLOYED_LOCK, open(path.with_name(".deployed.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        boards = load_deployed(fleet)
+    _record(fleet, DeployedState, board, model, version)
+
+
+def load_assigned(fleet: Fleet) -> dict[str, dict[str, int]]:
+    """board -> model -> the version the last rollout of the model assigned it."""
+    return {board: dict(models) for board, models in read_state(fleet, AssignedState).boards.items()}
+
+
+def record_assigned(fleet: Fleet, board: str, model: str, version: int | None) -> None:
+    """Assign `version` of `model` to `board` (None: no assignment: its pull leaves the model alone)."""
+    if not (version is None or (type(version) is int and version >= 1)):
+        raise FleetError(f"{board}: {version!r} is not a version of {model} to assign (a positive integer or None)")
+    _record(fleet, AssignedState, board, model, version)
+
+
+def load_reported(fleet: Fleet) -> dict[str, BoardReport]:
+    return dict(read_state(fleet, ReportedState).boards)
+
+
+def record_reported(fleet: Fleet, board: str, report: BoardReport) -> None:
+    """Keep `report` as `board`'s latest, and what it runs in deployed.json."""
+    with _locked(fleet, ReportedState):
+        boards = load_reported(fleet)
+        boards[board] = report
+        write_state(fleet, ReportedState(FrozenMap(boards)))
+    for model, version in report.models.items():
+        record_deployed(fleet, board, model, version)
+
+
+def _record(fleet: Fleet, kind: type[DeployedState] | type[AssignedState], board: str, model: str, version) -> None:
+    """Set (None: remove) `board`'s entry for `model` in the board -> model -> version file of `kind`."""
+    with _locked(fleet, kind):
+        boards = {name: dict(models) for name, models in read_state(fleet, kind).boards.items()}
         models = {m: v for m, v in boards.get(board, {}).items() if m != model}
         if version is not None:
             models[model] = version
         boards[board] = models
-        write_state(fleet, DeployedState(FrozenMap(boards)))
+        write_state(fleet, kind(FrozenMap(boards)))
+
+
+@contextmanager
+def _locked(fleet: Fleet, kind: type) -> Iterator[None]:
+    """One writer at a time of the state file of `kind`, threads and processes alike (the
+    rollout, the server, `fleet status`)."""
+    path = state_path(fleet, kind.FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _RECORD_LOCK, open(path.with_name(f".{kind.FILE}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def read_state(fleet: Fleet, kind: type[State]) -> State:
@@ -158,7 +227,7 @@ def read_state(fleet: Fleet, kind: type[State]) -> State:
                          "or remove it (what it recorded is then forgotten)") from None
 
 
-def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState) -> None:
+def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState | AssignedState | ReportedState) -> None:
     path = state_path(fleet, state.FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"schema": state.SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(state)}

@@ -1,5 +1,6 @@
-"""Read-only views of a running fleet: per-board status and per-tracker queues. Nothing here
-starts or stops anything.
+"""Read-only views of a running fleet: per-board status (with its role: a board of its class's
+tuning pool, registered with the tracker, or a target that only runs releases) and per-tracker
+queues. Nothing here starts or stops anything.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.ssh_route import rpc_address
-from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state
+from edgetune.fleet.state import BoardRecord, FleetState, load_deployed, load_fleet_state, load_reported
 from edgetune.fleet.tracker import TrackerSummary, query_tracker, tracker_alive
-from edgetune.inventory.schema import Board, Fleet
+from edgetune.inventory.schema import POOL, Board, Fleet
 
 
 @dataclass(frozen=True)
 class BoardStatus:
     name: str
     device_class: str
+    role: str  # POOL: it tunes and measures its class's builds (it has an rpc_server); TARGET: it only runs releases
     address: str
     reachable: bool
     registered: bool  # listed by its tracker under its class key
@@ -31,6 +33,13 @@ class BoardStatus:
     firmware_changed: bool  # differs from the fingerprint recorded at `fleet up`
     error: str | None
     deployed: dict[str, int | str] = field(default_factory=dict)  # model -> artifact version it runs, or "unknown"
+    reported: str | None = None  # when its pull timer last reported to the server (UTC ISO 8601); None: never
+    pull_errors: dict[str, str] = field(default_factory=dict)  # model -> why its last pull did not install it
+
+    @property
+    def healthy(self) -> bool:
+        """Reachable and without error, and registered if it is a pool board."""
+        return self.reachable and (self.registered or self.role != POOL) and not self.error
 
 
 @dataclass(frozen=True)
@@ -45,16 +54,18 @@ class ClassStatus:
 
 
 def fleet_status(fleet: Fleet) -> list[BoardStatus]:
-    """Every board, in inventory order: reachable over SSH, registered, versions, firmware."""
+    """Every board, in inventory order: its role, reachable over SSH, registered, versions, firmware."""
     state = load_fleet_state(fleet)
     summaries = _summaries(state)
-    deployed = load_deployed(fleet)
+    deployed, reported = load_deployed(fleet), load_reported(fleet)
 
     def status(board: Board) -> BoardStatus:
         summary = summaries.get(board.tracker)
         registered = summary is not None and summary.registered(board.device_class, rpc_address(board))
         found = _board_status(fleet, board, state.boards.get(board.name), registered)
-        return replace(found, deployed=deployed.get(board.name, {}))
+        report = reported.get(board.name)
+        return replace(found, deployed=deployed.get(board.name, {}), reported=report.received if report else None,
+                       pull_errors=dict(report.errors) if report else {})  # fmt: skip
 
     result = for_each_board(fleet.boards, status)
     found = [result.succeeded[board.name] for board in fleet.boards]
@@ -81,8 +92,8 @@ def _summaries(state: FleetState) -> dict[str, TrackerSummary]:
 def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, registered: bool) -> BoardStatus:
     """Never raises: an error becomes the status's `error` (and `reachable` says whether SSH got in)."""
     status = BoardStatus(
-        board.name, board.device_class, board.address, reachable=False, registered=registered, server_running=None,
-        python_version=None, tvm_version=None, firmware=None, firmware_changed=False, error=None,
+        board.name, board.device_class, fleet.role(board), board.address, reachable=False, registered=registered,
+        server_running=None, python_version=None, tvm_version=None, firmware=None, firmware_changed=False, error=None,
     )  # fmt: skip
     with BoardSession(board) as session:
         try:

@@ -20,10 +20,10 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from tvm import rpc
 from tvm.rpc import base
@@ -87,7 +87,7 @@ class TrackerSummary:
         return ClassLoad(registered, queue.free, max(registered - queue.free, 0), queue.pending)
 
     @classmethod
-    def from_tvm(cls, summary: Mapping) -> "TrackerSummary":
+    def from_tvm(cls, summary: Mapping) -> TrackerSummary:
         servers: dict[str, list[str]] = {}
         for info in summary.get("server_info", []):
             key = info["key"].split(":", 1)[1]  # 'server:gateway-v2' -> 'gateway-v2'
@@ -131,10 +131,10 @@ def read_summary(host: str, port: int) -> TrackerSummary:
 
 
 def rpc_endpoint(fleet: Fleet, device_class: str) -> RpcEndpoint:
-    """The tracker address and key through which the boards of `device_class` are measured:
-    the tracker `fleet up` started (its recorded port), or, if edgetune did not start it, the
-    inventory's tracker address and port."""
-    boards = fleet.boards_of(device_class)
+    """The tracker address and key through which the boards of `device_class`'s tuning pool are
+    measured: the tracker `fleet up` started (its recorded port), or, if edgetune did not start
+    it, the inventory's tracker address and port."""
+    boards = fleet.pool_of(device_class)
     if not boards:
         raise FleetError(f"no board of class '{device_class}' in {fleet.path}")
     tracker = fleet.tracker(boards[0].tracker)
@@ -179,7 +179,7 @@ def board_sessions(
                 break
             try:
                 address, port, matchkey = tracker.request(endpoint.key)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 break
             board = by_address.get(address)
             if board is not None and board.name not in sessions:
@@ -219,7 +219,7 @@ class _TrackerConnection:
         self._address, self._timeout = (host, port), timeout_s
         self._sock: socket.socket | None = None
 
-    def __enter__(self) -> "_TrackerConnection":
+    def __enter__(self) -> _TrackerConnection:
         try:
             self._sock = socket.create_connection(self._address, timeout=self._timeout)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -11,7 +11,7 @@ console, say), a board key with another fingerprint is refused before anything i
 from __future__ import annotations
 
 import logging
-from typing import Collection
+from collections.abc import Collection
 
 from edgetune.errors import FleetError
 from edgetune.fleet.errors import HostKeyMismatch

@@ -1,4 +1,4 @@
-"""The SSH transport of a board (`ssh.transport: ssh`, or `auto` behind a bastion): the tracker
+"""The SSH transport of a board (`ssh.transport: ssh`, the default, or `auto` behind a bastion): the tracker
 and RPC over the board's own SSH connection, so that nothing but sshd listens on the board's
 network and neither the host nor the board needs a route to the other (bastions included).
 
@@ -11,7 +11,9 @@ one per board, recorded in fleet.json) holds the board's SSH connection with two
   leads to the board's loopback `rpc_port`, where its rpc_server listens; the server registers
   under `address` (`--custom-addr`), so whatever the tracker hands out (MetaSchedule's runner,
   the build's measurements) is reached through the forward.
-When the connection drops, the keeper makes it again (backing off up to MAX_BACKOFF_S) and binds
+When the connection drops (closed, or MISSED_PINGS pings in a row unanswered: one slow answer on
+a loaded machine is no reason to cut what runs through it), the keeper makes it again (backing
+off up to MAX_BACKOFF_S) and binds
 the same board port, so the rpc_server's own reconnects find the tracker again; meanwhile a
 connection to the forward is closed at once and a measurement in flight fails as data. The
 keeper writes its state (`connecting` / `up`, the last error) to a JSON file that `fleet up`
@@ -47,7 +49,8 @@ KEEPER_MODULE = "edgetune.fleet.tunnel"
 # run as `-c`, not `-m`: the package imports this module before runpy would run it as __main__
 KEEPER_START = f"import sys; from {KEEPER_MODULE} import main; sys.exit(main())"
 PING_PERIOD_S = 5.0  # how often the keeper asks the board's sshd for an answer
-PING_TIMEOUT_S = 10.0  # no answer in this long: the connection is dead, make it again
+PING_TIMEOUT_S = 10.0  # no answer in this long: a missed ping
+MISSED_PINGS = 3  # in a row: the connection is dead, make it again (one missed ping is a busy host or board)
 MAX_BACKOFF_S = 10.0
 START_MARGIN_S = 15.0  # beyond each hop's connect timeout, how long `fleet up` waits for a new keeper
 
@@ -152,8 +155,9 @@ class Keeper:
             local.use(transport)
             self._report("up")
             log.info("%s: forwards up (board port %d -> tracker %s:%d)", board.name, remote.port, *self.settings.tracker)
-            while not self.stopping.wait(PING_PERIOD_S) and _answers(transport, PING_TIMEOUT_S):
-                pass
+            missed = 0
+            while missed < MISSED_PINGS and not self.stopping.wait(PING_PERIOD_S) and transport.is_active():
+                missed = 0 if _answers(transport, PING_TIMEOUT_S) else missed + 1
             if not self.stopping.is_set():
                 self._report("connecting", error="the SSH connection was lost")
                 log.warning("%s: the SSH connection was lost; connecting again", board.name)

@@ -25,7 +25,6 @@ from edgetune.inventory.fields import (
 from edgetune.inventory.schema import (
     BUILTIN_MODELS,
     DEFAULT_LAYOUT,
-    DEFAULT_PARALLEL,
     DEFAULT_TRIALS_PER_ITER,
     DTYPES,
     HOST_KEY_POLICIES,
@@ -122,11 +121,23 @@ class SshEntry:
     transport: str | None = rule(None, allowed=TRANSPORTS)
 
 
+TUNING_POOL = "a list of the class's board names or selectors key=value[,key=value...], e.g. [lab-1, lab-2] or [role=lab]"
+
+
+def _pool_problem(pool: tuple[str, ...]) -> str | None:
+    if pool:
+        return None
+    return ("is empty: a class whose pool has no board can be neither tuned nor measured; name at least one of "
+            "its boards, or leave tuning_pool out (every board of the class tunes)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClassEntry:
     name: str = name_field()
     profile: Path
     pin: Mapping[str, Any] = pin_field()
+    # board names and selectors of the class's boards, resolved and checked by the loader; None: every board
+    tuning_pool: tuple[str, ...] | None = rule(None, expect=TUNING_POOL, max_items=MAX_BOARDS, check=_pool_problem)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +221,7 @@ class DeployEntry:
     max_connections_per_client: int = rule(DeploySettings.max_connections_per_client, between=(1, MAX_SERVER_CONNECTIONS))
     header_timeout_s: float = rule(DeploySettings.header_timeout_s, between=SERVER_TIMEOUT_S)
     keepalive_timeout_s: float = rule(DeploySettings.keepalive_timeout_s, between=SERVER_TIMEOUT_S)
-    parallel: int = rule(DEFAULT_PARALLEL, between=(1, MAX_PARALLEL))
+    parallel: int | None = rule(None, between=(1, MAX_PARALLEL))
 
 
 LOCAL_COMPUTE = "local"

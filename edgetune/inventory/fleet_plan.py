@@ -1,6 +1,7 @@
 """What `tune-fleet` will do, computed from the inventory alone: pure data, printable, testable.
 
-Per device class: its boards and tracker, and the trial budget of each model (the class's
+Per device class: its boards, those of its tuning pool (the others only run releases) and the
+tracker they are measured through, and the trial budget of each model (the class's
 budget split by model weight), or the trials each task gets where the budget is per task (the
 class total then depends on the task count: `edgetune tune --dry-run` imports the models).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from edgetune.inventory.schema import Fleet
+from edgetune.inventory.schema import TARGET, Fleet
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class FleetClassPlan:
     profile: str
     target: dict
     tracker: str
-    boards: tuple[str, ...]
+    boards: tuple[str, ...]  # every board of the class
+    tuning_pool: tuple[str, ...]  # the boards that tune and measure builds; the others are targets only
     budgets: tuple[ModelBudget, ...]
     borrows_from: str | None
     trials_per_task: int | None = None  # set where the budget is per task
@@ -35,6 +37,10 @@ class FleetClassPlan:
     @property
     def trials(self) -> int | None:
         return None if self.trials_per_task else sum(b.trials or 0 for b in self.budgets)
+
+    def boards_text(self) -> str:
+        """The class's boards, each outside the tuning pool marked: 'lab-1, lab-2, field-1 (target)'."""
+        return ", ".join(name if name in self.tuning_pool else f"{name} ({TARGET})" for name in self.boards)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ def plan_fleet(fleet: Fleet) -> FleetPlan:
     weights = {m.name: m.weight for m in fleet.models}
     classes = []
     for device_class in fleet.device_classes:
-        boards = fleet.boards_of(device_class.name)
+        boards, pool = fleet.boards_of(device_class.name), fleet.pool_of(device_class.name)
         rule, trials = fleet.tuning.task_budget_rule(device_class.name)
         budget = split_budget(trials, weights) if rule == "per_class" else {}
         classes.append(
@@ -70,8 +76,9 @@ def plan_fleet(fleet: Fleet) -> FleetPlan:
                 device_class=device_class.name,
                 profile=device_class.profile.name,
                 target=device_class.profile.target_json(),
-                tracker=boards[0].tracker if boards else "",
+                tracker=pool[0].tracker if pool else "",
                 boards=tuple(b.name for b in boards),
+                tuning_pool=tuple(b.name for b in pool),
                 budgets=tuple(ModelBudget(m.name, m.weight, budget.get(m.name)) for m in fleet.models),
                 borrows_from=fleet.tuning.borrow.get(device_class.name),
                 trials_per_task=trials if rule == "per_task" else None,

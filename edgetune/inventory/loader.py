@@ -5,7 +5,8 @@ The file is read into plain data (`reader.read_yaml`) and decoded against its sc
 (`documents.FleetFile`: every key, type, range and allowed value, by `codec.decode`). What a
 schema of one value cannot say is checked here, after decoding: unique names, declared classes,
 trackers and models, the ssh settings a board inherits, simulated boards in the simulated
-network, model inputs against their dtype, the tuning budget rules, the deploy URL against TLS;
+network, each class's tuning pool (board names and selectors of its own boards), model inputs
+against their dtype, the tuning budget rules, the deploy URL against TLS;
 `local_files.py` checks the files and folders the inventory names (paths relative to
 fleet.yaml). Every problem is an `InventoryError` naming the file, the YAML path and what is
 allowed. Nothing outside the inventory files is changed.
@@ -71,6 +72,7 @@ from edgetune.inventory.schema import (
     TuningPolicy,
     ValueRange,
 )
+from edgetune.inventory.selectors import board_value, parse_selector
 from edgetune.inventory.workdir import Workdir
 
 __all__ = ["load_fleet", "load_profile", "with_ray_compute"]
@@ -78,6 +80,7 @@ _SECRET_KEYS = ("password", "passphrase", "secret")
 INTEGER_LIMITS = {"int8": (-(2**7), 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 FLOAT_LIMITS = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MAX_ELEMENTS = 2**31 - 1  # per input tensor, and per dimension
+POOL_NAMES_SHOWN = 10  # board names an error about a tuning pool lists
 
 
 def load_fleet(path: str | Path) -> Fleet:
@@ -111,6 +114,7 @@ def load_fleet(path: str | Path) -> Fleet:
         compute=doc.compute.ray if isinstance(doc.compute, ComputeEntry) else None,
     )
     _check_classes_have_boards(root, fleet)
+    fleet = fleet.replace(device_classes=_tuning_pools(root.child("device_classes"), doc.device_classes, fleet))
     check_ssh_files(root, fleet)
     _check_pins(root, fleet)
     return fleet
@@ -258,6 +262,8 @@ def _check_simulated(item: Node, entry: BoardEntry, sim: SimSettings | None, dev
     if sim is None:
         raise item.child("simulated").error("a simulated board needs the top-level 'sim' section (bridge, host_address)")
     simulated = entry.simulated
+    if simulated is None:  # not a simulated board: nothing to check
+        return
     triple = str(device_class.profile.target.get("mtriple", ""))
     if simulated.emulated and not triple.startswith(simulated.arch):
         raise item.child("simulated").child("arch").error(
@@ -371,7 +377,7 @@ def _input_values(node: Node, values: InputValues | None, dtype: str) -> ValueRa
         return None
     if (values.range is None) == (values.fixed is None):
         raise node.error("give exactly one of 'range: [low, high]' or 'fixed: value'")
-    if values.fixed is not None:
+    if values.range is None:  # so `fixed` is given
         return FixedValue(_input_value(node.child("fixed"), values.fixed, dtype))
     if len(values.range) != 2:
         raise node.child("range").error(f"must be [low, high], got {list(values.range)!r}")
@@ -544,6 +550,60 @@ def _check_classes_have_boards(root: Node, fleet: Fleet) -> None:
                 f"class '{device_class.name}' has no boards, so it can be neither tuned nor measured; add a board "
                 f"with device_class: {device_class.name}, or remove the class"
             )
+
+
+def _tuning_pools(node: Node, entries: tuple[ClassEntry, ...], fleet: Fleet) -> tuple[DeviceClass, ...]:
+    """Each class with the names of the boards its `tuning_pool` names or selects, in inventory
+    order (None where it has none: every board of the class tunes)."""
+    return tuple(
+        dataclasses.replace(device_class, tuning_pool=_pool(node.child(index).child("tuning_pool"), entry.tuning_pool,
+                                                            device_class.name, fleet.boards))
+        if entry.tuning_pool is not None else device_class
+        for index, (entry, device_class) in enumerate(zip(entries, fleet.device_classes))
+    )  # fmt: skip
+
+
+def _pool(node: Node, items: tuple[str, ...], device_class: str, boards: tuple[Board, ...]) -> tuple[str, ...]:
+    """The boards of `device_class` that any of `items` names (a board name) or matches (a selector)."""
+    own = tuple(b for b in boards if b.device_class == device_class)
+    chosen: set[str] = set()
+    for index, item in enumerate(items):
+        where = node.child(index)
+        chosen |= _pool_selection(where, item, own) if "=" in item else {_pool_board(where, item, own, boards)}
+    return tuple(b.name for b in own if b.name in chosen)
+
+
+def _pool_board(node: Node, name: str, own: tuple[Board, ...], boards: tuple[Board, ...]) -> str:
+    """`name`, a board of the class."""
+    if any(b.name == name for b in own):
+        return name
+    other = next((b for b in boards if b.name == name), None)
+    if other is not None:
+        raise node.error(f"'{name}' is a board of class '{other.device_class}', not of '{own[0].device_class}'; "
+                         f"allowed: {_pool_allowed(own)}")
+    hint = difflib.get_close_matches(name, [b.name for b in own], n=1)
+    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+    raise node.error(f"'{name}' is not a board of the fleet{suggestion}; allowed: {_pool_allowed(own)}")
+
+
+def _pool_selection(node: Node, text: str, own: tuple[Board, ...]) -> set[str]:
+    """The boards of the class that the selector `text` matches: at least one."""
+    try:
+        selector = parse_selector(text, option="selector")
+    except InventoryError as err:
+        raise node.error(str(err)) from None
+    matched = {b.name for b in own if selector.matches(b)}
+    if not matched:
+        have = "; ".join(f"{key}: {', '.join(sorted({v for b in own if (v := board_value(b, key)) is not None})) or 'none'}"
+                         for key, _ in selector.pairs)  # fmt: skip
+        raise node.error(f"selector '{text}' matches no board of class '{own[0].device_class}' (its boards have {have}); "
+                         f"allowed: {_pool_allowed(own)}")
+    return matched
+
+
+def _pool_allowed(own: tuple[Board, ...]) -> str:
+    names = ", ".join(b.name for b in own[:POOL_NAMES_SHOWN]) + (" ..." if len(own) > POOL_NAMES_SHOWN else "")
+    return f"the class's boards ({names}), or selectors key=value[,key=value...] over their labels"
 
 
 def _check_pins(root: Node, fleet: Fleet) -> None:

@@ -43,7 +43,10 @@ def _check_values(node: Node, name: str, array: np.ndarray, inp: ModelInput) -> 
     if array.size == 0:
         return
     low, high = array.min(), array.max()
-    declared = lambda value: np.asarray(value).astype(array.dtype)
+
+    def declared(value: float | int) -> np.ndarray:
+        return np.asarray(value).astype(array.dtype)
+
     if isinstance(inp.values, FixedValue) and not (low == high == declared(inp.values.value)):
         raise node.error(f"array '{name}' must hold the input's fixed value {inp.values.value} everywhere, got {low} to {high}")
     if isinstance(inp.values, ValueRange) and not declared(inp.values.low) <= low <= high <= declared(inp.values.high):

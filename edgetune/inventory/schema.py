@@ -42,8 +42,11 @@ HOST_KEY_POLICIES = ("strict",)
 TRANSPORTS = ("ssh", "direct", "auto")
 NO_SSH_CONFIG = "none"  # `ssh.config: none`: no OpenSSH client config file, not even ~/.ssh/config
 DEFAULT_TRIALS_PER_ITER = 16  # trials per round (tuning.trials_per_iter) when not set
-DEFAULT_PARALLEL = 16  # boards a rollout drives at once by default (fleet.parallel.MAX_WORKERS, every other fan-out's)
+DEFAULT_PARALLEL = 16  # boards a rollout drives at once by default, at least (fleet.parallel.MAX_WORKERS, every other fan-out's)
+BOARDS_PER_WORKER = 20  # beyond 320 boards, the default width grows: one more board at once per 20 boards
+MAX_DEFAULT_PARALLEL = 128
 MAX_PARALLEL = 1024
+POOL, TARGET = "pool", "target"  # a board's role: it tunes and measures its class's builds, or only runs them
 DEFAULT_ROUNDS_PER_TASK = 1  # rounds per task when no trials_per_task, trials_per_class or time_limit_s is set:
 # a round of the default 16 trials (twice the 8 per task the bench models were tuned with) keeps a
 # 60-task model at 960 trials, about half an hour at the ~1.5-2 s per trial measured on simulated boards
@@ -120,7 +123,7 @@ class SshSettings:
     passphrase_env: str | None = None
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 120.0
-    transport: str = "auto"
+    transport: str = "ssh"  # or "direct", or "auto" (ssh behind a bastion, else direct)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class DeviceClass:
     name: str
     profile: DeviceProfile
     pin: Mapping[str, int] = field(default_factory=FrozenMap)  # model -> artifact version every board of the class runs
+    tuning_pool: tuple[str, ...] | None = None  # the boards that tune and measure builds; None: every board of the class
 
 
 @dataclass(frozen=True)
@@ -325,7 +329,14 @@ class DeploySettings:
     max_connections_per_client: int = 32  # open at once from one IP address
     header_timeout_s: float = 20.0  # from accept (TLS handshake included) to a complete request head
     keepalive_timeout_s: float = 5.0  # an idle connection between requests is closed after this
-    parallel: int = DEFAULT_PARALLEL  # boards a rollout drives at once (`--parallel` overrides it)
+    parallel: int | None = None  # boards a rollout drives at once (`--parallel` overrides it); None: sized to the fleet
+
+    def parallel_for(self, boards: int) -> int:
+        """Boards driven at once among `boards`: `parallel`, else 16, growing with fleets of
+        more than 320 boards by one per 20, to 128."""
+        if self.parallel is not None:
+            return self.parallel
+        return min(MAX_DEFAULT_PARALLEL, max(DEFAULT_PARALLEL, -(-boards // BOARDS_PER_WORKER)))
 
 
 @dataclass(frozen=True)
@@ -394,6 +405,18 @@ class Fleet:
 
     def boards_of(self, device_class: str) -> tuple[Board, ...]:
         return tuple(b for b in self.boards if b.device_class == device_class)
+
+    def pool_of(self, device_class: str) -> tuple[Board, ...]:
+        """The boards of `device_class` that tune and measure its builds (its tuning pool)."""
+        return tuple(b for b in self.boards_of(device_class) if self.in_pool(b))
+
+    def in_pool(self, board: Board) -> bool:
+        pool = self.device_class(board.device_class).tuning_pool
+        return pool is None or board.name in pool
+
+    def role(self, board: Board) -> str:
+        """POOL for a board of its class's tuning pool, TARGET for a board that only runs releases."""
+        return POOL if self.in_pool(board) else TARGET
 
     def board(self, name: str) -> Board:
         return next(b for b in self.boards if b.name == name)

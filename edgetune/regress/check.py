@@ -20,13 +20,13 @@ fingerprint differs from the baseline's; the others are asked only for it, not t
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Sequence
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.timing_stats import FASTER, SLOWER, compare, summarize
 from edgetune.deploy.remote import RemoteAgent
-from edgetune.errors import ArtifactError, DeployError
+from edgetune.errors import ArtifactError, DeployError, FleetError
 from edgetune.fleet.journal import record_event
 from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
 from edgetune.fleet.ssh import BoardSession
@@ -34,7 +34,6 @@ from edgetune.inventory.schema import Board, CompareSettings, Fleet
 
 OK, WRONG_OUTPUT, LOAD_FAILED, UNREACHABLE, NOT_DEPLOYED = "ok", "wrong_output", "load_failed", "unreachable", "not_deployed"
 REGRESSIONS = (SLOWER, WRONG_OUTPUT, LOAD_FAILED)
-COULD_NOT_CHECK = (UNREACHABLE, NOT_DEPLOYED)
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +64,16 @@ class RegressReport:
 
     @property
     def exit_code(self) -> int:
-        """0 all ok (or faster), 1 a regression or wrong output, 2 something could not be checked."""
-        if any(v.verdict in REGRESSIONS for v in self.verdicts):
-            return 1
-        if any(v.verdict in COULD_NOT_CHECK for v in self.verdicts):
-            return 2
+        """The code of the worst verdict (docs/cli.md): a regression (ArtifactError's) before a
+        board not reached (FleetError's) before a model not deployed (DeployError's); 0 when
+        every verdict is ok or faster."""
+        found = {v.verdict for v in self.verdicts}
+        if found & set(REGRESSIONS):
+            return ArtifactError.exit_code
+        if UNREACHABLE in found:
+            return FleetError.exit_code
+        if NOT_DEPLOYED in found:
+            return DeployError.exit_code
         return 0
 
     def slower_classes(self) -> list[str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from edgetune.artifact.release import build_artifacts
 from edgetune.compiler import class_task_list

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from html import escape
 
+from edgetune.inventory.schema import Fleet
 from edgetune.report import plots
 from edgetune.report.sources import Sources
 from edgetune.report.views import (
@@ -96,12 +97,12 @@ def _problems(problems: list[str]) -> str:
 def _fleet_section(sources: Sources, rows: list[BoardRow]) -> str:
     fleet = sources.fleet
     models = [m.name for m in fleet.models]
-    classes = ", ".join(f"{escape(c.name)} ({len(fleet.boards_of(c.name))} boards)" for c in fleet.device_classes)
+    classes = ", ".join(f"{escape(c.name)} ({_class_boards(fleet, c.name)})" for c in fleet.device_classes)
     online = sum(1 for r in rows if r.online == "online")
     checked = next((r.checked for r in rows if r.checked), None)
     status = (f"{online} of {len(rows)} boards online at the last <code>fleet status</code> ({escape(checked)})"
               if checked else '<span class=missing>no <code>fleet status</code> recorded yet</span>')
-    headers = ["board", "class", "status", "firmware", "firmware changed"]
+    headers = ["board", "class", "role", "status", "firmware", "firmware changed", "last report"]
     headers += [h for m in models for h in (f"{m}: runs", f"{m}: since", f"{m}: last regress")]
     body = "".join(_board_tr(row, models) for row in rows)
     return (f"<section id=fleet><h2>The fleet</h2><p>Device classes: {classes}. {status}.</p>"
@@ -109,6 +110,12 @@ def _fleet_section(sources: Sources, rows: list[BoardRow]) -> str:
             '<p><label>Show the boards whose row holds: <input id=board-filter type=search '
             'placeholder="e.g. slower, offline, gw-fast"></label></p>'
             f"<div class=scroll>{_table('boards', headers, body)}</div></section>")
+
+
+def _class_boards(fleet: Fleet, device_class: str) -> str:
+    """'4 boards', and where the class names a tuning pool, '4 boards, 2 in its tuning pool'."""
+    boards, pool = len(fleet.boards_of(device_class)), len(fleet.pool_of(device_class))
+    return f"{boards} boards" + (f", {pool} in its tuning pool" if pool < boards else "")
 
 
 def _class_summary(sources: Sources, rows: list[BoardRow]) -> str:
@@ -131,8 +138,8 @@ def _class_summary(sources: Sources, rows: list[BoardRow]) -> str:
 
 def _board_tr(row: BoardRow, models: list[str]) -> str:
     changed = {True: "<td class=changed>changed</td>", False: "<td>same</td>", None: "<td class=missing>unknown</td>"}
-    cells = [_td(row.name), _td(row.device_class), f"<td class={_css(row.online)}>{escape(row.online)}</td>",
-             _firmware_td(row.firmware), changed[row.firmware_changed]]  # fmt: skip
+    cells = [_td(row.name), _td(row.device_class), _td(row.role), f"<td class={_css(row.online)}>{escape(row.online)}</td>",
+             _firmware_td(row.firmware), changed[row.firmware_changed], _td(row.reported or "-")]  # fmt: skip
     for model in models:
         running = row.running.get(model)
         version = "none" if running is None else (f"v{running.version}" if isinstance(running.version, int) else str(running.version))

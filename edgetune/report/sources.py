@@ -15,7 +15,7 @@ from edgetune.artifact_format.manifest import SIGNATURE_NAME, Manifest
 from edgetune.artifact_format.signing import Signature
 from edgetune.errors import EdgetuneError
 from edgetune.fleet.journal import Journal, journal_path, read_journal
-from edgetune.fleet.state import FleetState, load_deployed, load_fleet_state
+from edgetune.fleet.state import BoardReport, FleetState, load_deployed, load_fleet_state, load_reported
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
@@ -38,6 +38,7 @@ class Version:
 class Sources:
     fleet: Fleet
     deployed: dict[str, dict[str, int | str]] = field(default_factory=dict)  # board -> model -> version
+    reported: dict[str, BoardReport] = field(default_factory=dict)  # board -> what its pull timer last reported
     fleet_state: FleetState = field(default_factory=FleetState)
     journal: Journal = field(default_factory=lambda: Journal((), ()))
     summaries: dict[tuple[str, str], dict] = field(default_factory=dict)  # (class, model) -> summary.json
@@ -52,6 +53,7 @@ class Sources:
 def read_sources(fleet: Fleet) -> Sources:
     sources = Sources(fleet)
     sources.deployed = _attempt(sources, "state/deployed.json", {}, load_deployed, fleet)
+    sources.reported = _attempt(sources, "state/reported.json", {}, load_reported, fleet)
     sources.fleet_state = _attempt(sources, "state/fleet.json", FleetState(), load_fleet_state, fleet)
     sources.journal = read_journal(journal_path(fleet))
     sources.problems += sources.journal.problems

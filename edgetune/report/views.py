@@ -33,10 +33,12 @@ class LastVerdict:
 class BoardRow:
     name: str
     device_class: str
+    role: str  # "pool" (it tunes and measures its class's builds) or "target" (it only runs releases)
     online: str  # "online", "offline" or "not checked" (no `fleet status` recorded)
     checked: str | None  # when the last `fleet status` ran
     firmware: str | None
     firmware_changed: bool | None
+    reported: str | None = None  # when its pull timer last reported to the server; None: never
     running: dict[str, Running] = field(default_factory=dict)  # model -> what it runs
     verdicts: dict[str, LastVerdict] = field(default_factory=dict)  # model -> the last regress verdict
 
@@ -53,11 +55,12 @@ def board_rows(sources: Sources) -> list[BoardRow]:
     for board in sources.fleet.boards:
         seen = status.get(board.name)
         row = BoardRow(
-            board.name, board.device_class,
+            board.name, board.device_class, sources.fleet.role(board),
             online="not checked" if seen is None else ("online" if seen.get("reachable") else "offline"),
             checked=last_status.get("time") if seen else None,
             firmware=_one_line(seen.get("firmware")) if seen else None,
             firmware_changed=_firmware_changed(seen, regress_firmware.get(board.name, [])),
+            reported=sources.reported[board.name].received if board.name in sources.reported else None,
         )  # fmt: skip
         for model, version in sources.deployed.get(board.name, {}).items():
             at = since.get((board.name, model))

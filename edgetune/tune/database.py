@@ -39,10 +39,11 @@ import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -68,7 +69,7 @@ class ClassDatabasePaths:
     directory: Path
 
     @classmethod
-    def of(cls, workdir: Path, device_class: str) -> "ClassDatabasePaths":
+    def of(cls, workdir: Path, device_class: str) -> ClassDatabasePaths:
         return cls(Workdir(workdir).database(device_class))
 
     @property

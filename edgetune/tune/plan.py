@@ -68,7 +68,7 @@ class ClassPlan:
     device_class: str
     profile: str
     target: Mapping[str, object]
-    boards: tuple[str, ...]
+    boards: tuple[str, ...]  # the boards it is measured on: the class's tuning pool
     models: tuple[str, ...]
     model_budgets: tuple[tuple[str, int | None], ...]  # None: the budget is per task
     budget_rule: str  # how the budget was set, in words
@@ -174,7 +174,7 @@ def plan_class(
         device_class=device_class,
         profile=str(profile.path),
         target=profile.target_json(),
-        boards=tuple(b.name for b in fleet.boards_of(device_class)),
+        boards=tuple(b.name for b in fleet.pool_of(device_class)),
         models=tuple(m.name for m in models),
         model_budgets=tuple((m.name, shares) for m, shares in _model_shares(policy, device_class, models, fleet.models)),
         budget_rule=rule,

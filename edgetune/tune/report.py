@@ -13,10 +13,10 @@ measured latency: the curve starts at trial 0, the untuned model, its early part
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Iterator, Mapping
 
 import matplotlib
 

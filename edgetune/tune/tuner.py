@@ -1,4 +1,5 @@
-"""Tune every selected device class: its models' deduplicated kernels, measured on its boards.
+"""Tune every selected device class: its models' deduplicated kernels, measured on the boards
+of its tuning pool (`Fleet.pool_of`: every board of the class unless fleet.yaml names a pool).
 
 Per class (in its own process, so classes tune concurrently and a crash stays in its class):
 extract the tasks, plan the budget (resume: trials already in the database count), measure the
@@ -281,7 +282,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             closing(_candidate_builder(fleet, scratch, profile.cross_compiler)) as builder,
         ):
             measuring = time.monotonic()
-            boards = len(fleet.boards_of(device_class))
+            boards = len(fleet.pool_of(device_class))
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
                 log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
@@ -331,12 +332,12 @@ def _candidate_builder(fleet: Fleet, scratch: str, cross_compiler: str | None) -
 
 
 def measures_exclusively(fleet: Fleet, device_class: str, options: TuneOptions) -> bool:
-    """Whether the class's boards measure alone (`BoardGuardRunner`'s `exclusive`): as asked,
-    else when a board of the class is simulated on this host (timed while the host builds, it
+    """Whether the class's pool boards measure alone (`BoardGuardRunner`'s `exclusive`): as
+    asked, else when one of them is simulated on this host (timed while the host builds, it
     would measure the builds)."""
     if options.measure_exclusively is not None:
         return options.measure_exclusively
-    return any(board.shares_host_cpus for board in fleet.boards_of(device_class))
+    return any(board.shares_host_cpus for board in fleet.pool_of(device_class))
 
 
 def _index_bounds(device_class: str, tasks: ClassTasks) -> dict[str, IndexBounds]:
@@ -513,7 +514,7 @@ def search_shard(fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: 
     tasks = class_tasks(select_models(fleet, options.models), target)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     endpoint = rpc_endpoint(fleet, device_class)
-    boards = len(fleet.boards_of(device_class))
+    boards = len(fleet.pool_of(device_class))
     with (
         tempfile.TemporaryDirectory(prefix=f"edgetune-{device_class}-shard-") as scratch,
         closing(_candidate_builder(fleet, scratch, profile.cross_compiler)) as builder,
@@ -558,13 +559,13 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
 
 
 def _firmware(fleet: Fleet, device_class: str) -> dict[str, str]:
-    """The firmware fingerprint of each reachable board of the class (the others are left out)."""
+    """The firmware fingerprint of each reachable board of the class's tuning pool (the others are left out)."""
 
     def read(board):
         with BoardSession(board) as session:
             return read_firmware(session, fleet)
 
-    return dict(for_each_board(fleet.boards_of(device_class), read).succeeded)
+    return dict(for_each_board(fleet.pool_of(device_class), read).succeeded)
 
 
 def _log_to_stderr() -> None:

@@ -202,7 +202,7 @@ class Server:
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"edgetune serve did not start:\n{log.read_text()}")
+                    raise RuntimeError(f"edgetune serve did not start:\n{log.read_text()}") from None
                 time.sleep(0.1)
 
     def requests(self, timeout_s: float = 30.0) -> list[dict]:

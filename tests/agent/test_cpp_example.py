@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from board_image import board_image
 from fleet_marker import starts_fleet
-
 from tvm.script import ir as I
 from tvm.script import relax as R
 
@@ -144,8 +143,8 @@ def test_outputs_of_every_dtype_a_release_uses(cpp_example, tmp_path):
     """Three inputs, four outputs (a tuple): float16, int32, bool, int64; expected_output.npz
     written by numpy.savez (ZIP64 records), the reference input by edgetune's writer."""
     import tvm
-    from tvm import relax
     from tests_samples import sample_manifest
+    from tvm import relax
 
     from edgetune.artifact_format.manifest import Entry
 

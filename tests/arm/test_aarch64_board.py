@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from sim_checks import running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,9 +81,9 @@ def test_the_board_is_an_aarch64_machine_over_ssh(arm_fleet):
 
 def test_arm_artifact_is_an_aarch64_library_verified_on_the_board(arm_built):
     from edgetune.artifact.release import board_speedups
+    from edgetune.artifact.store import ArtifactStore
     from edgetune.artifact_format.manifest import LIBRARY_NAME
     from edgetune.artifact_format.signing import load_public_key
-    from edgetune.artifact.store import ArtifactStore
     from edgetune.artifact_format.verify import verify_artifact
 
     stored = ArtifactStore(arm_built.artifacts.dir).latest("mlp", CLASS)
@@ -100,6 +99,7 @@ def test_arm_artifact_is_an_aarch64_library_verified_on_the_board(arm_built):
 
 def test_the_board_agent_installs_it_on_the_arm_board_and_regress_finds_it_ok(arm_built):
     from artifact_server import RunningServer
+
     from edgetune.deploy.rollout import plan_rollout, rollout
     from edgetune.regress.check import regress
 

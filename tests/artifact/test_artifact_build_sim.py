@@ -15,9 +15,9 @@ import numpy as np
 import onnxruntime
 import pytest
 import yaml
-from tvm_ffi import structural_equal
 from inventory_dump import fleet_to_dict
 from onnx_samples import conv_model
+from tvm_ffi import structural_equal
 
 from edgetune.artifact import release
 from edgetune.artifact.measure import compare_on_board

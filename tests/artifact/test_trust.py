@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 from edgetune.artifact_format.decision import new_decision
 from edgetune.artifact_format.signing import key_id
 from edgetune.artifact_format.trust import (
-    ARTIFACT, DECISION, TRUST_SCHEMA, Revoked, Signed, TrustError, TrustFile, accept_trust, key_statement, raw_text,
+    ARTIFACT,
+    DECISION,
+    TRUST_SCHEMA,
+    Revoked,
+    Signed,
+    TrustError,
+    TrustFile,
+    accept_trust,
+    key_statement,
+    raw_text,
     revocations_statement,
 )  # fmt: skip
 from edgetune.errors import ArtifactError

@@ -25,6 +25,7 @@ from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
 from edgetune.fleet.agent_bundle import agent_root
 from edgetune.fleet.ssh import BoardSession
+from edgetune.fleet.ssh_route import uses_ssh_transport
 from edgetune.fleet.state import load_deployed
 
 MODEL = "mlp"
@@ -86,7 +87,9 @@ def test_rollout_installs_every_board_over_http_from_its_namespace(served):
     assert {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
     assert {name: versions[MODEL] for name, versions in load_deployed(fleet).items()} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
     tarballs = {line["board"]: line["client"] for line in log.lines if line["path"].endswith(".tar.gz") and line["status"] == 200}
-    assert tarballs == {b.name: b.address for b in fleet.boards}  # each board fetched its own, from its address
+    assert set(tarballs) == {b.name for b in fleet.boards}  # each board fetched its own
+    for board in fleet.boards:  # from its own address, or through its SSH connection (from this host's side)
+        assert (tarballs[board.name] == board.address) is not uses_ssh_transport(board), board.name
     assert served.again.ok and {r["result"] for r in served.again.records()} == {"unchanged"}
 
 

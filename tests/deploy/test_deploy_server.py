@@ -168,10 +168,22 @@ def test_pull_writes_what_the_board_would_get_verified(deploy_fleet, published, 
     assert verify_artifact(out / "fast-2/mlp/v1", load_public_key(deploy_fleet.artifacts.public_key)).version == 1
 
 
-def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys):
+def test_pull_by_selector_writes_each_selected_boards_own(deploy_fleet, published, tmp_path, capsys):
     from edgetune.cli import main
 
+    out, fleet = tmp_path / "out", str(deploy_fleet.path)
+    assert main(["pull", "--select", "class=gw-fast", "--model", "mlp", "-o", str(out), "-f", fleet]) == 0
+    printed = capsys.readouterr().out
+    assert "fast-1: mlp v2 verified" in printed and "fast-2: mlp v1 verified" in printed and "slow-1" not in printed
+    assert sorted(p.name for p in out.iterdir()) == ["fast-1", "fast-2"]
+    assert main(["pull", "fast-1", "--select", "class=gw-fast", "-o", str(out), "-f", fleet]) == 2
+    assert main(["pull", "-o", str(out), "-f", fleet]) == 2
+    assert "name one BOARD or give --select" in capsys.readouterr().err
+
+
+def test_pull_refuses_a_tampered_store(deploy_fleet, published, tmp_path, capsys):
     from edgetune.artifact_format.files import pack_tarball
+    from edgetune.cli import main
 
     versions, _ = published
     tampered = tmp_path / "tampered"

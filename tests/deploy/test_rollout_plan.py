@@ -8,6 +8,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from deploy_support import publish_version
@@ -127,7 +128,7 @@ def test_a_selector_matching_nothing_is_refused_before_anything_starts(fleet_of)
 
 def test_parallel_from_the_flag_else_the_inventory(fleet_of):
     fleet = fleet_of(**{"gateway-v2": 2})
-    assert plan_rollout(fleet, "mlp").parallel == 16
+    assert plan_rollout(fleet, "mlp").parallel == fleet.deploy.parallel_for(2) == 16
     assert plan_rollout(fleet, "mlp", parallel=3).parallel == 3
     assert plan_rollout(fleet, "mlp", parallel=3).to_json()["parallel"] == 3
     tuned = fleet.replace(deploy=dataclasses.replace(fleet.deploy, parallel=64))
@@ -148,7 +149,8 @@ def test_run_stage_drives_plan_parallel_boards_at_once(fleet_of, monkeypatch):
         return GroupResult({}, {b.name: f"{b.name}: not run" for b in boards})
 
     monkeypatch.setattr(rollout_module, "for_each_board", fan_out)
-    outcomes = rollout_module._run_stage(fleet, plan, plan.stages[0], b"", {}, journal=None)
+    journal = SimpleNamespace(plan_stage=lambda stage, boards: None)  # nothing runs, nothing to journal
+    outcomes = rollout_module._run_stage(fleet, plan, plan.stages[0], b"", {}, journal=journal)
     assert seen == [2] and {o.result for o in outcomes.values()} == {"failed"}
 
 
@@ -161,3 +163,31 @@ def test_cli_refuses_a_bad_selector_and_batch_with_exit_2_and_6(tmp_path):
     assert bad_selector.returncode == 2 and "--select zone=eu: no board has a label 'zone'" in bad_selector.stderr
     bad_batch = run("--batch", "0%")
     assert bad_batch.returncode == 6 and "--batch 0%: a percentage must be above 0%" in bad_batch.stderr
+
+
+def outcome(target, result: str):
+    return rollout_module.BoardOutcome(target.board.name, target.board.device_class, "mlp", 1, target.version, result)
+
+
+def test_a_pending_canary_is_replaced_by_the_next_board_of_its_class_and_counts_only_when_asked(fleet_of):
+    fleet = fleet_of(**{"gateway-v2": 4})
+    plan = plan_rollout(fleet, "mlp", canary=1, max_failed_pct=0)
+    canary = plan.stages[0]
+    outcomes = {canary.targets[0].board.name: outcome(canary.targets[0], "pending")}
+    assert rollout_module._stop_reason(plan, canary, list(outcomes.values())) is None
+    spare = rollout_module._replacement_canaries(plan, canary, outcomes)
+    assert spare.canary and [t.board.name for t in spare.targets] == ["gateway-v2-2"] and "gateway-v2-1" in spare.name
+
+    counting = plan_rollout(fleet, "mlp", canary=1, max_failed_pct=0, count_pending=True)
+    assert rollout_module._replacement_canaries(counting, canary, outcomes) is None
+    assert "failed or were lost or not reachable" in rollout_module._stop_reason(counting, canary, list(outcomes.values()))
+
+
+def test_pending_boards_leave_a_rollout_ok_and_are_listed(fleet_of):
+    fleet = fleet_of(**{"gateway-v2": 3})
+    plan = plan_rollout(fleet, "mlp", canary=0)
+    results = ["installed", "pending", "unchanged"]
+    done = rollout_module.RolloutResult(plan, tuple(outcome(t, r) for t, r in zip(plan.targets, results)), None)
+    assert done.ok and done.pending == ("gateway-v2-2",)
+    failed = rollout_module.RolloutResult(plan, tuple(outcome(t, r) for t, r in zip(plan.targets, ["installed", "pending", "failed"])), None)
+    assert not failed.ok

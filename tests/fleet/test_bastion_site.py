@@ -27,6 +27,7 @@ import yaml
 from artifact_server import RunningServer
 from board_image import board_image
 from deploy_support import republish
+from netns_hosts import add_bridge, add_inner_bridge, keygen, remove_bridge, start_host, stop_host
 from quick_profiles import quick_profiles
 from quiet_host import quiet_host
 
@@ -34,8 +35,6 @@ from edgetune.fleet.process import running
 from edgetune.fleet.ssh import BoardSession, fingerprint
 from edgetune.fleet.state import load_fleet_state
 from edgetune.fleet.tunnel import KEEPER_MODULE
-
-from netns_hosts import add_bridge, add_inner_bridge, keygen, remove_bridge, start_host, stop_host
 
 MODEL = "mlp"
 CLASS = "site-x86"

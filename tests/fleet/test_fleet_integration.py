@@ -18,6 +18,7 @@ import numpy as np
 import paramiko
 import pytest
 import tvm
+from sim_checks import leftovers, link_down
 from tvm import rpc, te
 
 from edgetune.artifact.measure import interleave
@@ -28,9 +29,8 @@ from edgetune.fleet.on_board import RPC_SERVER_PORT
 from edgetune.fleet.process import port_answers, wait_until
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.ssh import BoardSession, fetch_host_key, fingerprint, known_hosts_name
+from edgetune.fleet.ssh_route import rpc_address
 from edgetune.fleet.state import load_fleet_state, load_sim_pids, state_path
-
-from sim_checks import leftovers, link_down
 from edgetune.fleet.tracker import query_tracker
 from edgetune.inventory import load_fleet
 
@@ -52,14 +52,15 @@ def test_every_board_is_registered_under_its_class(sim_fleet):
         assert status.tvm_version == tvm.__version__ and status.firmware.startswith("Linux")
 
 
-def test_a_board_reached_without_a_bastion_is_served_directly(sim_fleet):
-    """`ssh.transport: auto`, the default: a board reached without a bastion has no keeper, and
-    its rpc_server is listed under the board's own address."""
+def test_a_directly_routed_board_listens_on_nothing_but_sshd(sim_fleet):
+    """`ssh.transport: ssh`, the default, also for a board this host has a route to: its
+    rpc_server is listed under its forward's address on this host, and a connect to the board's
+    own RPC port is refused."""
     state = load_fleet_state(sim_fleet)
     for board in sim_fleet.boards:
         record = state.boards[board.name]
-        assert record.tunnel is None and record.rpc_address == board.address, board.name
-        assert port_answers(board.address, RPC_SERVER_PORT)
+        assert record.tunnel is not None and record.rpc_address == rpc_address(board) != board.address, board.name
+        assert port_answers(record.rpc_address, RPC_SERVER_PORT) and not port_answers(board.address, RPC_SERVER_PORT)
 
 
 def vector_add(fleet, device_class: str, tmp: Path) -> Path:

@@ -59,10 +59,10 @@ artifacts: {{dir: artifacts, signing_key: work/k, public_key: work/k.pub}}
 def test_an_arm_board_this_host_cannot_have_fails_alone_and_says_why(tmp_path, sim_slot):
     import sys
 
+    from sim_checks import leftovers
+
     from edgetune.fleet import sim_down, sim_up
     from edgetune.inventory import load_fleet
-
-    from sim_checks import leftovers
 
     path = tmp_path / "fleet.yaml"
     path.write_text(ARM_NEXT_TO_X86.format(slot=sim_slot, subnet=9 + sim_slot, port=9290 + 10 * sim_slot,

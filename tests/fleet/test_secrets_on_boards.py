@@ -7,7 +7,6 @@ written to, as an attacker on the board would, while the host writes tokens ther
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile

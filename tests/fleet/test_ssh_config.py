@@ -101,10 +101,12 @@ def test_proxyjump_none_goes_direct(tmp_path):
 
 @pytest.mark.parametrize(
     ("transport", "through_bastion", "expected"),
-    [("auto", True, True), ("auto", False, False), ("ssh", False, True), ("direct", True, False)],
+    [(None, True, True), (None, False, True), ("auto", True, True), ("auto", False, False), ("ssh", False, True),
+     ("direct", True, False)],
 )
-def test_the_ssh_transport_is_the_default_behind_a_bastion(tmp_path, transport, through_bastion, expected):
-    board = board_with(tmp_path, ALIASES if through_bastion else None, transport=transport)
+def test_the_ssh_transport_is_the_default_everywhere(tmp_path, transport, through_bastion, expected):
+    settings = {} if transport is None else {"transport": transport}
+    board = board_with(tmp_path, ALIASES if through_bastion else None, **settings)
     assert uses_ssh_transport(board) is expected
 
 
@@ -220,7 +222,24 @@ def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
     first, second, *rest = (replace(b, ssh=replace(b.ssh, transport="ssh")) for b in fleet.boards)
     fleet = fleet.replace(boards=(first, second, *rest))
     clashing = fleet.replace(boards=(first, replace(second, address="11." + first.address.split(".", 1)[1]), *rest))
-    clashes = _address_clashes(clashing)
+    clashes = _address_clashes(list(clashing.boards))
     assert set(clashes) == {first.name, second.name}
     assert f"{second.name}: the tracker would list it under 127." in clashes[second.name] and first.name in clashes[second.name]
-    assert _address_clashes(fleet) == {}
+    assert _address_clashes(list(fleet.boards)) == {}
+
+
+def test_known_hosts_entries_about_a_host_are_found_among_thousands_and_hashed_ones_too(tmp_path):
+    import paramiko
+
+    from edgetune.fleet.ssh import _known_hosts
+
+    plain, hashed = (paramiko.RSAKey.generate(1024) for _ in range(2))
+    other = paramiko.RSAKey.generate(1024).get_base64()
+    lines = [f"10.9.{i // 250}.{i % 250} ssh-rsa {other}" for i in range(5000)]
+    lines += [f"10.0.1.7 ssh-rsa {plain.get_base64()}",
+              f"{paramiko.HostKeys.hash_host('10.0.1.8')} ssh-rsa {hashed.get_base64()}", "# a comment", ""]  # fmt: skip
+    (tmp_path / "known_hosts").write_text("\n".join(lines) + "\n")
+    board = board_with(tmp_path, None)
+    assert _known_hosts(board, {"10.0.1.7"}).lookup("10.0.1.7")["ssh-rsa"] == plain
+    assert _known_hosts(board, {"10.0.1.8"}).lookup("10.0.1.8")["ssh-rsa"] == hashed
+    assert _known_hosts(board, {"10.0.1.9"}).lookup("10.0.1.9") is None

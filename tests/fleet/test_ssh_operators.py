@@ -21,6 +21,16 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
+from netns_hosts import (
+    add_bridge,
+    add_inner_bridge,
+    keygen,
+    remove_bridge,
+    restart_sshd,
+    start_host,
+    stop_host,
+    stop_sshd,
+)
 
 from edgetune.cli import main
 from edgetune.fleet import fleet_status, trust_board
@@ -28,8 +38,6 @@ from edgetune.fleet.errors import HostKeyMismatch, HostKeyUnknown, SshAuthFailed
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession, fingerprint
 from edgetune.inventory import load_fleet
-
-from netns_hosts import add_bridge, add_inner_bridge, keygen, remove_bridge, restart_sshd, start_host, stop_host, stop_sshd
 
 REPO = Path(__file__).resolve().parents[2]
 BOARDS = ("gw-1", "gw-2", "gw-3")

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_loader import REPO, base_fleet, write
 
 from edgetune.cli import main
 from edgetune.errors import ArtifactError, InventoryError
 from edgetune.inventory import load_fleet, load_profile
 from edgetune.inventory.reader import MAX_DEPTH, read_yaml
-
-from test_loader import REPO, base_fleet, write
 
 PROFILE = REPO / "device_profiles/x86-avx512.yaml"
 

@@ -8,16 +8,15 @@ import numpy as np
 import onnx
 import pytest
 import yaml
+from inventory_dump import fleet_to_dict
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import write_separable_block
+from test_loader import base_fleet, write
 
 from edgetune.cli import main
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
-from inventory_dump import fleet_to_dict
 from edgetune.inventory.schema import FixedValue, ValueRange
-
-from onnx_samples import write_separable_block
-from test_loader import base_fleet, write
 
 
 @pytest.fixture

@@ -54,10 +54,12 @@ def test_labels_and_parallel_load_and_round_trip(fleet_dir):
     assert again.replace(path=fleet.path) == fleet
 
 
-def test_deploy_parallel_defaults_to_sixteen(fleet_dir):
+def test_deploy_parallel_defaults_to_a_width_sized_to_the_fleet(fleet_dir):
     data = _fleet_data(fleet_dir)
     del data["deploy"]["parallel"]
-    assert load_fleet(write(fleet_dir, data)).deploy.parallel == 16
+    deploy = load_fleet(write(fleet_dir, data)).deploy
+    assert deploy.parallel is None
+    assert [deploy.parallel_for(n) for n in (1, 320, 321, 1000, 2560, 10000)] == [16, 16, 17, 50, 128, 128]
 
 
 @pytest.mark.parametrize("labels, expected", [

@@ -4,12 +4,11 @@ like every other file the inventory names, and the keys, users and ports it may 
 from __future__ import annotations
 
 import pytest
+from inventory_dump import fleet_to_dict
+from test_loader import base_fleet, write
 
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
-from inventory_dump import fleet_to_dict
-
-from test_loader import base_fleet, write
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_loader import base_fleet, write
 
 from edgetune.cli import main
 from edgetune.inventory import load_fleet
 from edgetune.inventory.schema import DEFAULT_ROUNDS_PER_TASK, EarlyStop
-
-from test_loader import base_fleet, write
 
 
 def fleet_with(tmp_path, **tuning):

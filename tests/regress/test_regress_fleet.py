@@ -108,7 +108,7 @@ def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firm
     # was busier makes both ratios smaller alike)
     assert 1.5 < slowed.ratio / unchanged.ratio < 2.6, (slowed.to_json(), unchanged.to_json())
     assert slowed.detail.startswith("confirmed: a first timing said")
-    assert report.exit_code == 1 and report.slower_classes() == ["gw-fast"]
+    assert report.exit_code == 5 and report.slower_classes() == ["gw-fast"]
 
 
 def test_a_board_slowed_for_one_timing_only_is_not_reported_slower(deployed, monkeypatch):
@@ -149,7 +149,7 @@ def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
         report = regress(deployed, classes=["gw-slow"], models=[MODEL])
         found = verdicts(report)
         assert found["slow-2"] == "load_failed" and found["slow-1"] in TIMED, found
-        assert report.exit_code == 1
+        assert report.exit_code == 5
     finally:
         shutil.copyfile(saved, library)
         saved.unlink()
@@ -160,7 +160,7 @@ def test_an_unreachable_board_is_reported_while_the_others_are_checked(deployed)
         report = regress(deployed, classes=["gw-slow"], models=[MODEL])
     found = verdicts(report)
     assert found["slow-1"] == "unreachable" and found["slow-2"] in TIMED, found
-    assert report.exit_code == (1 if found["slow-2"] == "slower" else 2)  # a regression outranks the unchecked
+    assert report.exit_code == (5 if found["slow-2"] == "slower" else 3)  # a regression outranks the unreachable
 
 
 # Before the slow tests: the retune one tunes gw-fast again under another firmware.

@@ -83,6 +83,15 @@ def test_the_cli_writes_the_page(tmp_path, capsys):
     assert b"Fleet synthetic" in (tmp_path / "out" / "dashboard.html").read_bytes()
 
 
+def test_the_cli_draws_the_selected_boards_only(tmp_path, capsys):
+    fleet = write_synthetic_fleet(tmp_path, 4)
+    chosen = fleet.boards[1].name
+    assert main(["report", "-f", str(fleet.path), "-o", str(tmp_path / "out"), "--select", f"board={chosen}"]) == 0
+    html = (tmp_path / "out" / "dashboard.html").read_text()
+    assert f'data-board="{chosen}"' in html
+    assert not any(f'data-board="{b.name}"' in html for b in fleet.boards if b.name != chosen)
+
+
 def test_the_served_page_is_drawn_again_when_an_input_changes(tmp_path):
     from edgetune.fleet.journal import record_event
 

@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loopback_boards import Loopback  # noqa: E402  (importable once this folder is on the path)
 from fleet_marker import starts_fleet  # noqa: E402
+from loopback_boards import Loopback  # noqa: E402  (importable once this folder is on the path)
 
 
 @pytest.fixture

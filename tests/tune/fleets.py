@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgetune.inventory.schema import (
-    ArtifactSettings, Board, DeviceClass, DeviceProfile, Fleet, Measurement, Model, ModelInput,
-    SshSettings, Tracker, TuningPolicy,
+    ArtifactSettings,
+    Board,
+    DeviceClass,
+    DeviceProfile,
+    Fleet,
+    Measurement,
+    Model,
+    ModelInput,
+    SshSettings,
+    Tracker,
+    TuningPolicy,
 )
 
 V3 = {"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1}  # AVX2: runs on every host here

@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from edgetune.errors import TuneError
 import tvm
 
 from edgetune.compiler.prepare import kernel_hash
+from edgetune.errors import TuneError
 from edgetune.tune.database import (
-    append_untuned,
     ClassDatabasePaths,
+    append_untuned,
     exclusive,
     faster_untuned,
     locked_database,

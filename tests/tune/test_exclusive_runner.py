@@ -11,6 +11,7 @@ import gc
 import time
 
 import tvm
+from fleets import V3, make_fleet, mlp
 from tvm import rpc, te
 from tvm.s_tir import meta_schedule as ms
 
@@ -20,7 +21,6 @@ from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.monitor import BoardGuardRunner
 from edgetune.tune.runner import make_runner
 from edgetune.tune.tuner import TuneOptions, measures_exclusively
-from fleets import V3, make_fleet, mlp
 
 # Two repeats of at least 300 ms each: a batch cannot be measured in less than 0.6 s.
 SLOW_MEASUREMENT = Measurement(number=1, repeat=2, min_repeat_ms=300)

@@ -14,7 +14,9 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
+from fleets import V3, make_fleet
 from onnx import TensorProto, helper, numpy_helper
+from onnx_samples import save
 from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
@@ -26,9 +28,6 @@ from edgetune.tune.database import ClassDatabasePaths, read_trials, untuned_time
 from edgetune.tune.index_inputs import ZEROS, InRangeArguments, index_bounds, signature
 from edgetune.tune.monitor import BoardGuardRunner
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
-
-from fleets import V3, make_fleet
-from onnx_samples import save
 
 TABLE_ROWS = 1000
 WILD_INDEX = 1 << 40  # an embedding row 2^47 bytes past the table: outside any process's memory
@@ -90,7 +89,7 @@ def test_index_inputs_are_allocated_in_range_and_the_others_at_random():
     args_info = [["TENSOR", "float32", [16, 4]], ["TENSOR", "int32", [3]], ["TENSOR", "int32", [5]]]
     allocate = InRangeArguments({signature(args_info): (None, 16, None)})
     (table, ids, data), again = allocate(session, session.cpu(0), args_info, 2)
-    assert 0 <= ids.numpy().min() and ids.numpy().max() < 16
+    assert ids.numpy().min() >= 0 and ids.numpy().max() < 16
     assert np.abs(data.numpy()).max() >= 16  # not an index: MetaSchedule's random fill
     assert not np.array_equal(table.numpy(), again[0].numpy())
 

@@ -1,6 +1,6 @@
 """Model import: built-in models and ONNX files, and their reference input/output."""
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import numpy_models

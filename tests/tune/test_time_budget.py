@@ -154,7 +154,7 @@ def test_the_suggested_limit_is_a_round_each_at_the_measured_or_default_rate():
 
 @pytest.fixture(scope="module")
 def conv_tasks(tmp_path_factory):
-    model = conv_model(tmp_path_factory.mktemp("conv") / "conv.onnx")
+    model = conv_model(tmp_path_factory.mktemp("conv") / "conv.onnx", batch=1)  # static sizes: import runs it
     return model.onnx, len(class_tasks((model,), build_target(make_fleet(
         model.onnx.parent, 9999, {"a": V3}, {"a": 1}, (model,), 0).device_class("a").profile)).tasks)
 

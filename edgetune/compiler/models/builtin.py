@@ -9,7 +9,7 @@ exported with its weights bound as constants, so that only real kernels become t
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tvm

@@ -41,7 +41,7 @@ from edgetune.compiler.models.reference_values import (
     reference_inputs,
     values_description,
 )
-from edgetune.errors import TuneError
+from edgetune.errors import EdgetuneError, TuneError
 from edgetune.inventory.schema import Model
 
 PREPROCESS_RTOL = 1e-4
@@ -66,10 +66,22 @@ def load_onnx(model: Model) -> tvm.IRModule:
     try:
         mod = from_onnx(preprocessed, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:  # the frontend raises many kinds; all mean "cannot import"
-        raise TuneError(f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend failed: {err}") from err
+        raise TuneError(f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend failed: {error_line(err)}") from err
     if model.quantized_weights == "integer":
         return quantization_as_element_wise(mod)
     return group_dequantized_weights(mod) if model.quantized_weights == "keep" else mod
+
+
+def error_line(err: BaseException) -> str:
+    """A library's error as one line: its message's lines joined (TVM's and onnxruntime's
+    messages span several, and a YAML comment or a log line holds one); where the message
+    carries a traceback, its last line alone (the error itself). The type's name leads where
+    the message does not say what failed (`InternalError: Check failed: ... Divide by zero`)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):
+        lines = lines[-1:]
+    text = " ".join(lines) or "no message"
+    return text if isinstance(err, EdgetuneError) else f"{type(err).__name__}: {text}"
 
 
 def preprocess(model: Model, original: onnx.ModelProto) -> onnx.ModelProto:

@@ -58,10 +58,18 @@ def _graph_input(value: onnx.ValueInfoProto) -> GraphInput:
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
         return GraphInput(value.name, None, None)
-    dtype = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))) if tensor.elem_type else None
+    dtype = _dtype(tensor.elem_type) if tensor.elem_type else None
     if not tensor.HasField("shape"):
         return GraphInput(value.name, None, dtype)
     return GraphInput(value.name, tuple(_dim(d) for d in tensor.shape.dim), dtype)
+
+
+def _dtype(elem_type: int) -> str:
+    """numpy's name of an ONNX element type (`elem_type N` for one this onnx does not know)."""
+    try:
+        return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+    except (KeyError, TypeError, ValueError):
+        return f"elem_type {elem_type}"
 
 
 def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
@@ -69,7 +77,7 @@ def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
     dynamic dimension as dim_value -1 (or 0), not as a dim_param: that is no fixed size."""
     if dim.HasField("dim_value") and dim.dim_value > 0:
         return dim.dim_value
-    return dim.dim_param or None
+    return " ".join(dim.dim_param.split()) or None  # one line: it is written into YAML comments
 
 
 def input_mismatches(model: Model, graph: list[GraphInput]) -> list[str]:
