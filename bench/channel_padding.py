@@ -14,7 +14,7 @@ thread. GFLOP/s count the real channels' work only.
         [--trials 16] [--rounds 9] [--profile device_profiles/x86-zen4.yaml]
 
 A shape is CINxCOUT@SIZEkK or CINxCOUT@HxWkKHxKW (960x60@1x40k1x3: a row of 40, a 1x3 filter).
-The default shapes are ddddocr-det's three slowest per FLOP (bench/README.md). No fleet: host only.
+The default shapes are ddddocr-det's three slowest per FLOP (bench/HISTORY.md). No fleet: host only.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ What it does, in order (every step through the library, as `edgetune` runs it):
    (`install_timers`; on simulated boards the agent's own loop, `sync --every PERIOD`), then the
    links of --offline-pct of the boards down (every k-th board, the first one included: its
    class's canary is replaced); with timers on every board and a period shorter than a stage,
-   the stage's boards install the version by their timers first (bench/README.md, 2026-12-05);
+   the stage's boards install the version by their timers first (bench/HISTORY.md, 2026-12-05);
 5. `plan_rollout` + `rollout` of v1 (`--parallel`, default the fleet's: deploy.parallel, else sized to it),
    timed per stage and, by wrapping the library's calls in this process, per board and step:
    SSH connect, provisioning, the agent's status, its install (download, verification,

@@ -17,7 +17,7 @@ which these measurements set.
 
 A shape is CINxCOUT@SIZE (a 3x3 filter on a square image) or CINxCOUT@HxWkKHxKW (256x512@1x512k1x5:
 Magika's 5 taps along a row of 512), 'same' padding. The default shapes are the 3x3 stride-1
-layers of OriNet and ddddocr-det and Magika's row (bench/README.md). No fleet: host only.
+layers of OriNet and ddddocr-det and Magika's row (bench/HISTORY.md). No fleet: host only.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import statistics
 import zipfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,36 +17,10 @@ import numpy as np
 from edgetune.agent.errors import AgentError
 from edgetune.agent.file_tree import check_model_name
 from edgetune.agent.installation import Installation
+from edgetune.agent.run_report import RunReport
 from edgetune.agent.runtime import LoadedRelease, TimingSettings
 from edgetune.artifact_format.reference import read_npz
 from edgetune.artifact_format.verify import verify_artifact
-
-
-@dataclass(frozen=True)
-class RunReport:
-    board: str
-    model: str
-    version: int
-    input: str  # "reference" or the path of the input given
-    outputs: dict[str, list[int]]  # output name -> shape
-    outputs_match: bool | None  # vs expected_output.npz; None for another input
-    max_abs_error: float | None
-    detail: str  # why they do not match (empty otherwise)
-    threads: str  # TVM_NUM_THREADS
-    number: int
-    repeat: int
-    min_repeat_ms: int
-    samples_s: tuple[float, ...]  # seconds per call, one per repeat
-    median_ms: float | None
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def lines(self) -> list[str]:
-        match = {True: "outputs match", False: f"OUTPUTS DIFFER ({self.detail})", None: "no expected output"}
-        timing = f"median {self.median_ms:.4f} ms over {self.repeat} repeats" if self.samples_s else "not timed"
-        return [f"{self.model} v{self.version} on {self.board}: {match[self.outputs_match]}, "
-                f"max |error| {self.max_abs_error}; {timing}"]
 
 
 def run_current(
@@ -75,7 +48,7 @@ def run_current(
         model=model,
         version=version,
         input=str(input_path) if input_path else "reference",
-        outputs={name: list(array.shape) for name, array in outputs.items()},
+        outputs={name: tuple(array.shape) for name, array in outputs.items()},
         outputs_match=check.ok if check else None,
         max_abs_error=check.max_abs_error if check else None,
         detail=check.detail if check else "",

@@ -18,7 +18,7 @@ largest where the sigmoid is below 1e-30 (libm: 1.5e-7); Hypothesis found 5.1e-6
 output of 4.8e-30 without FMA. Softmax over 1x16x4x2100 normal
 inputs (x5): relative error 1.3e-6, as with libm's exp (float32 rounding of the sum). YOLOv8n's
 softmax kernel, tuned alone on the host: 0.16 ms after 16 trials, where the 8 trials tuned with
-libm's exp had measured 5-30 ms; the whole model went from 25.3 to 19.7 ms (bench run-j).
+libm's exp had measured 5-30 ms; the whole model went from 25.3 to 19.7 ms (bench/HISTORY.md).
 onnxruntime's CPU kernels approximate exp and the logistic function too.
 
 erf (`relax.erf`, which PyTorch's exported GELU, Div-Erf-Add-Mul-Mul, becomes, and

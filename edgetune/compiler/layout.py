@@ -38,7 +38,7 @@ Only dense layers whose M the rule's row tiles fit (more than 3 rows) are rewrit
 such a padded and sliced kernel of one row (a classifier head), computed the convolution under
 the slice's loop, and RewriteLayout then pre-packed the weight with the index map `o % 10` of
 the 10 outputs kept: the 6 zero filters overwrote real ones and the tuned model answered wrong
-(TVM 0.27; the toy cnn of bench/ in run-u).
+(TVM 0.27, on the toy cnn of bench/).
 
 A 1-d convolution with groups 1 (ONNX Conv over one axis, or a 2-d one over a column one pixel
 wide, as jax2tf exports them: Magika's 256 -> 512 channels, kernel 5, over 512 bytes) runs along

@@ -29,6 +29,7 @@ from edgetune.agent.client import SERVER_VIA_ENV
 from edgetune.agent.config import AgentConfig, HealthCheck, ModelHooks, config_bytes
 from edgetune.agent.fetch import SerialReset
 from edgetune.agent.install import ChangeRecord
+from edgetune.agent.run_report import RunReport
 from edgetune.agent.status import InstallationStatus
 from edgetune.artifact_format.codec import from_json
 from edgetune.artifact_format.signing import key_id, public_key_id
@@ -146,6 +147,11 @@ class RemoteAgent:
     def status(self) -> InstallationStatus:
         """The agent's `status`, decoded: a wrong type anywhere is this board's DeployError."""
         return self._decoded(InstallationStatus, "status", self.call("status"))
+
+    def run(self, model: str, *args: str) -> RunReport:
+        """The agent's `run` of the model's current release, its report decoded (outputs checked
+        against the expected output, timing samples)."""
+        return self._decoded(RunReport, "run", self.call("run", "--model", model, *args))
 
     def reset_serial(self, serial: int) -> SerialReset:
         """The agent's `reset-serial --to serial`, its record decoded."""

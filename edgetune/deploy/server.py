@@ -11,8 +11,8 @@ URL scheme (every request but /v1/health carries `Authorization: Bearer <board t
 - `GET /v1/boards/<board>/assigned`: `{"board", "models": {model: version}}`, the versions the
   last rollouts assigned the board (`state/assigned.json`): what its pull timer installs.
 - `POST /v1/boards/<board>/status`: the board's report after a pull (`agent.sync.PullReport`,
-  JSON, at most 64 kB), decoded and kept with the server's time in `state/reported.json`, and
-  what it runs in `state/deployed.json`; `{"ok": true}`.
+  JSON, at most 64 kB), decoded and kept with the server's time in `state/reported/<board>.json`, and
+  what it runs in `state/deployed.json` where that changed; `{"ok": true}`.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
   `Range` / `If-Range` for resumed downloads): only for the token's own class.

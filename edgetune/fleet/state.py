@@ -5,8 +5,9 @@ started, with the boards' firmware fingerprints; `sim.json` (`edgetune.sim-state
 boards' sshd PIDs; `deployed.json` (`edgetune.deployed`) which artifact version of each model
 each board runs (written by rollouts and by the server from the boards' reports, shown by `fleet
 status`); `assigned.json` (`edgetune.assigned`) the version the last rollout of each model
-assigned each board (what the board's pull timer installs); `reported.json`
-(`edgetune.reported`) what each board last reported to the server, and when. Each is schema_version 1 and
+assigned each board (what the board's pull timer installs); `reported/<board>.json`
+(`edgetune.board-report`) what the board last reported to the server, and when: a file a board,
+so a report costs the same in a fleet of any size. Each is schema_version 1 and
 decoded by the schema codec, so a damaged or edited file is refused naming the field; files
 written before they carried the version keys are read as version 1 (the same shape). A reader
 never sees a half-written file, and a missing file is an empty state.
@@ -36,7 +37,7 @@ from edgetune.inventory.workdir import Workdir
 STATE_SCHEMA_VERSION = 1
 _RECORD_LOCK = threading.Lock()
 UNKNOWN = "unknown"  # in deployed.json: the rollout could not read back what the board runs
-State = TypeVar("State", "FleetState", "SimState", "DeployedState", "AssignedState", "ReportedState")
+State = TypeVar("State", "FleetState", "SimState", "DeployedState", "AssignedState")
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,8 @@ class BoardReport:
     errors: Mapping[str, str] = field(default_factory=FrozenMap)  # model -> why its last pull did not install it
 
 
-@dataclass(frozen=True)
-class ReportedState:
-    SCHEMA: ClassVar[str] = "edgetune.reported"
-    FILE: ClassVar[str] = "reported"
-
-    boards: Mapping[str, BoardReport] = field(default_factory=FrozenMap)
+REPORT_SCHEMA = "edgetune.board-report"
+REPORTS_DIR = "reported"  # under state/: <board>.json each
 
 
 def state_path(fleet: Fleet, name: str) -> Path:
@@ -175,17 +172,53 @@ def record_assigned(fleet: Fleet, board: str, model: str, version: int | None) -
 
 
 def load_reported(fleet: Fleet) -> dict[str, BoardReport]:
-    return dict(read_state(fleet, ReportedState).boards)
+    """board -> what it last reported (boards that never reported are absent)."""
+    directory = _reports_dir(fleet)
+    paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    return {path.stem: _read_report(path) for path in paths}
 
 
 def record_reported(fleet: Fleet, board: str, report: BoardReport) -> None:
-    """Keep `report` as `board`'s latest, and what it runs in deployed.json."""
-    with _locked(fleet, ReportedState):
-        boards = load_reported(fleet)
-        boards[board] = report
-        write_state(fleet, ReportedState(FrozenMap(boards)))
+    """Keep `report` as `board`'s latest, and what it runs in deployed.json where that changed
+    (deployed.json is read through a cache and rewritten only then: a report of a board that
+    runs what was recorded costs one small file, whatever the fleet's size)."""
+    path = _reports_dir(fleet) / f"{board}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, canonical_bytes({"schema": REPORT_SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(report)}) + b"\n")
+    recorded = _deployed_cached(fleet).get(board, {})
     for model, version in report.models.items():
-        record_deployed(fleet, board, model, version)
+        if recorded.get(model) != version:
+            record_deployed(fleet, board, model, version)
+
+
+def _reports_dir(fleet: Fleet) -> Path:
+    return state_path(fleet, DeployedState.FILE).parent / REPORTS_DIR
+
+
+def _read_report(path: Path) -> BoardReport:
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise FleetError(f"{path}: cannot be read ({err.strerror})") from None
+    return load_versioned(BoardReport, data, str(path), REPORT_SCHEMA, STATE_SCHEMA_VERSION, error=FleetError)
+
+
+_DEPLOYED_SEEN: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, int | str]]]] = {}
+
+
+def _deployed_cached(fleet: Fleet) -> dict[str, dict[str, int | str]]:
+    """load_deployed, read again only when the file changed (the server's many reports)."""
+    path = state_path(fleet, DeployedState.FILE)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {}
+    identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+    seen = _DEPLOYED_SEEN.get(path)
+    if seen is None or seen[0] != identity:
+        seen = (identity, load_deployed(fleet))
+        _DEPLOYED_SEEN[path] = seen
+    return seen[1]
 
 
 def _record(fleet: Fleet, kind: type[DeployedState] | type[AssignedState], board: str, model: str, version) -> None:
@@ -227,7 +260,7 @@ def read_state(fleet: Fleet, kind: type[State]) -> State:
                          "or remove it (what it recorded is then forgotten)") from None
 
 
-def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState | AssignedState | ReportedState) -> None:
+def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState | AssignedState) -> None:
     path = state_path(fleet, state.FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"schema": state.SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(state)}

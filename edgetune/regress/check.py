@@ -23,6 +23,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from edgetune.agent.run_report import RunReport
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.timing_stats import FASTER, SLOWER, compare, summarize
 from edgetune.deploy.remote import RemoteAgent
@@ -146,13 +147,14 @@ def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Seque
     return verdicts
 
 
-def _time_release(agent: RemoteAgent, model: str, compare_settings: CompareSettings) -> dict:
-    """`agent run` of the active release: its outputs checked and timed as the build timed it."""
+def _time_release(agent: RemoteAgent, model: str, compare_settings: CompareSettings) -> RunReport | str:
+    """`agent run` of the active release: its outputs checked and timed as the build timed it;
+    why it could not run (the library did not load, the agent died running it: e.g. SIGSEGV)."""
     try:
-        return agent.call("run", "--model", model, "--number", "1", "--repeat", str(compare_settings.rounds * compare_settings.repeat),
-                          "--min-repeat-ms", str(compare_settings.min_repeat_ms))  # fmt: skip
-    except DeployError as err:  # no answer at all: the agent died running it (e.g. SIGSEGV)
-        return {"error": str(err)}
+        return agent.run(model, "--number", "1", "--repeat", str(compare_settings.rounds * compare_settings.repeat),
+                         "--min-repeat-ms", str(compare_settings.min_repeat_ms))  # fmt: skip
+    except DeployError as err:
+        return str(err)
 
 
 def _confirm(first: Verdict, second: Verdict) -> Verdict:
@@ -181,13 +183,13 @@ def _baseline(store: ArtifactStore, board: Board, model: str, version: int, firm
     return _Baseline(samples_ms, firmware_then is not None and firmware_then != firmware_now)
 
 
-def _judge(fleet: Fleet, board: Board, model: str, version: int, baseline: _Baseline, run: dict) -> Verdict:
+def _judge(fleet: Fleet, board: Board, model: str, version: int, baseline: _Baseline, run: RunReport | str) -> Verdict:
     firmware_changed = baseline.firmware_changed
-    if "error" in run and "samples_s" not in run:
-        return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail=str(run["error"]))
-    if run.get("outputs_match") is not True:
-        return _verdict(board, model, version, WRONG_OUTPUT, firmware_changed, detail=str(run.get("detail", "")))
-    samples_ms = [float(s) * 1e3 for s in run.get("samples_s") or [] if isinstance(s, (int, float)) and s > 0]
+    if isinstance(run, str):
+        return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail=run)
+    if run.outputs_match is not True:
+        return _verdict(board, model, version, WRONG_OUTPUT, firmware_changed, detail=run.detail)
+    samples_ms = [s * 1e3 for s in run.samples_s if s > 0]
     if not samples_ms:
         return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail="the agent returned no timing samples")
     comparison = compare(baseline.samples_ms, samples_ms, fleet.regress.threshold, fleet.regress.confidence)

@@ -53,7 +53,7 @@ class Sources:
 def read_sources(fleet: Fleet) -> Sources:
     sources = Sources(fleet)
     sources.deployed = _attempt(sources, "state/deployed.json", {}, load_deployed, fleet)
-    sources.reported = _attempt(sources, "state/reported.json", {}, load_reported, fleet)
+    sources.reported = _attempt(sources, "state/reported/", {}, load_reported, fleet)
     sources.fleet_state = _attempt(sources, "state/fleet.json", FleetState(), load_fleet_state, fleet)
     sources.journal = read_journal(journal_path(fleet))
     sources.problems += sources.journal.problems

@@ -5,7 +5,7 @@ TVM 0.27's EvolutionarySearch remembers only the schedules it picked in the curr
 `measured_workloads_` starts empty: "TODO: add records from the database to avoid
 re-measuring"), and it starts each round from the database's best schedules, which the cost
 model, trained on them, scores highest. A resumed run so measured again what earlier runs had
-measured: 87 of the 793 records of a class database grown over four runs were repeats. Here a
+measured (one record in nine of a class database grown over several runs was a repeat). Here a
 candidate whose trace (instructions and decisions) a record of the task already holds is
 dropped before it is built.
 """

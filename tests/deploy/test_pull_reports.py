@@ -13,7 +13,7 @@ import pytest
 from edgetune.agent.client import ArtifactServer
 from edgetune.agent.errors import AgentError
 from edgetune.deploy.tls import host_client_context
-from edgetune.fleet.state import load_deployed, load_reported, record_assigned
+from edgetune.fleet.state import load_deployed, load_reported, record_assigned, state_path
 
 
 def post(server, path: str, token: str, body: bytes):
@@ -48,6 +48,11 @@ def test_a_board_reads_its_assignment_and_its_report_is_kept(deploy_fleet, publi
     reported = load_reported(deploy_fleet)["fast-1"]
     assert reported.models == {"mlp": 2} and reported.firmware == "fw-1" and reported.received.startswith("20")
     assert load_deployed(deploy_fleet)["fast-1"] == {"mlp": 2}
+
+    deployed = state_path(deploy_fleet, "deployed")
+    written = deployed.stat().st_mtime_ns
+    fast_1.report("fast-1", report_of("fast-1", "gw-fast", 2))  # what was recorded: deployed.json is not rewritten
+    assert deployed.stat().st_mtime_ns == written and load_reported(deploy_fleet)["fast-1"].received >= reported.received
 
 
 def test_a_board_token_reaches_only_its_own_board(deploy_fleet, published, artifact_server):
