@@ -3,7 +3,8 @@ pull timers on the gw-fast boards, a rollout while fast-1 (the class's first boa
 is switched off (its link down) ends with fast-1 `pending` and fast-2, its replacement canary,
 on the new version; the rollout succeeds. Once fast-1's link is back, its timer installs the
 version it was assigned, and the server's record (what it reported, when) and deployed.json say
-so; nobody rolls out again.
+so; nobody rolls out again. A rollout by label then changes the labelled board only, and the
+other's timer keeps the version assigned to it.
 
 Uses `released_fleet` (tests/conftest.py) with a model of its own (`mlp-pull`: copies of the
 built mlp) and the real server. The simulated boards have neither systemd nor crontab, so their
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import pytest
 from deploy_support import publish_copy, served_on_v1
 from sim_checks import link_down
 
+from edgetune.artifact_format.codec import FrozenMap
 from edgetune.deploy.pull_timer import install_timers, remove_timers
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
@@ -25,6 +28,7 @@ from edgetune.fleet.agent_bundle import agent_root
 from edgetune.fleet.process import wait_until
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.state import load_assigned, load_deployed, load_reported
+from edgetune.inventory.selectors import parse_selector
 
 MODEL = "mlp-pull"
 FAST = ("fast-1", "fast-2")
@@ -96,3 +100,14 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_rollout_by_label_changes_the_labelled_boards_only(fleet):
+    labelled = fleet.replace(boards=tuple(
+        dataclasses.replace(b, labels=FrozenMap({"ring": "early" if b.name == "fast-2" else "late"})) for b in fleet.boards))  # fmt: skip
+    v3 = publish_copy(fleet, MODEL, "gw-fast", "v3").version
+    result = rollout(labelled, plan_rollout(labelled, MODEL, select=parse_selector("ring=early"), canary=0))
+    assert result.ok and [r["board"] for r in result.records()] == ["fast-2"], result.records()
+    assert runs(fleet, "fast-2") == v3 and load_assigned(fleet)["fast-2"][MODEL] == v3
+    time.sleep(3 * PERIOD_S)  # fast-1's timer runs meanwhile: it keeps the version assigned to it
+    assert load_assigned(fleet)["fast-1"][MODEL] == runs(fleet, "fast-1") != v3
