@@ -56,20 +56,23 @@ arm-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# ruff's lint rules and mypy, as pyproject.toml configures them (CI runs it before the tests); the
-# venv alone, no system packages. `ruff format --diff` shows what the formatter would change.
+# ruff's formatter and lint rules and mypy, as pyproject.toml configures them (CI runs it before
+# the tests); the venv alone, no system packages. `ruff format edgetune tests bench examples`
+# formats what the check refuses.
 lint: $(STAMP)
+	$(PY) -m ruff format --check edgetune tests bench examples
 	$(PY) -m ruff check edgetune tests bench examples
 	$(PY) -m mypy
 
 # On two cores (pytest-xdist): the users of the session's simulated fleet on one worker, so it is
-# built once, the other modules whole on either (tests/worker_groups.py).
+# built once, the other modules whole on either (tests/support/worker_groups.py).
 test: setup browser-packages
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
-# The unit-level tests alone (no boards, sshd, tracker, server or tuning run: marker `fleet`).
+# The unit-level tests alone: no boards, sshd, tracker, server or tuning run (marker `fleet`),
+# nothing compiled or tuned with real TVM (marker `tvm`).
 test-unit: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10 -m "not fleet and not slow and not aarch64 and not ray" tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10 -m "not fleet and not tvm and not slow and not aarch64 and not ray and not scale" tests
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow tests

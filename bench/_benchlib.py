@@ -1,5 +1,5 @@
 """Shared pieces of the bench scripts: a locked simulated fleet of their own, the ONNX models
-they tune, onnxruntime timed on a board over SSH, and host CPU accounting.
+they tune, and onnxruntime timed on a board over SSH.
 
 Every bench uses the bridge `etune-bench`, subnet 10.231.30.0/24 and tracker ports 9490-9499,
 distinct from the default fleet (etune-br0, 10.231.7.0/24, 9190) and from the test slots
@@ -16,13 +16,11 @@ import json
 import math
 import os
 import random
-import resource
 import shlex
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -71,9 +69,11 @@ def round_ratio(numerator: list[list[int]], denominator: list[list[int]]) -> dic
     per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(numerator, denominator)]
     rng = random.Random(0)
     draws = sorted(statistics.median(rng.choices(per_round, k=len(per_round))) for _ in range(BOOTSTRAP_DRAWS))
-    return {"median": statistics.median(per_round), "ci95": [draws[int(0.025 * BOOTSTRAP_DRAWS)],
-                                                             draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]],
-            "per_round": per_round}
+    return {
+        "median": statistics.median(per_round),
+        "ci95": [draws[int(0.025 * BOOTSTRAP_DRAWS)], draws[int(0.975 * BOOTSTRAP_DRAWS) - 1]],
+        "per_round": per_round,
+    }
 
 
 def sample_seconds(run, sample_ms: float) -> float:
@@ -83,16 +83,6 @@ def sample_seconds(run, sample_ms: float) -> float:
         run()
         calls += 1
     return elapsed / calls
-
-
-def time_alternating(calls: dict, rounds: int, samples: int = 5, sample_ms: float = 20) -> dict[str, list[list[float]]]:
-    """Each named call's `samples` samples (`sample_seconds`) per round, over `rounds` rounds,
-    the order of the calls reversed every other round."""
-    timed: dict[str, list[list[float]]] = {name: [] for name in calls}
-    for index in range(rounds):
-        for name in calls if index % 2 == 0 else reversed(list(calls)):
-            timed[name].append([sample_seconds(calls[name], sample_ms) for _ in range(samples)])
-    return timed
 
 
 def say(message: str) -> None:
@@ -191,26 +181,6 @@ def load_now() -> str:
     return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3]) + " at the end"
 
 
-@dataclass(frozen=True)
-class CpuSnapshot:
-    """Machine-wide busy CPU seconds (/proc/stat), and CPU seconds of this process plus its
-    reaped children (the tuner's class process and whatever it reaped in turn)."""
-
-    wall: float
-    machine_busy_s: float
-    ours_s: float
-
-    @classmethod
-    def now(cls) -> CpuSnapshot:
-        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        ticks = os.sysconf("SC_CLK_TCK")
-        idle = fields[3] + fields[4]  # idle + iowait
-        busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
-        ours = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
-        return cls(time.monotonic(), busy / ticks, ours)
-
-
 # ---------------------------------------------------------------- the simulated fleet
 
 
@@ -238,22 +208,40 @@ def write_fleet_yaml(
         "workdir": "work",
         "sim": {"bridge": BRIDGE, "host_address": f"{SUBNET}.1/24"},
         "trackers": [
-            {"name": "host", "bind_host": f"{SUBNET}.1", "public_address": f"{SUBNET}.1",
-             "port": TRACKER_PORT, "port_end": TRACKER_PORT + 9}
+            {
+                "name": "host",
+                "bind_host": f"{SUBNET}.1",
+                "public_address": f"{SUBNET}.1",
+                "port": TRACKER_PORT,
+                "port_end": TRACKER_PORT + 9,
+            }
         ],
-        "ssh": {"user": "root", "key": "work/sim/id_ed25519", "known_hosts": "work/known_hosts",
-                "connect_timeout_s": 5, "command_timeout_s": command_timeout_s},
+        "ssh": {
+            "user": "root",
+            "key": "work/sim/id_ed25519",
+            "known_hosts": "work/known_hosts",
+            "connect_timeout_s": 5,
+            "command_timeout_s": command_timeout_s,
+        },
         "device_classes": [{"name": c, "profile": str(p)} for c, p in classes.items()],
         "boards": [
-            {"name": b.name, "address": f"{SUBNET}.{b.host}", "device_class": b.device_class,
-             "python": os.path.abspath(sys.executable), "workdir": f"work/boards/{b.name}",
-             "simulated": {"cpu_quota": b.cpu_quota}}
+            {
+                "name": b.name,
+                "address": f"{SUBNET}.{b.host}",
+                "device_class": b.device_class,
+                "python": os.path.abspath(sys.executable),
+                "workdir": f"work/boards/{b.name}",
+                "simulated": {"cpu_quota": b.cpu_quota},
+            }
             for b in boards
         ],
         "models": models,
         "tuning": tuning,
-        "artifacts": {"dir": "artifacts", "signing_key": "work/keys/signing.key",
-                      "public_key": "work/keys/signing.pub"},
+        "artifacts": {
+            "dir": "artifacts",
+            "signing_key": "work/keys/signing.key",
+            "public_key": "work/keys/signing.pub",
+        },
     }
     path = workdir / "fleet.yaml"
     path.write_text(yaml.safe_dump(fleet, sort_keys=False))
@@ -273,8 +261,10 @@ def running_fleet(fleet) -> Iterator[None]:
         online = fleet_up(fleet)
         if not online.ok:
             raise SystemExit(f"fleet up failed: {online.failed}")
-        say("fleet online: " + ", ".join(f"{b.name} ({b.device_class}, quota {b.simulated.cpu_quota:g})"
-                                          for b in fleet.boards))
+        say(
+            "fleet online: "
+            + ", ".join(f"{b.name} ({b.device_class}, quota {b.simulated.cpu_quota:g})" for b in fleet.boards)
+        )
         yield
     finally:
         say("fleet down + sim down")
@@ -291,68 +281,6 @@ def running_fleet(fleet) -> Iterator[None]:
                 down = sim_down(fleet)
                 if not down.ok:
                     say(f"WARNING: sim down left something: {down.failed}")
-
-
-def cgroup_throttling(fleet) -> dict[str, tuple[int, int, float]]:
-    """Per simulated board: (periods, throttled periods, throttled seconds) of its cgroup."""
-    from edgetune.fleet import cgroups
-    from edgetune.fleet.sim import plan_sim
-
-    out = {}
-    for sim in plan_sim(fleet):
-        stat = cgroups.cgroup_dir(sim.cgroup) / "cpu.stat"
-        if not stat.exists():
-            continue
-        values = dict(line.split() for line in stat.read_text().splitlines() if line.strip())
-        if "throttled_time" in values:  # cgroup v1: nanoseconds
-            throttled = int(values["throttled_time"]) / 1e9
-        else:  # cgroup v2: microseconds
-            throttled = int(values.get("throttled_usec", 0)) / 1e6
-        out[sim.board.name] = (int(values.get("nr_periods", 0)), int(values.get("nr_throttled", 0)), throttled)
-    return out
-
-
-class RecordWatcher:
-    """Polls a tuning-record file from a thread: (time, records) at every change, so that the
-    rate of the later rounds can be told apart from start-up and the first round (MetaSchedule's
-    gradient scheduler writes the first batch of every task together, when all are measured)."""
-
-    def __init__(self, path: Path, interval_s: float = 0.25):
-        self.path, self.interval_s = path, interval_s
-        self.points: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> RecordWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-
-    def _sample(self) -> None:
-        try:
-            count = self.path.read_bytes().count(b"\n")
-        except FileNotFoundError:
-            count = 0
-        if count and (not self.points or self.points[-1][1] != count):
-            self.points.append((time.monotonic(), count))
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
-    def steady_rate_per_min(self) -> float | None:
-        """Records per minute from the first records written to the last (None: < 2 writes)."""
-        if len(self.points) < 2:
-            return None
-        (t0, n0), (t1, n1) = self.points[0], self.points[-1]
-        return (n1 - n0) / (t1 - t0) * 60.0 if t1 > t0 else None
-
-    def first_record_after(self, start: float) -> float | None:
-        return self.points[0][0] - start if self.points else None
 
 
 # ---------------------------------------------------------------- models
@@ -373,11 +301,15 @@ def make_cnn_onnx(path: Path, seed: int = 7) -> Path:
         return numpy_helper.from_array((rng.standard_normal(size) * 0.05).astype(np.float32), name)
 
     inits = [
-        weight("w1", (32, 16, 3, 3), 16 * 9), bias("b1", 32),
-        weight("w2", (32, 1, 3, 3), 9), bias("b2", 32),
-        weight("w3", (64, 32, 1, 1), 32), bias("b3", 64),
-        weight("w4", (64, 10), 64), bias("b4", 10),
-    ]  # fmt: skip
+        weight("w1", (32, 16, 3, 3), 16 * 9),
+        bias("b1", 32),
+        weight("w2", (32, 1, 3, 3), 9),
+        bias("b2", 32),
+        weight("w3", (64, 32, 1, 1), 32),
+        bias("b3", 64),
+        weight("w4", (64, 10), 64),
+        bias("b4", 10),
+    ]
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -392,11 +324,12 @@ def make_cnn_onnx(path: Path, seed: int = 7) -> Path:
     ]
     name, shape = ONNX_CNN_INPUT
     graph = helper.make_graph(
-        nodes, "bench-cnn",
+        nodes,
+        "bench-cnn",
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
         initializer=inits,
-    )  # fmt: skip
+    )
     return save_onnx(graph, path)
 
 
@@ -416,16 +349,27 @@ def make_mobilenet_mini_onnx(path: Path, model) -> Path:
 
     def conv(x: str, prefix: str, out: str, stride: int, pad: int, group: int = 1) -> str:
         k = weights[f"{prefix}.weight"].shape[-1]
-        nodes.append(helper.make_node("Conv", [x, f"{prefix}.weight", f"{prefix}.bias"], [out], kernel_shape=[k, k],
-                                      strides=[stride, stride], pads=[pad] * 4, group=group))  # fmt: skip
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{prefix}.weight", f"{prefix}.bias"],
+                [out],
+                kernel_shape=[k, k],
+                strides=[stride, stride],
+                pads=[pad] * 4,
+                group=group,
+            )
+        )
         return out
 
     def relu6(x: str, out: str) -> str:
         nodes.append(helper.make_node("Clip", [x, "zero", "six"], [out]))
         return out
 
-    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
-              numpy_helper.from_array(np.array(6.0, np.float32), "six")]  # fmt: skip
+    inits += [
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+    ]
     x = relu6(conv(inp.name, "stem", "stem_c", 2, 1), "stem_r")
     for i, stride in ((1, 1), (2, 2), (3, 1)):
         channels = weights[f"block{i}.depthwise.weight"].shape[0]
@@ -436,11 +380,12 @@ def make_mobilenet_mini_onnx(path: Path, model) -> Path:
     nodes.append(helper.make_node("Gemm", ["flat", "classifier.weight", "classifier.bias"], ["logits"], transB=1))
     classes = weights["classifier.weight"].shape[0]
     graph = helper.make_graph(
-        nodes, "mobilenet-mini-mirror",
+        nodes,
+        "mobilenet-mini-mirror",
         [helper.make_tensor_value_info(inp.name, TensorProto.FLOAT, list(inp.shape))],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [inp.shape[0], classes])],
         initializer=inits,
-    )  # fmt: skip
+    )
     return save_onnx(graph, path)
 
 
@@ -514,8 +459,9 @@ def stage_ort_files(board, model_path: Path, inputs: dict[str, np.ndarray], tag:
     return remote_model, remote_npz
 
 
-def time_ort_on_board(board, remote_model: str, remote_npz: str, threads: int, repeats: int,
-                      min_repeat_ms: float) -> OrtTiming:
+def time_ort_on_board(
+    board, remote_model: str, remote_npz: str, threads: int, repeats: int, min_repeat_ms: float
+) -> OrtTiming:
     """onnxruntime on the board: a python process started over SSH, so inside the board's
     network namespace and CPU cgroup, as TVM's rpc_server is."""
     from edgetune.fleet.ssh import BoardSession

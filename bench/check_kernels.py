@@ -84,19 +84,25 @@ def main() -> int:
             untuned_ms, tuned_ms = time_both(kernel, scheduled.mod, inputs, target, args.rounds)
             timed.append((task.task_name, task.weight, untuned_ms, tuned_ms))
             print(f"  untuned {untuned_ms:.4f} ms, tuned {tuned_ms:.4f} ms, x{task.weight}", flush=True)
-    say(f"{checked} kernels checked, {len(wrong)} wrong" + (f": {', '.join(wrong)}" if wrong else "")
-        + (f"; {len(unrecorded)} without a record: {', '.join(unrecorded)}" if unrecorded else ""))  # fmt: skip
+    say(
+        f"{checked} kernels checked, {len(wrong)} wrong"
+        + (f": {', '.join(wrong)}" if wrong else "")
+        + (f"; {len(unrecorded)} without a record: {', '.join(unrecorded)}" if unrecorded else "")
+    )
     if timed:
         report_times(timed)
     return 1 if wrong else 0
 
 
-def time_both(untuned: tvm.IRModule, tuned: tvm.IRModule, inputs: list[np.ndarray], target: tvm.target.Target,
-              rounds: int) -> tuple[float, float]:
+def time_both(
+    untuned: tvm.IRModule, tuned: tvm.IRModule, inputs: list[np.ndarray], target: tvm.target.Target, rounds: int
+) -> tuple[float, float]:
     """Median ms of one call of each kernel, timed in turns A B, B A, ..."""
     tensors = [tvm.runtime.tensor(array) for array in inputs]
-    timers = [tvm.compile(mod, target=target).mod.time_evaluator("main", tvm.cpu(), repeat=3, min_repeat_ms=20)
-              for mod in (untuned, tuned)]
+    timers = [
+        tvm.compile(mod, target=target).mod.time_evaluator("main", tvm.cpu(), repeat=3, min_repeat_ms=20)
+        for mod in (untuned, tuned)
+    ]
     samples: list[list[float]] = [[], []]
     for turn in range(rounds):
         for side in (0, 1) if turn % 2 == 0 else (1, 0):
@@ -109,9 +115,11 @@ def report_times(timed: list[tuple[str, int, float, float]]) -> None:
     tuned_total = sum(calls * t for _, calls, _, t in timed)
     slower = [(name, calls, u, t) for name, calls, u, t in timed if t > u]
     kept = sum(calls * (t - u) for _, calls, u, t in slower)
-    say(f"kernels, each call counted: untuned {untuned_total:.3f} ms, tuned {tuned_total:.3f} ms; "
+    say(
+        f"kernels, each call counted: untuned {untuned_total:.3f} ms, tuned {tuned_total:.3f} ms; "
         f"{len(slower)} tuned kernels slower than unscheduled, {kept:.3f} ms in all "
-        f"({kept / tuned_total:.1%} of the tuned kernels' time)")
+        f"({kept / tuned_total:.1%} of the tuned kernels' time)"
+    )
     for name, calls, u, t in sorted(slower, key=lambda row: row[1] * (row[2] - row[3])):
         print(f"  {name}: untuned {u:.4f} ms, tuned {t:.4f} ms, x{calls}")
 

@@ -1,5 +1,5 @@
 """How long the fleet dashboard takes to draw and to open at fleet scale: a synthetic fleet state
-of --boards boards (written in the real formats by tests/report/synthetic_fleet.py: fleet.yaml,
+of --boards boards (written in the real formats by tests/support/synthetic_fleet.py: fleet.yaml,
 deployed.json, a journal with a status, a rollout, a second status and a regress run, a tuning
 summary per class), then, --runs times each, interleaved: `edgetune report` as a command (a
 fresh process: imports, every chart drawn), `edgetune.report.render` in this process (what a
@@ -22,11 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), *(str(Path(__file__).resolve().parents[1] / "tests" / d)
-                                                        for d in ("report", ""))]  # fmt: skip
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "tests")]
 
 from _benchlib import load_now, machine_facts
-from synthetic_fleet import write_synthetic_fleet
+from support.synthetic_fleet import write_synthetic_fleet
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -48,8 +47,11 @@ def main() -> None:
             times: dict[str, list[float]] = {"cli": [], "render": [], "load": [], "sort": []}
             for _ in range(args.runs):
                 started = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "edgetune", "report", "-f", str(fleet.path), "-o", directory],
-                               check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+                subprocess.run(
+                    [sys.executable, "-m", "edgetune", "report", "-f", str(fleet.path), "-o", directory],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
                 times["cli"].append(time.perf_counter() - started)
                 started = time.perf_counter()
                 page.write_bytes(render(fleet))
@@ -61,8 +63,10 @@ def main() -> None:
             driver.quit()
         print(f"{args.boards} boards, page {page.stat().st_size / 1e3:.0f} kB")
     for name, values in times.items():
-        print(f"{name:>6}: median {statistics.median(values) * 1e3:7.0f} ms  "
-              f"(min {min(values) * 1e3:.0f}, max {max(values) * 1e3:.0f}; {len(values)} runs)")
+        print(
+            f"{name:>6}: median {statistics.median(values) * 1e3:7.0f} ms  "
+            f"(min {min(values) * 1e3:.0f}, max {max(values) * 1e3:.0f}; {len(values)} runs)"
+        )
     print(load_now())
 
 
@@ -84,7 +88,8 @@ def _open(driver, page: Path) -> tuple[float, float]:
     timing = driver.execute_script("const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd;")
     sort_ms = driver.execute_script(
         "const th = document.querySelector('#boards th:last-child'); const t0 = performance.now(); th.click();"
-        "return performance.now() - t0;")
+        "return performance.now() - t0;"
+    )
     return timing / 1e3, sort_ms / 1e3
 
 

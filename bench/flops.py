@@ -54,8 +54,10 @@ def _known_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
 
 def _shape(shapes: dict[str, tuple[int, ...]], node: onnx.NodeProto, name: str) -> tuple[int, ...]:
     if name not in shapes:
-        raise TuneError(f"FLOP count: the shape of {name!r} (used by {node.op_type} {node.name!r}) is unknown; "
-                        "infer shapes with the input dims frozen first")
+        raise TuneError(
+            f"FLOP count: the shape of {name!r} (used by {node.op_type} {node.name!r}) is unknown; "
+            "infer shapes with the input dims frozen first"
+        )
     return shapes[name]
 
 

@@ -52,8 +52,12 @@ BOARDS = [
 ]
 MODELS = [
     {"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256], "dtype": "float32"}]},
-    {"name": "mobilenet-mini", "builtin": "mobilenet-mini",
-     "inputs": [{"name": "image", "shape": [1, 3, 64, 64], "dtype": "float32"}], "weight": 3},
+    {
+        "name": "mobilenet-mini",
+        "builtin": "mobilenet-mini",
+        "inputs": [{"name": "image", "shape": [1, 3, 64, 64], "dtype": "float32"}],
+        "weight": 3,
+    },
 ]
 DESIGNS = [(1, 3), (2, 3), (3, 3), (4, 3), (6, 3), (2, 1), (4, 1), (6, 1), (12, 1)]  # (rounds, samples per round)
 
@@ -153,15 +157,24 @@ def measure(fleet, libraries, settings: list[int], args, out: Path) -> list[dict
                         started = time.monotonic()
                         runs = compare_on_board(sessions[board.name], labels, entry, inputs, measurement)
                         elapsed = time.monotonic() - started
-                        say(f"{board.name} {model.name} {min_repeat_ms} ms, {comparison}: "
+                        say(
+                            f"{board.name} {model.name} {min_repeat_ms} ms, {comparison}: "
                             + ", ".join(f"{k} {r.timing.median_ms:.3f} ms" for k, r in runs.items())
-                            + f" ({elapsed:.0f} s)")
-                        rows.append({
-                            "board": board.name, "quota": board.simulated.cpu_quota, "model": model.name,
-                            "min_repeat_ms": min_repeat_ms, "comparison": comparison,
-                            "rounds": args.rounds, "repeat": args.repeat, "seconds": elapsed,
-                            "samples_ms": {k: list(r.timing.samples_ms) for k, r in runs.items()},
-                        })  # fmt: skip
+                            + f" ({elapsed:.0f} s)"
+                        )
+                        rows.append(
+                            {
+                                "board": board.name,
+                                "quota": board.simulated.cpu_quota,
+                                "model": model.name,
+                                "min_repeat_ms": min_repeat_ms,
+                                "comparison": comparison,
+                                "rounds": args.rounds,
+                                "repeat": args.repeat,
+                                "seconds": elapsed,
+                                "samples_ms": {k: list(r.timing.samples_ms) for k, r in runs.items()},
+                            }
+                        )
                         out.write_text(json.dumps(rows))
     return rows
 
@@ -177,8 +190,10 @@ def _pick(rounds: list[list[float]], first: int, count: int, per_round: int) -> 
 def _blocks(row: dict, count: int, per_round: int) -> list[dict[str, list[float]]]:
     """Disjoint blocks of `count` rounds (their first `per_round` samples) of one run."""
     per = {k: _rounds(v, row["repeat"]) for k, v in row["samples_ms"].items()}
-    return [{k: _pick(r, first, count, per_round) for k, r in per.items()}
-            for first in range(0, row["rounds"] - count + 1, count)]  # fmt: skip
+    return [
+        {k: _pick(r, first, count, per_round) for k, r in per.items()}
+        for first in range(0, row["rounds"] - count + 1, count)
+    ]
 
 
 def report(data: list[dict], facts: str, args) -> None:
@@ -194,9 +209,20 @@ def report(data: list[dict], facts: str, args) -> None:
             within = statistics.median((max(r) - min(r)) / statistics.median(r) for r in rounds)
             medians = [statistics.median(r) for r in rounds]
             between = (max(medians) - min(medians)) / statistics.median(medians)
-            noise.append([row["board"], row["quota"], row["model"], row["min_repeat_ms"],
-                          row["comparison"], label, f"{statistics.median(samples):.4f}", f"{within * 100:.1f}",
-                          f"{between * 100:.1f}", f"{row['seconds'] / 2 / row['rounds']:.2f}"])  # fmt: skip
+            noise.append(
+                [
+                    row["board"],
+                    row["quota"],
+                    row["model"],
+                    row["min_repeat_ms"],
+                    row["comparison"],
+                    label,
+                    f"{statistics.median(samples):.4f}",
+                    f"{within * 100:.1f}",
+                    f"{between * 100:.1f}",
+                    f"{row['seconds'] / 2 / row['rounds']:.2f}",
+                ]
+            )
     for (board, model, setting, comparison), row in keyed.items():
         if comparison != "speed-up":
             continue
@@ -209,30 +235,76 @@ def report(data: list[dict], facts: str, args) -> None:
             width = statistics.median((e.high - e.low) / 2 / e.ratio for e in speedups)
             alarms = sum(not (e.low <= 1.0 <= e.high) for e in nulls)
             worst_null = max(abs(e.ratio - 1.0) for e in nulls)
-            designs.append([board, row["quota"], model, setting, f"{count}x{per_round}", len(speedups),
-                            f"{statistics.median(ratios):.2f}", f"{width * 100:.1f}", f"{scatter * 100:.1f}",
-                            f"{alarms}/{len(nulls)}", f"{worst_null * 100:.1f}"])  # fmt: skip
+            designs.append(
+                [
+                    board,
+                    row["quota"],
+                    model,
+                    setting,
+                    f"{count}x{per_round}",
+                    len(speedups),
+                    f"{statistics.median(ratios):.2f}",
+                    f"{width * 100:.1f}",
+                    f"{scatter * 100:.1f}",
+                    f"{alarms}/{len(nulls)}",
+                    f"{worst_null * 100:.1f}",
+                ]
+            )
     print()
     print("=" * 100)
     print(f"timing noise of whole builds on simulated boards; {facts}, {load_now()}")
     print("=" * 100)
-    print(tabulate(noise, headers=["board", "quota", "model", "min_repeat_ms", "run", "build",
-                                   "median ms", "within-round range %", "between-round range %", "s per turn"],
-                   disable_numparse=True))  # fmt: skip
+    print(
+        tabulate(
+            noise,
+            headers=[
+                "board",
+                "quota",
+                "model",
+                "min_repeat_ms",
+                "run",
+                "build",
+                "median ms",
+                "within-round range %",
+                "between-round range %",
+                "s per turn",
+            ],
+            disable_numparse=True,
+        )
+    )
     print()
-    print("within-round range: median over rounds of (max - min) / median of a round's samples; between-round "
-          "range: (max - min) / median of the round medians; s per turn: wall time of one library's turn.")
+    print(
+        "within-round range: median over rounds of (max - min) / median of a round's samples; between-round "
+        "range: (max - min) / median of the round medians; s per turn: wall time of one library's turn."
+    )
     print()
-    print(tabulate(designs, headers=["board", "quota", "model", "min_repeat_ms", "rounds x samples",
-                                     "blocks", "untuned/tuned", "CI half-width %", "block scatter %",
-                                     "null alarms", "worst null %"],
-                   disable_numparse=True))  # fmt: skip
+    print(
+        tabulate(
+            designs,
+            headers=[
+                "board",
+                "quota",
+                "model",
+                "min_repeat_ms",
+                "rounds x samples",
+                "blocks",
+                "untuned/tuned",
+                "CI half-width %",
+                "block scatter %",
+                "null alarms",
+                "worst null %",
+            ],
+            disable_numparse=True,
+        )
+    )
     print()
-    print("Each design takes disjoint blocks of its rounds (first samples of each round) from the same runs. "
-          "CI half-width: median half-width of the 95 % bootstrap interval of untuned/tuned, relative; block "
-          "scatter: (max - min) / median of the blocks' untuned/tuned; null alarms: blocks of the null run "
-          "(tuned vs tuned-again, two loads of one library) whose interval excludes 1; worst null: the largest "
-          "|tuned-again/tuned - 1| over those blocks.")
+    print(
+        "Each design takes disjoint blocks of its rounds (first samples of each round) from the same runs. "
+        "CI half-width: median half-width of the 95 % bootstrap interval of untuned/tuned, relative; block "
+        "scatter: (max - min) / median of the blocks' untuned/tuned; null alarms: blocks of the null run "
+        "(tuned vs tuned-again, two loads of one library) whose interval excludes 1; worst null: the largest "
+        "|tuned-again/tuned - 1| over those blocks."
+    )
 
 
 if __name__ == "__main__":

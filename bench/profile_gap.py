@@ -40,10 +40,18 @@ DISTORTION_LIMIT = 0.15  # instrumented vs plain model time beyond which the pro
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True,
-                        help=", ".join(m.name for m in real_models.MODELS) + f" (NAME{real_models.INT8_SUFFIX}: its int8 model, NHWC)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help=", ".join(m.name for m in real_models.MODELS) + f" (NAME{real_models.INT8_SUFFIX}: its int8 model, NHWC)",
+    )
     parser.add_argument("--database", type=Path, help="tuning database directory (default: profile untuned)")
-    parser.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto", help="models[].layout (default auto, as fleet.yaml's)")
+    parser.add_argument(
+        "--layout",
+        choices=("auto", "NCHW", "NHWC"),
+        default="auto",
+        help="models[].layout (default auto, as fleet.yaml's)",
+    )
     parser.add_argument("--calls", type=int, default=30, help="profiled model calls per runtime (default 30)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     return parser.parse_args()
@@ -102,11 +110,21 @@ def main() -> None:
     ort_plain_ms = median_call_ms(single_thread_session(ort, path), inputs, args.calls)
     peak = max(gemm + gemm_gflops())  # the fastest call: other work on the machine only slows calls down
 
-    report = {"model": args.model, "layout": args.layout, "kind": real.kind, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-              "machine": machine_facts(), "database": str(args.database) if args.database else None,
-              "kernels_with_record": [coverage.tuned, coverage.total], "peak_gflops": peak, "calls": args.calls,
-              "tvm": _as_json(tvm_profile), "onnxruntime": _as_json(ort_profile), "onnxruntime_unprofiled_ms": ort_plain_ms,
-              "versions": {"onnxruntime": ort.__version__, "tvm": tvm.__version__, "numpy": np.__version__}}
+    report = {
+        "model": args.model,
+        "layout": args.layout,
+        "kind": real.kind,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": machine_facts(),
+        "database": str(args.database) if args.database else None,
+        "kernels_with_record": [coverage.tuned, coverage.total],
+        "peak_gflops": peak,
+        "calls": args.calls,
+        "tvm": _as_json(tvm_profile),
+        "onnxruntime": _as_json(ort_profile),
+        "onnxruntime_unprofiled_ms": ort_plain_ms,
+        "versions": {"onnxruntime": ort.__version__, "tvm": tvm.__version__, "numpy": np.__version__},
+    }
     args.results.mkdir(parents=True, exist_ok=True)
     stem = f"profile_{args.model}" + ("-nhwc" if args.layout == "NHWC" else "")
     (args.results / f"{stem}.json").write_text(json.dumps(report, indent=1))
@@ -135,8 +153,13 @@ def median_call_ms(session, inputs, calls: int) -> float:
 
 
 def _as_json(profile) -> dict:
-    return {"model_ms": profile.model_ms, "kernels_ms": profile.kernels_ms, "builtins_ms": profile.builtins_ms,
-            "outside_ms": profile.outside_ms, "kernels": [asdict(k) for k in profile.kernels]}
+    return {
+        "model_ms": profile.model_ms,
+        "kernels_ms": profile.kernels_ms,
+        "builtins_ms": profile.builtins_ms,
+        "outside_ms": profile.outside_ms,
+        "kernels": [asdict(k) for k in profile.kernels],
+    }
 
 
 def _rest(ms: float) -> str:
@@ -158,13 +181,17 @@ def checks(report: dict, tvm_profile, ort_profile) -> str:
     instrumented = tvm_profile.kernels_ms + tvm_profile.builtins_ms
     tvm_off = instrumented / tvm_profile.model_ms - 1
     ort_off = ort_profile.model_ms / report["onnxruntime_unprofiled_ms"] - 1
-    text = (f"Checks: TVM's instrumented kernels + builtins sum to {instrumented:.3f} ms against "
-            f"{tvm_profile.model_ms:.3f} ms uninstrumented ({100 * tvm_off:+.0f} %); onnxruntime's profiled run "
-            f"takes {ort_profile.model_ms:.3f} ms against {report['onnxruntime_unprofiled_ms']:.3f} ms unprofiled "
-            f"({100 * ort_off:+.0f} %).")
+    text = (
+        f"Checks: TVM's instrumented kernels + builtins sum to {instrumented:.3f} ms against "
+        f"{tvm_profile.model_ms:.3f} ms uninstrumented ({100 * tvm_off:+.0f} %); onnxruntime's profiled run "
+        f"takes {ort_profile.model_ms:.3f} ms against {report['onnxruntime_unprofiled_ms']:.3f} ms unprofiled "
+        f"({100 * ort_off:+.0f} %)."
+    )
     if max(abs(tvm_off), abs(ort_off)) > DISTORTION_LIMIT:
-        text += (f" **More than {100 * DISTORTION_LIMIT:.0f} %: the instruments' own cost distorts this profile; "
-                 "compare kinds within one runtime, and the two runtimes with bench/side_by_side.py.**")
+        text += (
+            f" **More than {100 * DISTORTION_LIMIT:.0f} %: the instruments' own cost distorts this profile; "
+            "compare kinds within one runtime, and the two runtimes with bench/side_by_side.py.**"
+        )
     return text
 
 
@@ -174,7 +201,8 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
     model_flops = sum(k.flops for k in tvm_profile.kernels)
     kinds = sorted(set(tvm_kinds) | set(ort_kinds), key=lambda k: -(tvm_kinds.get(k, (0, 0))[0]))
     lines = [
-        f"# Profile: {report['model']} ({report['kind']}), TVM's convolutions {report['layout']}", "",
+        f"# Profile: {report['model']} ({report['kind']}), TVM's convolutions {report['layout']}",
+        "",
         f"{report['date_utc']} UTC; {report['machine']}; 1 thread for TVM, onnxruntime and OpenBLAS, in one "
         f"process on the host. TVM: {report['kernels_with_record'][0]}/{report['kernels_with_record'][1]} "
         f"kernels with a tuning record, bytecode VM (same kernels as the shipped compiled build), each kernel timed "
@@ -182,7 +210,8 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
         "uninstrumented calls interleaved with them. onnxruntime: SessionOptions.enable_profiling, default graph "
         f"optimizations, {report['calls']} runs after a warm-up run. Every time is a median over calls. Peak: numpy/OpenBLAS sgemm "
         f"1024^3, 1 thread, the fastest of 60 calls: {peak:.1f} GFLOP/s. FLOPs: convolutions and matmuls only (2 per multiply-add), "
-        "counted on TVM's kernels and used for both columns of a kind.", "",
+        "counted on TVM's kernels and used for both columns of a kind.",
+        "",
         "| kernel kind | TVM ms | TVM GFLOP/s (% peak) | onnxruntime ms | onnxruntime GFLOP/s (% peak) | TVM ms / onnxruntime ms |",
         "|---|---|---|---|---|---|",
     ]
@@ -190,7 +219,9 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
         t_ms, t_flops = tvm_kinds.get(kind, (0.0, 0))
         o_ms = ort_kinds.get(kind, (0.0, 0))[0]
         ratio = f"{t_ms / o_ms:.2f}" if t_ms and o_ms else "-"
-        lines.append(f"| {kind} | {t_ms:.3f} | {_rate(t_ms, t_flops, peak)} | {o_ms:.3f} | {_rate(o_ms, t_flops, peak)} | {ratio} |")
+        lines.append(
+            f"| {kind} | {t_ms:.3f} | {_rate(t_ms, t_flops, peak)} | {o_ms:.3f} | {_rate(o_ms, t_flops, peak)} | {ratio} |"
+        )
     lines += [
         f"| outside kernels: VM builtins (allocation, shape checks, reshape) | {tvm_profile.builtins_ms:.3f} | | - | | |",
         f"| outside kernels: the rest (interpreter, calls, copies) | {_rest(tvm_profile.outside_ms - tvm_profile.builtins_ms)} "
@@ -198,9 +229,13 @@ def markdown(report: dict, tvm_profile, ort_profile) -> str:
         f"| **model** | **{tvm_profile.model_ms:.3f}** | {_rate(tvm_profile.model_ms, model_flops, peak)} "
         f"| **{ort_profile.model_ms:.3f}** | {_rate(ort_profile.model_ms, model_flops, peak)} "
         f"| {tvm_profile.model_ms / ort_profile.model_ms:.2f} |",
-        "", checks(report, tvm_profile, ort_profile),
-        "", "Slowest TVM kernels inside the model:", "",
-        "| kernel | kind | ms | GFLOP/s (% peak) |", "|---|---|---|---|",
+        "",
+        checks(report, tvm_profile, ort_profile),
+        "",
+        "Slowest TVM kernels inside the model:",
+        "",
+        "| kernel | kind | ms | GFLOP/s (% peak) |",
+        "|---|---|---|---|",
     ]
     for kernel in tvm_profile.kernels[:12]:
         lines.append(f"| {kernel.name} | {kernel.kind} | {kernel.ms:.3f} | {_rate(kernel.ms, kernel.flops, peak)} |")

@@ -1,6 +1,6 @@
 """Question: on NHWC convolutions, does a micro-kernel rule reach more of the CPU's peak than
 stock MetaSchedule with the same few trials? `--kind convolution`: the rule of convolutions with
-groups 1, pointwise 1x1 and regular KxK (edgetune.compiler.schedule_rules.convolution); `--kind
+groups 1, pointwise 1x1 and regular KxK (edgetune.compiler.tir.convolution); `--kind
 depthwise`: the depthwise rule (.depthwise).
 
 How: real models (convolution: PP-LCNet document orientation, PP-OCR's text-direction classifier,
@@ -58,8 +58,9 @@ from edgetune.compiler.models import (  # noqa: E402
     reference_outputs,
 )
 from edgetune.compiler.prepare import apply_database_and_build, extract_tasks, prepare  # noqa: E402
-from edgetune.compiler.schedule_rules import convolution, depthwise  # noqa: E402
 from edgetune.compiler.target import build_target  # noqa: E402
+from edgetune.compiler.tir import convolution, depthwise  # noqa: E402
+from edgetune.compiler.tir.rules import register_schedule_rules  # noqa: E402
 from edgetune.inventory.loader import load_profile  # noqa: E402
 from edgetune.inventory.schema import Model, ModelInput  # noqa: E402
 from edgetune.tune.candidate_builder import FastBuild, make_builder  # noqa: E402
@@ -111,18 +112,27 @@ def _depthwise_shape(buffers: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 KINDS = {
     "convolution": KernelKind(
-        convolution.RULE, ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det", "ppocr-rec", "ddddocr-det"),
-        "HxWxCINxCOUT[kKsS]", _parse_convolution,
+        convolution.RULE,
+        ("pplcnet-orientation", "ppocr-cls", "yolov8n-320", "ppocr-det", "ppocr-rec", "ddddocr-det"),
+        "HxWxCINxCOUT[kKsS]",
+        _parse_convolution,
         "14x14x256x256,7x7x256x512,28x28x128x128,56x56x64x64",
-        _convolution_shape, _convolution_label,
-        lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2]),
+        _convolution_shape,
+        _convolution_label,
+        lambda s: 2 * (s[0] // s[5]) * (s[1] // s[5]) * s[3] * s[4] * s[4] * s[2],
+    ),
     "depthwise": KernelKind(  # every depthwise kernel of PP-LCNet
-        depthwise.RULE, ("pplcnet-orientation",), "HxWxCxKxSTRIDE", _parse_depthwise,
+        depthwise.RULE,
+        ("pplcnet-orientation",),
+        "HxWxCxKxSTRIDE",
+        _parse_depthwise,
         "112x112x16x3x1,112x112x32x3x2,56x56x64x3x1,56x56x64x3x2,28x28x128x3x1,28x28x128x3x2,14x14x256x5x1,"
         "14x14x256x5x2,7x7x512x5x1",
-        _depthwise_shape, lambda s: f"{s[0]}x{s[1]}x{s[2]}, {s[3]}x{s[3]} /{s[4]}",
-        lambda s: 2 * (s[0] // s[4]) * (s[1] // s[4]) * s[2] * s[3] * s[3]),
-}  # fmt: skip
+        _depthwise_shape,
+        lambda s: f"{s[0]}x{s[1]}x{s[2]}, {s[3]}x{s[3]} /{s[4]}",
+        lambda s: 2 * (s[0] // s[4]) * (s[1] // s[4]) * s[2] * s[3] * s[3],
+    ),
+}
 TRIALS_PER_ROUND = 8
 FAILED_S = 1e9  # MetaSchedule records a candidate that failed to build or run as 1e10 s
 
@@ -152,8 +162,12 @@ def marked_tasks(target, kind: KernelKind, shapes) -> dict[tuple[int, ...], Foun
     for real in real_models.by_name(list(kind.models)):
         if len(found) == len(shapes):
             break
-        model = Model(real.name, tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
-                      onnx=real_models.fetch(real), layout="NHWC")  # fmt: skip
+        model = Model(
+            real.name,
+            tuple(ModelInput(n, tuple(s), d) for n, s, d in real.inputs),
+            onnx=real_models.fetch(real),
+            layout="NHWC",
+        )
         prepared = prepare(load_model(model), target)
         for task in extract_tasks(prepared, target):
             if kind.rule not in task.dispatched[0].script():
@@ -177,33 +191,43 @@ def without_rule(mod: tvm.IRModule) -> tvm.IRModule:
 def tune(mod: tvm.IRModule, target, trials: int, work: Path) -> list[ms.database.TuningRecord]:
     """The measured records of `trials` trials on this host, in the order they were measured."""
     search = SearchSettings()
+    register_schedule_rules()
     context = ms.TuneContext(
-        mod=mod, target=target, space_generator="post-order-apply",
+        mod=mod,
+        target=target,
+        space_generator="post-order-apply",
         search_strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=search.population_for(TRIALS_PER_ROUND), init_measured_ratio=search.init_measured_ratio,
-            genetic_num_iters=search.genetic_num_iters),
-        task_name="kernel", num_threads=1, rand_state=search.seed,
-    )  # fmt: skip
+            population_size=search.population_for(TRIALS_PER_ROUND),
+            init_measured_ratio=search.init_measured_ratio,
+            genetic_num_iters=search.genetic_num_iters,
+        ),
+        task_name="kernel",
+        num_threads=1,
+        rand_state=search.seed,
+    )
     database = ms.database.MemoryDatabase()
     work.mkdir()
     ms.tune.tune_tasks(
-        tasks=[context], task_weights=[1.0], work_dir=str(work), max_trials_global=trials,
-        max_trials_per_task=trials, num_trials_per_iter=TRIALS_PER_ROUND,
+        tasks=[context],
+        task_weights=[1.0],
+        work_dir=str(work),
+        max_trials_global=trials,
+        max_trials_per_task=trials,
+        num_trials_per_iter=TRIALS_PER_ROUND,
         builder=make_builder(str(work), None, 1),
-        runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=3, min_repeat_ms=50, enable_cpu_cache_flush=False)),
-        database=database, cost_model=ms.cost_model.XGBModel(num_tuning_cores=1),
-    )  # fmt: skip
+        runner=ms.runner.LocalRunner(
+            evaluator_config=ms.runner.EvaluatorConfig(
+                number=3, repeat=3, min_repeat_ms=50, enable_cpu_cache_flush=False
+            )
+        ),
+        database=database,
+        cost_model=ms.cost_model.XGBModel(num_tuning_cores=1),
+    )
     return [r for r in database.get_all_tuning_records() if r.run_secs]
 
 
 def best_after(records: list[ms.database.TuningRecord], trials: int) -> ms.database.TuningRecord:
     return min(records[:trials], key=lambda r: float(np.mean([float(s) for s in r.run_secs])))
-
-
-def tuned_kernel(mod: tvm.IRModule, target, trials: int, work: Path) -> Kernel:
-    """The best of `trials` trials of `mod` on this host (`tune`), built to be timed."""
-    return Kernel(best_after(tune(mod, target, trials, work), trials), target)
 
 
 def time_in_rounds(kernels: Mapping[str, Kernel], rounds: int) -> None:
@@ -222,8 +246,10 @@ class Kernel:
         built = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
         self.function = FastBuild()(sch.mod, target, None)
         rng = np.random.default_rng(0)
-        self.args = [tvm.runtime.tensor(rng.standard_normal(tuple(int(d) for d in p.shape)).astype("float32"))
-                     for p in built["main"].params]  # fmt: skip
+        self.args = [
+            tvm.runtime.tensor(rng.standard_normal(tuple(int(d) for d in p.shape)).astype("float32"))
+            for p in built["main"].params
+        ]
         self.samples: list[float] = []
 
     def time_once(self) -> None:
@@ -238,9 +264,11 @@ def main() -> None:
     parser.add_argument("--kind", choices=sorted(KINDS), default="convolution")
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--shapes", help="kernels, comma-separated: " + "; ".join(
-        f"{name} as {k.shape_format} (default {k.default_shapes})"
-        for name, k in KINDS.items()))  # fmt: skip
+    parser.add_argument(
+        "--shapes",
+        help="kernels, comma-separated: "
+        + "; ".join(f"{name} as {k.shape_format} (default {k.default_shapes})" for name, k in KINDS.items()),
+    )
     args = parser.parse_args()
     kind = KINDS[args.kind]
     shapes = [kind.parse(s) for s in (args.shapes or kind.default_shapes).split(",")]
@@ -262,7 +290,9 @@ def main() -> None:
                 records[arm] = tune(mod, target, args.trials, work / f"{index}-{arm}")
                 failed = sum(min(float(s) for s in r.run_secs) >= FAILED_S for r in records[arm])
                 say(f"{shape} {arm}: {len(records[arm])} trials ({failed} failed) in {time.time() - started:.0f} s")
-            best_rule_records.setdefault(found.model.name, (found, []))[1].append(best_after(records["rule"], args.trials))
+            best_rule_records.setdefault(found.model.name, (found, []))[1].append(
+                best_after(records["rule"], args.trials)
+            )
             for trials in sorted({TRIALS_PER_ROUND, args.trials}):
                 kernels = {arm: Kernel(best_after(records[arm], trials), target) for arm in records}
                 time_in_rounds(kernels, args.rounds)  # interleaved: stock, rule, stock, rule, ...
@@ -279,25 +309,34 @@ def check_against_onnxruntime(model: Model, prepared: tvm.IRModule, records, tar
     """The model built with the rule's records (other kernels untuned) answers what onnxruntime answers."""
     database = ms.database.MemoryDatabase()
     for record in records:
-        database.commit_tuning_record(ms.database.TuningRecord(
-            record.trace, database.commit_workload(record.workload.mod), record.run_secs, target, record.args_info))  # fmt: skip
+        database.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace, database.commit_workload(record.workload.mod), record.run_secs, target, record.args_info
+            )
+        )
     vm = relax.VirtualMachine(apply_database_and_build(prepared, database, target), tvm.cpu())
     inputs = reference_inputs(model)
     got = vm[entry_function(prepared)](*[tvm.runtime.tensor(inputs[i.name]) for i in model.inputs])
     expected = reference_outputs(model, inputs)[0]
     got = (got[0] if isinstance(got, (list, tuple, tvm.ir.Array)) else got).numpy()
     error = float(np.abs(got - expected).max())
-    say(f"{model.name} with the rule's {len(records)} kernels vs onnxruntime: max abs difference {error:.2e} "
+    say(
+        f"{model.name} with the rule's {len(records)} kernels vs onnxruntime: max abs difference {error:.2e} "
         f"(outputs up to {float(np.abs(expected).max()):.2f}); allclose(rtol=1e-4, atol=1e-5): "
-        f"{np.allclose(got, expected, rtol=1e-4, atol=1e-5)}")  # fmt: skip
+        f"{np.allclose(got, expected, rtol=1e-4, atol=1e-5)}"
+    )
 
 
 def print_table(kind: KernelKind, rows, peak: float, peak_after: float) -> None:
     say(f"sgemm peak again after the kernels: {peak_after:.1f} GFLOP/s")
-    print("\nms: median of the interleaved rounds (spread: (max - min) / median); % of the first peak; "
-          "best: fastest round")
-    print(f"\n| kernel ({kind.shape_format}) | trials | stock ms | rule ms | stock % peak | rule % peak "
-          "| stock/rule | best: stock % / rule % |")
+    print(
+        "\nms: median of the interleaved rounds (spread: (max - min) / median); % of the first peak; "
+        "best: fastest round"
+    )
+    print(
+        f"\n| kernel ({kind.shape_format}) | trials | stock ms | rule ms | stock % peak | rule % peak "
+        "| stock/rule | best: stock % / rule % |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for shape, trials, kernels in rows:
         flops = kind.flops(shape)
@@ -305,9 +344,11 @@ def print_table(kind: KernelKind, rows, peak: float, peak_after: float) -> None:
         spread = {arm: (max(k.samples) - min(k.samples)) / median[arm] for arm, k in kernels.items()}
         percent = {arm: 100 * flops / median[arm] / 1e9 / peak for arm in median}
         best = {arm: 100 * flops / min(k.samples) / 1e9 / peak for arm, k in kernels.items()}
-        print(f"| {kind.label(shape)} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
-              f"| {median['rule'] * 1e3:.3f} (±{spread['rule']:.0%}) | {percent['stock']:.0f} % | {percent['rule']:.0f} % "
-              f"| {median['stock'] / median['rule']:.2f} | {best['stock']:.0f} % / {best['rule']:.0f} % |")  # fmt: skip
+        print(
+            f"| {kind.label(shape)} | {trials} | {median['stock'] * 1e3:.3f} (±{spread['stock']:.0%}) "
+            f"| {median['rule'] * 1e3:.3f} (±{spread['rule']:.0%}) | {percent['stock']:.0f} % | {percent['rule']:.0f} % "
+            f"| {median['stock'] / median['rule']:.2f} | {best['stock']:.0f} % / {best['rule']:.0f} % |"
+        )
 
 
 if __name__ == "__main__":

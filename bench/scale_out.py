@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "tune"))  # Loopback boards and small fleets of the tuning tests
+sys.path.insert(0, str(REPO / "tests"))  # loopback boards and small fleets of the tuning tests (tests/support)
 
-from fleets import V3, make_fleet, mlp
-from loopback_boards import Loopback, class_boards
+from support.fleets import V3, make_fleet, mlp
+from support.loopback_boards import Loopback, class_boards
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.inventory.schema import RayCompute
@@ -78,9 +78,12 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def tune_once(compute: RayCompute | None, boards: Loopback, args, workdir: Path,
-              exclusive: bool = False) -> tuple[float, int, dict[str, float]]:
-    fleet = make_fleet(workdir, boards.port, {"classa": V3}, {"classa": args.boards}, (mlp(),), args.trials, 8, args.trials)
+def tune_once(
+    compute: RayCompute | None, boards: Loopback, args, workdir: Path, exclusive: bool = False
+) -> tuple[float, int, dict[str, float]]:
+    fleet = make_fleet(
+        workdir, boards.port, {"classa": V3}, {"classa": args.boards}, (mlp(),), args.trials, 8, args.trials
+    )
     fleet = fleet.replace(compute=compute)
     ray_builder.builds_by_node.clear()
     started = time.monotonic()
@@ -114,8 +117,10 @@ def workers_of(config: str) -> int:
 def main() -> None:
     args = parse_args()
     samples = {config: Samples() for config in CONFIGS}
-    with (tempfile.TemporaryDirectory(prefix="edgetune-scale-out-") as scratch,
-          class_boards(Path(scratch), "classa", args.boards) as boards):
+    with (
+        tempfile.TemporaryDirectory(prefix="edgetune-scale-out-") as scratch,
+        class_boards(Path(scratch), "classa", args.boards) as boards,
+    ):
         with compute_for("local") as compute:  # the first run in a process pays TVM's imports: not counted
             tune_once(compute, boards, args, Path(tempfile.mkdtemp(prefix="warm-up-", dir=scratch)))
         for round_index in range(args.rounds):
@@ -141,10 +146,18 @@ def median_spread(values: list[float]) -> str:
 
 
 def report(args, samples: dict[str, Samples]) -> None:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
-    print(f"\n{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; mlp, {args.trials} trials, "
-          f"{args.boards} loopback boards, {args.rounds} rounds; median (min-max) seconds")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown CPU",
+    )
+    print(
+        f"\n{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; mlp, {args.trials} trials, "
+        f"{args.boards} loopback boards, {args.rounds} rounds; median (min-max) seconds"
+    )
     for config, run in samples.items():
         print(f"\n{config}: wall {median_spread(run.wall_s)} s, trials {statistics.median(run.trials):.0f}")
         wall = statistics.median(run.wall_s)
@@ -156,8 +169,10 @@ def report(args, samples: dict[str, Samples]) -> None:
         if build_s:
             workers = workers_of(config)
             rates = [trials / seconds / workers for trials, seconds in zip(run.trials, build_s) if seconds > 0]
-            print(f"  builds per second per build worker ({workers} workers): "
-                  f"{statistics.median(rates):.2f} ({min(rates):.2f}-{max(rates):.2f})")
+            print(
+                f"  builds per second per build worker ({workers} workers): "
+                f"{statistics.median(rates):.2f} ({min(rates):.2f}-{max(rates):.2f})"
+            )
     report_model(TrialCosts.measured(samples["local"], samples["local-exclusive"], args.boards))
 
 
@@ -178,11 +193,15 @@ class TrialCosts:
             return run.split.get(name, [0.0] * len(run.trials))[i]
 
         def search(run: Samples, i: int) -> float:
-            return entry(run, i, "Total") - sum(entry(run, i, n) for n in ("SendToBuilder", "SendToRunner", "JoinRunnerFutures"))
+            return entry(run, i, "Total") - sum(
+                entry(run, i, n) for n in ("SendToBuilder", "SendToRunner", "JoinRunnerFutures")
+            )
 
-        return cls(search_s=per_trial(local, search),
-                   build_core_s=per_trial(local, lambda run, i: entry(run, i, "SendToBuilder") * workers_of("local")),
-                   board_s=per_trial(exclusive, lambda run, i: entry(run, i, "SendToRunner") * boards))
+        return cls(
+            search_s=per_trial(local, search),
+            build_core_s=per_trial(local, lambda run, i: entry(run, i, "SendToBuilder") * workers_of("local")),
+            board_s=per_trial(exclusive, lambda run, i: entry(run, i, "SendToRunner") * boards),
+        )
 
     def rate(self, nodes: int, cores: int, boards: int, shards: int) -> float:
         """Trials per second of `shards` searches on `nodes` x `cores` with `boards` boards."""
@@ -197,8 +216,10 @@ class TrialCosts:
 
 
 def report_model(costs: TrialCosts) -> None:
-    print(f"\nthroughput model: search {costs.search_s:.3f} s per trial (one core), builds "
-          f"{costs.build_core_s:.3f} core-s per trial, a board {costs.board_s:.3f} s per trial")
+    print(
+        f"\nthroughput model: search {costs.search_s:.3f} s per trial (one core), builds "
+        f"{costs.build_core_s:.3f} core-s per trial, a board {costs.board_s:.3f} s per trial"
+    )
     print("\n| nodes x cores | boards | best shards | trials/min expected | bound by |\n|---|---|---|---|---|")
     for nodes, cores in ((1, 2), (1, 8), (2, 8), (4, 8), (8, 8)):
         for boards in (4, 16, 64):
@@ -207,8 +228,10 @@ def report_model(costs: TrialCosts) -> None:
             print(f"| {nodes} x {cores} | {boards} | {shards} | {rate * 60:.0f} | {bound} |")
     for boards in (4, 16, 64):
         cores = next(c for c in range(2, 10_000) if costs.best(1, c, boards)[0] >= boards / costs.board_s - 1e-9)
-        print(f"{boards} boards are the bound from {cores} cores on (any split into nodes; "
-              f"{boards / costs.board_s * 60:.0f} trials/min)")
+        print(
+            f"{boards} boards are the bound from {cores} cores on (any split into nodes; "
+            f"{boards / costs.board_s * 60:.0f} trials/min)"
+        )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 What it does, in order (every step through the library, as `edgetune` runs it):
 1. a fleet of N simulated boards (`edgetune sim up`'s `sim_up`: a network namespace with its own
    sshd per board, one bridge, a /22 so up to ~1,000 boards fit), whose Python is a board image
-   (tests/board_image.py: a venv with only a board's packages, never the host's); no tracker
+   (tests/support/board_image.py: a venv with only a board's packages, never the host's); no tracker
    and no rpc_server (no `fleet up`: a rollout needs neither);
 2. one model, the built-in mlp, as a real signed version per class: compiled on this host
    (untuned: no tuning run, no board measurement), with its reference input and expected
@@ -121,8 +121,15 @@ def board_names(boards: int) -> list[str]:
     return [f"b{n:0{width}d}" for n in range(1, boards + 1)]
 
 
-def write_fleet_yaml(workdir: Path, net: Network, boards: int, python: Path, classes: int = 1,
-                     connect_timeout_s: float = 10, command_timeout_s: float = 300) -> Path:  # fmt: skip
+def write_fleet_yaml(
+    workdir: Path,
+    net: Network,
+    boards: int,
+    python: Path,
+    classes: int = 1,
+    connect_timeout_s: float = 10,
+    command_timeout_s: float = 300,
+) -> Path:
     """fleet.yaml of a scale fleet in `workdir`: `boards` simulated boards (a full core's quota
     each, classes round-robin), their Python `python`, one model (mlp)."""
     import yaml
@@ -133,19 +140,41 @@ def write_fleet_yaml(workdir: Path, net: Network, boards: int, python: Path, cla
         "name": net.name,
         "workdir": "work",
         "sim": {"bridge": net.bridge, "host_address": f"{net.host}/{net.network.prefixlen}"},
-        "trackers": [{"name": "host", "bind_host": net.host, "public_address": net.host,
-                      "port": net.tracker_port, "port_end": net.tracker_port + 9}],  # fmt: skip
-        "ssh": {"user": "root", "key": "work/sim/id_ed25519", "known_hosts": "work/known_hosts",
-                "connect_timeout_s": connect_timeout_s, "command_timeout_s": command_timeout_s},  # fmt: skip
+        "trackers": [
+            {
+                "name": "host",
+                "bind_host": net.host,
+                "public_address": net.host,
+                "port": net.tracker_port,
+                "port_end": net.tracker_port + 9,
+            }
+        ],
+        "ssh": {
+            "user": "root",
+            "key": "work/sim/id_ed25519",
+            "known_hosts": "work/known_hosts",
+            "connect_timeout_s": connect_timeout_s,
+            "command_timeout_s": command_timeout_s,
+        },
         "device_classes": [{"name": name, "profile": str(PROFILE)} for name in class_names],
         "boards": [
-            {"name": name, "address": net.board_address(n), "device_class": class_names[n % classes],
-             "python": str(python), "workdir": str(workdir / "work" / "boards" / name), "simulated": {"cpu_quota": 1.0}}
+            {
+                "name": name,
+                "address": net.board_address(n),
+                "device_class": class_names[n % classes],
+                "python": str(python),
+                "workdir": str(workdir / "work" / "boards" / name),
+                "simulated": {"cpu_quota": 1.0},
+            }
             for n, name in enumerate(board_names(boards))
-        ],  # fmt: skip
+        ],
         "models": [{"name": MODEL, "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256], "dtype": "float32"}]}],
         "tuning": {"trials_per_class": 16},
-        "artifacts": {"dir": "artifacts", "signing_key": "work/keys/signing.key", "public_key": "work/keys/signing.pub"},
+        "artifacts": {
+            "dir": "artifacts",
+            "signing_key": "work/keys/signing.key",
+            "public_key": "work/keys/signing.pub",
+        },
         "deploy": {"bind": f"{net.host}:{net.deploy_port}", "url": f"https://{net.host}:{net.deploy_port}"},
     }
     path = workdir / "fleet.yaml"
@@ -216,7 +245,9 @@ def publish_mlp(fleet) -> dict[str, int]:
         for device_class in fleet.device_classes:
             profile = device_class.profile
             target = build_target(profile)
-            library = SharedLibraryExport(work, profile.cross_compiler)(build_untuned(prepare(imported.mod, target), target))
+            library = SharedLibraryExport(work, profile.cross_compiler)(
+                build_untuned(prepare(imported.mod, target), target)
+            )
             inputs = BuildInputs(
                 model=model.name,
                 model_source_sha256=sha256_hex(tvm.ir.save_json(imported.mod).encode("utf-8")),
@@ -262,8 +293,12 @@ class ServerProcess:
 
         self.log_path = log_path
         self._log = log_path.open("wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
-                                        stdout=self._log, stderr=subprocess.STDOUT, cwd="/")  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+        )
         self.rss_samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         deadline = time.monotonic() + 60
@@ -353,8 +388,14 @@ class Probe:
         with self._lock:
             self.spans.append(span)
 
-    def wrap(self, owner, name: str, kind: str, board_of: Callable = lambda *a, **k: None,
-             detail_of: Callable = lambda result: "") -> None:  # fmt: skip
+    def wrap(
+        self,
+        owner,
+        name: str,
+        kind: str,
+        board_of: Callable = lambda *a, **k: None,
+        detail_of: Callable = lambda result: "",
+    ) -> None:
         original = getattr(owner, name)
         probe = self
 
@@ -386,10 +427,20 @@ class Probe:
         self.wrap(RemoteAgent, "provision", "provision", lambda agent, *a: agent.board.name)
         self.wrap(remote, "ensure_bundle", "bundle check", lambda session: session.board.name)
         self.wrap(RemoteAgent, "status", "agent status", lambda agent: agent.board.name)
-        self.wrap(RemoteAgent, "change", "agent install", lambda agent, verb, *a, **k: agent.board.name,
-                  lambda record: record.result)  # fmt: skip
-        self.wrap(rollout, "_install", "board (whole)", lambda fleet, plan, target, *a: target.board.name,
-                  lambda outcome: outcome.result)  # fmt: skip
+        self.wrap(
+            RemoteAgent,
+            "change",
+            "agent install",
+            lambda agent, verb, *a, **k: agent.board.name,
+            lambda record: record.result,
+        )
+        self.wrap(
+            rollout,
+            "_install",
+            "board (whole)",
+            lambda fleet, plan, target, *a: target.board.name,
+            lambda outcome: outcome.result,
+        )
         self.wrap(rollout, "read_back", "read-back", lambda fleet, board, model: board.name)
         self.wrap(rollout, "_run_stage", "stage", lambda fleet, plan, stage, *a: f"{stage.name} [{len(stage.targets)}]")
         self.wrap(rollout, "_record_what_boards_run", "final read-back")
@@ -473,17 +524,25 @@ class CpuMark:
 
     @classmethod
     def now(cls, fleet, server: ServerProcess) -> CpuMark:
-        return cls(time.monotonic(), self_cpu_seconds(), server.cpu_seconds(), boards_cpu_seconds(fleet), machine_busy_seconds())
+        return cls(
+            time.monotonic(),
+            self_cpu_seconds(),
+            server.cpu_seconds(),
+            boards_cpu_seconds(fleet),
+            machine_busy_seconds(),
+        )
 
     def since(self, earlier: CpuMark) -> CpuMark:
-        return CpuMark(*(getattr(self, f) - getattr(earlier, f) for f in ("wall", "rollout", "server", "boards", "machine")))
+        return CpuMark(
+            *(getattr(self, f) - getattr(earlier, f) for f in ("wall", "rollout", "server", "boards", "machine"))
+        )
 
 
 # ---------------------------------------------------------------- links
 
 
 def set_links(fleet, names: Sequence[str], up: bool) -> None:
-    """`ip -n NS link set eth0 up|down` for each board (as tests/sim_checks.py's link_down)."""
+    """`ip -n NS link set eth0 up|down` for each board (as tests/support/sim_checks.py's link_down)."""
     from edgetune.fleet.sim import plan_sim
 
     netns = {s.board.name: s.netns for s in plan_sim(fleet)}
@@ -522,7 +581,9 @@ class ScaleRun:
     idle_lines: list[dict] = field(default_factory=list)
     idle_s: float = 0.0
     idle_cpu: CpuMark | None = None  # the timers' own load, before the rollout
-    catch_up: dict[str, float | None] = field(default_factory=dict)  # pending board -> s after links up (None: not within the bound)
+    catch_up: dict[str, float | None] = field(
+        default_factory=dict
+    )  # pending board -> s after links up (None: not within the bound)
     catch_up_bound_s: float = 0.0
     catch_up_cpu: CpuMark | None = None
     catch_up_lines: list[dict] = field(default_factory=list)
@@ -583,8 +644,10 @@ def scale_fleet(fleet, run: ScaleRun) -> Iterator[ServerProcess]:
         try:
             removed = remove_timers(fleet, fleet.boards)
             if not removed.ok:
-                say(f"  timers not removed on {len(removed.failed)} boards (sim down stops their loops): "
-                    f"{list(removed.failed.values())[:3]}")  # fmt: skip
+                say(
+                    f"  timers not removed on {len(removed.failed)} boards (sim down stops their loops): "
+                    f"{list(removed.failed.values())[:3]}"
+                )
         except Exception as err:  # noqa: BLE001 - clean-up goes on
             say(f"  removing timers: {err}")
         if server is not None:
@@ -597,8 +660,14 @@ def scale_fleet(fleet, run: ScaleRun) -> Iterator[ServerProcess]:
                 say(f"WARNING: sim down left something: {list(down.failed.values())[:5]}")
 
 
-def run_scale(fleet, parallel: int | None = None, offline_pct: float = 10.0, period_s: float = 10.0,
-              timers_on: str = "all", idle_window_s: float | None = None) -> ScaleRun:  # fmt: skip
+def run_scale(
+    fleet,
+    parallel: int | None = None,
+    offline_pct: float = 10.0,
+    period_s: float = 10.0,
+    timers_on: str = "all",
+    idle_window_s: float | None = None,
+) -> ScaleRun:
     """The whole scenario on `fleet` (a scale fleet's loaded fleet.yaml, nothing started):
     returns what it measured; everything it started is stopped before it returns or raises."""
     from edgetune.deploy.pull_timer import install_timers
@@ -615,8 +684,10 @@ def run_scale(fleet, parallel: int | None = None, offline_pct: float = 10.0, per
         run.setup_s[f"timers installed ({len(timed_boards)} boards)"] = time.monotonic() - started
         if not timers.ok:
             raise SystemExit(f"timer install failed on {len(timers.failed)} boards: {list(timers.failed.values())[:5]}")
-        say(f"timers ({', '.join(sorted(set(timers.succeeded.values())))}, every {period_s:g} s) on {len(timers.succeeded)} "
-            f"boards in {run.setup_s[f'timers installed ({len(timed_boards)} boards)']:.1f} s")  # fmt: skip
+        say(
+            f"timers ({', '.join(sorted(set(timers.succeeded.values())))}, every {period_s:g} s) on {len(timers.succeeded)} "
+            f"boards in {run.setup_s[f'timers installed ({len(timed_boards)} boards)']:.1f} s"
+        )
 
         # the server's load from the timers alone: every board reported once, then a quiet window
         timed_names = {b.name for b in timed_boards}
@@ -631,11 +702,15 @@ def run_scale(fleet, parallel: int | None = None, offline_pct: float = 10.0, per
         run.idle_lines, run.idle_s = server.access_lines()[before:], window
 
         set_links(fleet, run.offline, up=False)
-        say(f"links down: {len(run.offline)} boards ({', '.join(run.offline[:8])}{' ...' if len(run.offline) > 8 else ''})")
+        say(
+            f"links down: {len(run.offline)} boards ({', '.join(run.offline[:8])}{' ...' if len(run.offline) > 8 else ''})"
+        )
         plan = plan_rollout(fleet, MODEL, parallel=parallel)
         run.parallel = plan.parallel
-        say(f"rollout of {MODEL} to {run.boards} boards, parallel {plan.parallel}: "
-            + ", ".join(f"{s.name} ({len(s.targets)})" for s in plan.stages))  # fmt: skip
+        say(
+            f"rollout of {MODEL} to {run.boards} boards, parallel {plan.parallel}: "
+            + ", ".join(f"{s.name} ({len(s.targets)})" for s in plan.stages)
+        )
         before = len(server.access_lines())
         rss_since = time.monotonic()
         mark = CpuMark.now(fleet, server)
@@ -646,8 +721,10 @@ def run_scale(fleet, parallel: int | None = None, offline_pct: float = 10.0, per
         run.rollout_lines = server.access_lines()[before:]
         run.server_peak_rss = server.peak_rss(rss_since)
         pending = run.result.pending
-        say(f"rollout done in {run.rollout_cpu.wall:.1f} s: ok {run.result.ok}, stopped {run.result.stopped}, "
-            f"{len(pending)} pending")  # fmt: skip
+        say(
+            f"rollout done in {run.rollout_cpu.wall:.1f} s: ok {run.result.ok}, stopped {run.result.stopped}, "
+            f"{len(pending)} pending"
+        )
 
         set_links(fleet, run.offline, up=True)
         back = time.monotonic()
@@ -667,12 +744,16 @@ def run_scale(fleet, parallel: int | None = None, offline_pct: float = 10.0, per
         run.catch_up_cpu = CpuMark.now(fleet, server).since(mark)
         # every timed board (not only the pending ones) reports the version within the same bound
         wanted = {name: run.versions[fleet.board(name).device_class] for name in timed_names}
-        _wait(lambda: all(getattr(load_reported(fleet).get(n), "models", {}).get(MODEL) == v for n, v in wanted.items()),
-              max(0.0, run.catch_up_bound_s - (time.monotonic() - back)))  # fmt: skip
+        _wait(
+            lambda: all(getattr(load_reported(fleet).get(n), "models", {}).get(MODEL) == v for n, v in wanted.items()),
+            max(0.0, run.catch_up_bound_s - (time.monotonic() - back)),
+        )
         run.reported_at_end = {name: report.models.get(MODEL) for name, report in sorted(load_reported(fleet).items())}
         run.catch_up_lines = server.access_lines()[before:]
-        say(f"after the links came back: {len(pending) - len(waiting)} of {len(pending)} pending boards reported "
-            f"v1 within {run.catch_up_cpu.wall:.1f} s")  # fmt: skip
+        say(
+            f"after the links came back: {len(pending) - len(waiting)} of {len(pending)} pending boards reported "
+            f"v1 within {run.catch_up_cpu.wall:.1f} s"
+        )
         run.server_peak_rss = max(run.server_peak_rss, server.peak_rss(rss_since))
         run.server_hwm = server.hwm()
         run.load_at_end = load_average()
@@ -727,11 +808,16 @@ def _costs_at(fleet, size: int, key_part: str, repeats: int) -> dict[str, float]
         report = BoardReport("2026-12-05T00:00:00+00:00", "sim-firmware 1", FrozenMap({MODEL: 1}), FrozenMap())
         write_state(scratch_fleet, ReportedState(FrozenMap({n: report for n in names})))
         found: dict[str, float] = {}
-        found["record_assigned"] = _per_call(lambda i: record_assigned(scratch_fleet, names[i % size], MODEL, 2), repeats)
-        found["record_deployed"] = _per_call(lambda i: record_deployed(scratch_fleet, names[i % size], MODEL, 2), repeats)
+        found["record_assigned"] = _per_call(
+            lambda i: record_assigned(scratch_fleet, names[i % size], MODEL, 2), repeats
+        )
+        found["record_deployed"] = _per_call(
+            lambda i: record_deployed(scratch_fleet, names[i % size], MODEL, 2), repeats
+        )
         found["load_assigned (server, per GET)"] = _per_call(lambda i: load_assigned(scratch_fleet), repeats)
         found["record_reported (server, per POST)"] = _per_call(
-            lambda i: record_reported(scratch_fleet, names[i % size], report), repeats)  # fmt: skip
+            lambda i: record_reported(scratch_fleet, names[i % size], report), repeats
+        )
         with RolloutJournal.held(scratch_fleet, MODEL) as journal:
             journal.plan_stage("batch 1", dict.fromkeys(names, 2))
             found["journal write"] = _per_call(lambda i: journal._write(), repeats)
@@ -770,9 +856,19 @@ def _rate(lines: list[dict], seconds: float) -> str:
 
 
 def _route(path: str) -> str:
-    return ("tarball" if path.endswith(".tar.gz") else "manifest" if "/artifacts/" in path else
-            "assigned" if path.endswith("/assigned") else "status (POST)" if path.endswith("/status") else
-            "offer" if "/models/" in path else path)  # fmt: skip
+    return (
+        "tarball"
+        if path.endswith(".tar.gz")
+        else "manifest"
+        if "/artifacts/" in path
+        else "assigned"
+        if path.endswith("/assigned")
+        else "status (POST)"
+        if path.endswith("/status")
+        else "offer"
+        if "/models/" in path
+        else path
+    )
 
 
 def _by_route(lines: list[dict]) -> dict[str, int]:
@@ -821,13 +917,17 @@ def extrapolate(run: ScaleRun, boards: int, parallel: int | None = None) -> Esti
     # the timers' own load on the server while the rollout ran: that of the timed boards whose link was up
     timed = run.boards if run.timers_on == "all" else len(run.offline)
     online_timed = timed - len(run.offline)
-    background = (run.idle_cpu.server / run.idle_cpu.wall * cpu.wall * online_timed / timed
-                  if run.idle_cpu and run.idle_cpu.wall > 0 and timed else 0.0)  # fmt: skip
+    background = (
+        run.idle_cpu.server / run.idle_cpu.wall * cpu.wall * online_timed / timed
+        if run.idle_cpu and run.idle_cpu.wall > 0 and timed
+        else 0.0
+    )
     server_per_board = max(0.0, cpu.server - background) / len(reached)
     parts = {
         f"boards: ceil(N/{parallel}) x one board alone ({per_board:.2f} s)": math.ceil(boards / parallel) * per_board,
         f"rollout process CPU: {cpu.rollout / len(reached) * 1e3:.0f} ms/board": boards * cpu.rollout / len(reached),
-        f"server CPU: {server_per_board * 1e3:.0f} ms/board (the timers' own load taken out)": boards * server_per_board,
+        f"server CPU: {server_per_board * 1e3:.0f} ms/board (the timers' own load taken out)": boards
+        * server_per_board,
     }
     costs = run.state_costs.get(boards) or {}
     serial = {}
@@ -838,8 +938,12 @@ def extrapolate(run: ScaleRun, boards: int, parallel: int | None = None) -> Esti
         state_write = (costs["record_assigned"] + costs["record_deployed"]) / 2
         journal_write = costs["journal write"]
         parse = costs["known_hosts parse (per SSH connect)"]
-        serial[f"state writes: {state_writes:.1f}/board x {state_write * 1e3:.1f} ms"] = boards * state_writes * state_write
-        serial[f"journal writes: {journal_writes:.1f}/board x {journal_write * 1e3:.1f} ms"] = boards * journal_writes * journal_write
+        serial[f"state writes: {state_writes:.1f}/board x {state_write * 1e3:.1f} ms"] = (
+            boards * state_writes * state_write
+        )
+        serial[f"journal writes: {journal_writes:.1f}/board x {journal_write * 1e3:.1f} ms"] = (
+            boards * journal_writes * journal_write
+        )
         serial[f"known_hosts parse: {connects:.1f} connects/board x {parse * 1e3:.1f} ms"] = boards * connects * parse
     largest = max(parts, key=parts.get)
     total = parts[largest] + sum(serial.values())
@@ -857,72 +961,150 @@ def report(run: ScaleRun, command: str, extrapolate_to: int) -> str:
     pending = set(result.pending)
     on_version = [o.board for o in result.outcomes if o.board not in pending and run.runs_version(o.board)]
     out = []
-    out.append(f"{run.boards} simulated boards ({len(run.fleet.device_classes)} class), {len(run.offline)} offline "
-               f"({len(run.offline) / run.boards:.0%}), parallel {run.parallel}, timers on {run.timers_on} boards "
-               f"every {run.period_s:g} s")  # fmt: skip
+    out.append(
+        f"{run.boards} simulated boards ({len(run.fleet.device_classes)} class), {len(run.offline)} offline "
+        f"({len(run.offline) / run.boards:.0%}), parallel {run.parallel}, timers on {run.timers_on} boards "
+        f"every {run.period_s:g} s"
+    )
     out.append("")
     rows = [[step, f"{seconds:.1f} s"] for step, seconds in run.setup_s.items()]
     out.append(tabulate(rows, headers=["set-up", "wall"], tablefmt="github"))
     out.append("")
-    stage_rows = [[s.board, f"{s.seconds:.1f} s", f"{s.seconds / max(1, int(s.board.rsplit('[', 1)[1][:-1])):.2f} s"]
-                  for s in probe.of("stage")]  # fmt: skip
+    stage_rows = [
+        [s.board, f"{s.seconds:.1f} s", f"{s.seconds / max(1, int(s.board.rsplit('[', 1)[1][:-1])):.2f} s"]
+        for s in probe.of("stage")
+    ]
     final = probe.of("final read-back")
-    stage_rows.append(["final read-back (reached boards)", f"{sum(s.seconds for s in final):.1f} s",
-                       f"{sum(s.seconds for s in final) / max(1, len(result.outcomes) - len(pending)):.2f} s"])  # fmt: skip
+    stage_rows.append(
+        [
+            "final read-back (reached boards)",
+            f"{sum(s.seconds for s in final):.1f} s",
+            f"{sum(s.seconds for s in final) / max(1, len(result.outcomes) - len(pending)):.2f} s",
+        ]
+    )
     stage_rows.append(["rollout (total)", f"{cpu.wall:.1f} s", f"{cpu.wall / run.boards:.2f} s"])
     out.append(tabulate(stage_rows, headers=["stage [boards]", "wall", "wall / board"], tablefmt="github"))
     out.append("")
     step_rows = []
-    for kind_name in ("ssh connect", "provision", "bundle check", "agent status", "agent install", "read-back", "board (whole)",
-                      "assign (stage)", "unassign (stage)", "state write", "journal write"):
+    for kind_name in (
+        "ssh connect",
+        "provision",
+        "bundle check",
+        "agent status",
+        "agent install",
+        "read-back",
+        "board (whole)",
+        "assign (stage)",
+        "unassign (stage)",
+        "state write",
+        "journal write",
+    ):
         spans = probe.of(kind_name)
         if not spans:
             continue
         ok = [s.seconds for s in spans if s.ok]
-        step_rows.append([kind_name, len(spans), len(spans) - len(ok), _stats(ok), f"{sum(s.seconds for s in spans):.1f}"])
-    out.append(tabulate(step_rows, headers=["step (per call)", "calls", "failed", "median / p95 / max s", "sum s"],
-                        tablefmt="github"))  # fmt: skip
+        step_rows.append(
+            [kind_name, len(spans), len(spans) - len(ok), _stats(ok), f"{sum(s.seconds for s in spans):.1f}"]
+        )
+    out.append(
+        tabulate(
+            step_rows,
+            headers=["step (per call)", "calls", "failed", "median / p95 / max s", "sum s"],
+            tablefmt="github",
+        )
+    )
     installs = probe.of("agent install", ok=True)
     by_result: dict[str, list[float]] = {}
     for span in installs:
         by_result.setdefault(span.detail, []).append(span.seconds)
     if by_result:
-        out.append("agent install by its result: " + "; ".join(f"{r}: {len(v)}, median {statistics.median(v):.2f} s"
-                                                               for r, v in sorted(by_result.items())))  # fmt: skip
+        out.append(
+            "agent install by its result: "
+            + "; ".join(f"{r}: {len(v)}, median {statistics.median(v):.2f} s" for r, v in sorted(by_result.items()))
+        )
     out.append("")
     served = len(run.rollout_lines)
     rows = [
-        ["outcomes", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; ok {result.ok}, stopped {result.stopped}"],
-        ["pending == taken offline", f"{sorted(pending) == sorted(run.offline)} ({len(pending)} pending, {len(run.offline)} offline)"],
-        ["reached boards on v1 (read back)", f"{len(on_version)} of {run.boards - len(pending)}"
-                                             + (" although the rollout stopped: those a timer switched before the rollout's own "
-                                                "install read them were taken to run v1 already, and not rolled back"
-                                                if result.stopped and on_version else "")],
+        [
+            "outcomes",
+            ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; ok {result.ok}, stopped {result.stopped}",
+        ],
+        [
+            "pending == taken offline",
+            f"{sorted(pending) == sorted(run.offline)} ({len(pending)} pending, {len(run.offline)} offline)",
+        ],
+        [
+            "reached boards on v1 (read back)",
+            f"{len(on_version)} of {run.boards - len(pending)}"
+            + (
+                " although the rollout stopped: those a timer switched before the rollout's own "
+                "install read them were taken to run v1 already, and not rolled back"
+                if result.stopped and on_version
+                else ""
+            ),
+        ],
         ["rollout wall / per board", f"{cpu.wall:.1f} s / {cpu.wall / run.boards:.2f} s"],
-        ["CPU s during the rollout", f"rollout process {cpu.rollout:.1f}, server {cpu.server:.1f}, boards {cpu.boards:.1f}, "
-                                     f"whole machine {cpu.machine:.1f} ({cpu.machine / cpu.wall:.2f} cores busy)"],
-        ["server requests, rollout", f"{_rate(run.rollout_lines, cpu.wall)}: "
-                                     + ", ".join(f"{k} {v}" for k, v in sorted(_by_route(run.rollout_lines).items()))],
-        ["server requests, timers alone", f"{_rate(run.idle_lines, run.idle_s)} over {run.idle_s:.0f} s: "
-                                          + ", ".join(f"{k} {v}" for k, v in sorted(_by_route(run.idle_lines).items()))
-                                          + (f"; server CPU {run.idle_cpu.server / run.idle_cpu.wall:.2f} cores"
-                                             if run.idle_cpu and run.idle_cpu.wall else "")],
-        ["server mean ms per request (its log)", f"rollout {statistics.fmean([line['ms'] for line in run.rollout_lines]) if served else 0:.1f}, "
-                                                  f"catch-up {statistics.fmean([line['ms'] for line in run.catch_up_lines]) if run.catch_up_lines else 0:.1f}"],
-        ["server ms per request by route, rollout (median)", ", ".join(
-            f"{route} {statistics.median(ms):.0f}" for route, ms in sorted(_ms_by_route(run.rollout_lines).items()))],
-        ["server errors (status >= 400)", str(sum(line["status"] >= 400 for line in run.rollout_lines + run.catch_up_lines + run.idle_lines))],
-        ["server RSS", f"{run.server_rss_at_start / 2**20:.0f} MiB at start, peak {run.server_peak_rss / 2**20:.0f} MiB sampled, "
-                       f"VmHWM {run.server_hwm / 2**20:.0f} MiB"],
-    ]  # fmt: skip
+        [
+            "CPU s during the rollout",
+            f"rollout process {cpu.rollout:.1f}, server {cpu.server:.1f}, boards {cpu.boards:.1f}, "
+            f"whole machine {cpu.machine:.1f} ({cpu.machine / cpu.wall:.2f} cores busy)",
+        ],
+        [
+            "server requests, rollout",
+            f"{_rate(run.rollout_lines, cpu.wall)}: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(_by_route(run.rollout_lines).items())),
+        ],
+        [
+            "server requests, timers alone",
+            f"{_rate(run.idle_lines, run.idle_s)} over {run.idle_s:.0f} s: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(_by_route(run.idle_lines).items()))
+            + (
+                f"; server CPU {run.idle_cpu.server / run.idle_cpu.wall:.2f} cores"
+                if run.idle_cpu and run.idle_cpu.wall
+                else ""
+            ),
+        ],
+        [
+            "server mean ms per request (its log)",
+            f"rollout {statistics.fmean([line['ms'] for line in run.rollout_lines]) if served else 0:.1f}, "
+            f"catch-up {statistics.fmean([line['ms'] for line in run.catch_up_lines]) if run.catch_up_lines else 0:.1f}",
+        ],
+        [
+            "server ms per request by route, rollout (median)",
+            ", ".join(
+                f"{route} {statistics.median(ms):.0f}" for route, ms in sorted(_ms_by_route(run.rollout_lines).items())
+            ),
+        ],
+        [
+            "server errors (status >= 400)",
+            str(sum(line["status"] >= 400 for line in run.rollout_lines + run.catch_up_lines + run.idle_lines)),
+        ],
+        [
+            "server RSS",
+            f"{run.server_rss_at_start / 2**20:.0f} MiB at start, peak {run.server_peak_rss / 2**20:.0f} MiB sampled, "
+            f"VmHWM {run.server_hwm / 2**20:.0f} MiB",
+        ],
+    ]
     if run.loop_rss:
-        rows.append(["timer loops' RSS (agent `sync --every`)", f"median {statistics.median(run.loop_rss) / 2**20:.0f} MiB per board, "
-                                                                 f"{sum(run.loop_rss) / 2**30:.2f} GiB for {len(run.loop_rss)}"])
+        rows.append(
+            [
+                "timer loops' RSS (agent `sync --every`)",
+                f"median {statistics.median(run.loop_rss) / 2**20:.0f} MiB per board, "
+                f"{sum(run.loop_rss) / 2**30:.2f} GiB for {len(run.loop_rss)}",
+            ]
+        )
     caught = [t for t in run.catch_up.values() if t is not None]
-    rows.append(["pending boards caught up by their timer",
-                 f"{len(caught)} of {len(run.catch_up)} within the bound {run.catch_up_bound_s:.0f} s"
-                 + (f"; all by {max(caught):.1f} s (median {statistics.median(caught):.1f} s) after the links came back"
-                    if caught else "")])  # fmt: skip
+    rows.append(
+        [
+            "pending boards caught up by their timer",
+            f"{len(caught)} of {len(run.catch_up)} within the bound {run.catch_up_bound_s:.0f} s"
+            + (
+                f"; all by {max(caught):.1f} s (median {statistics.median(caught):.1f} s) after the links came back"
+                if caught
+                else ""
+            ),
+        ]
+    )
     if run.catch_up_cpu is not None:
         rows.append(["server requests, catch-up", f"{_rate(run.catch_up_lines, run.catch_up_cpu.wall)}"])
     out.append(tabulate(rows, headers=["", ""], tablefmt="github"))
@@ -931,7 +1113,9 @@ def report(run: ScaleRun, command: str, extrapolate_to: int) -> str:
         sizes = sorted(run.state_costs)
         kinds = list(run.state_costs[sizes[0]])
         rows = [[k, *(f"{run.state_costs[n][k] * 1e3:.2f}" for n in sizes)] for k in kinds]
-        out.append(tabulate(rows, headers=["one call, ms, on files of", *(f"{n} boards" for n in sizes)], tablefmt="github"))
+        out.append(
+            tabulate(rows, headers=["one call, ms, on files of", *(f"{n} boards" for n in sizes)], tablefmt="github")
+        )
         widths = [run.parallel]
         sized = getattr(run.fleet.deploy, "parallel_for", None)
         if sized is not None and sized(extrapolate_to) not in widths:
@@ -946,19 +1130,25 @@ def report(run: ScaleRun, command: str, extrapolate_to: int) -> str:
                 out.append(f"  + serialized {name}: {seconds / 60:.1f} min")
             out.append(f"  => about {estimate.total_s / 60:.0f} min; bound by: {estimate.bound_by}")
             without = estimate.total_s - sum(estimate.serial.values())
-            out.append(f"  without the serialized writes and parses (were they O(1) per board): about {without / 60:.0f} min, "
-                       f"bound by: {max(estimate.parts, key=estimate.parts.get)}")
+            out.append(
+                f"  without the serialized writes and parses (were they O(1) per board): about {without / 60:.0f} min, "
+                f"bound by: {max(estimate.parts, key=estimate.parts.get)}"
+            )
         costs = run.state_costs.get(extrapolate_to)
         if costs:
             per_sync = costs["load_assigned (server, per GET)"] + costs["record_reported (server, per POST)"]
             for period in (run.period_s, 300.0):
                 load = extrapolate_to / period * per_sync
-                out.append(f"  the server's state work for {extrapolate_to} timers every {period:g} s: {extrapolate_to / period:.1f} "
-                           f"syncs/s x {per_sync * 1e3:.0f} ms (GET assigned + POST status at that size) = {load:.2f} cores"
-                           + (" (more than the one core a server process has: the reports queue up)" if load > 1 else ""))
+                out.append(
+                    f"  the server's state work for {extrapolate_to} timers every {period:g} s: {extrapolate_to / period:.1f} "
+                    f"syncs/s x {per_sync * 1e3:.0f} ms (GET assigned + POST status at that size) = {load:.2f} cores"
+                    + (" (more than the one core a server process has: the reports queue up)" if load > 1 else "")
+                )
     out.append("")
-    out.append(f"CPU: {cpu_model()}; {os.cpu_count()} cores; load average {run.load_at_start} before the fleet, "
-               f"{run.load_at_end} after the catch-up")
+    out.append(
+        f"CPU: {cpu_model()}; {os.cpu_count()} cores; load average {run.load_at_start} before the fleet, "
+        f"{run.load_at_end} after the catch-up"
+    )
     out.append(f"commit {run.commit}; command: {command}")
     return "\n".join(out)
 
@@ -979,7 +1169,9 @@ def cpu_model() -> str:
 
 def commit() -> str:
     done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
     return done.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
@@ -995,8 +1187,10 @@ def scale_lock(net: Network) -> Iterator[None]:
         except BlockingIOError:
             sys.exit(f"another scale bench holds {SCALE_LOCK}")
         if Path(f"/sys/class/net/{net.bridge}").exists():
-            sys.exit(f"interface {net.bridge} exists but no scale bench runs: a killed run left its fleet; remove it with "
-                     "`.venv/bin/python -m edgetune sim down -f WORKDIR/fleet.yaml` (WORKDIR is printed at the start of a run)")
+            sys.exit(
+                f"interface {net.bridge} exists but no scale bench runs: a killed run left its fleet; remove it with "
+                "`.venv/bin/python -m edgetune sim down -f WORKDIR/fleet.yaml` (WORKDIR is printed at the start of a run)"
+            )
         yield
 
 
@@ -1010,10 +1204,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boards", type=int, default=200)
     parser.add_argument("--offline-pct", type=float, default=10.0, help="boards whose link is down during the rollout")
-    parser.add_argument("--parallel", type=int, help="boards installed at once (default: the fleet's deploy.parallel, else sized to the fleet)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        help="boards installed at once (default: the fleet's deploy.parallel, else sized to the fleet)",
+    )
     parser.add_argument("--period", type=float, default=10.0, help="the pull timers' period, seconds")
-    parser.add_argument("--timers", choices=("all", "offline"), default="all",
-                        help="timers on every board (default) or only on those taken offline")
+    parser.add_argument(
+        "--timers",
+        choices=("all", "offline"),
+        default="all",
+        help="timers on every board (default) or only on those taken offline",
+    )
     parser.add_argument("--classes", type=int, default=1, help="device classes (boards round-robin; one canary each)")
     parser.add_argument("--extrapolate-to", type=int, default=10_000)
     parser.add_argument("--keep-workdir", action="store_true")
@@ -1033,21 +1235,27 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     from _benchlib import bench_lock
-    from board_image import board_image
+    from support.board_image import board_image
 
     from edgetune.inventory import load_fleet
 
     started = time.monotonic()
     with bench_lock(), scale_lock(BENCH_NETWORK):
         workdir = Path(tempfile.mkdtemp(prefix="edgetune-scale-"))
-        say(f"workdir {workdir}; CPU {cpu_model()}, load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+        say(
+            f"workdir {workdir}; CPU {cpu_model()}, load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
+        )
         try:
             image = board_image()
             say(f"board image {image}")
-            fleet = load_fleet(write_fleet_yaml(workdir, BENCH_NETWORK, args.boards, image / "bin" / "python", args.classes))
+            fleet = load_fleet(
+                write_fleet_yaml(workdir, BENCH_NETWORK, args.boards, image / "bin" / "python", args.classes)
+            )
             run = run_scale(fleet, args.parallel, args.offline_pct, args.period, args.timers)
-            say(f"measuring one state / journal write and a known_hosts parse at {args.boards}, 1000 and "
-                f"{args.extrapolate_to} boards")  # fmt: skip
+            say(
+                f"measuring one state / journal write and a known_hosts parse at {args.boards}, 1000 and "
+                f"{args.extrapolate_to} boards"
+            )
             run.state_costs = state_costs(fleet, sorted({args.boards, 1000, args.extrapolate_to}))
             if args.save_run:
                 import pickle

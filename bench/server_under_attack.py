@@ -64,12 +64,21 @@ def main() -> None:
     parser.add_argument("--idle-sources", type=int, default=50)
     parser.add_argument("--slowloris", type=int, default=100)
     parser.add_argument("--requests", type=int, default=60, help="/v1/health requests per round")
-    parser.add_argument("--interval", type=float, default=0.35, help="seconds between requests (a round outlasts "
-                        "deploy.header_timeout_s, so each attacked one sees every idle connection cut and reopened)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.35,
+        help="seconds between requests (a round outlasts "
+        "deploy.header_timeout_s, so each attacked one sees every idle connection cut and reopened)",
+    )
     parser.add_argument("--downloads", type=int, default=3, help="tarball downloads per round")
     parser.add_argument("--tarball-mb", type=float, default=4.0)
-    parser.add_argument("--max-connections", type=int, help="deploy.max_connections (default: the fleet's default); "
-                        "below the attack's connections, each new one closes the longest idle one")
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        help="deploy.max_connections (default: the fleet's default); "
+        "below the attack's connections, each new one closes the longest idle one",
+    )
     parser.add_argument("--attacker", nargs=3, metavar=("HOST", "PORT", "CA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     _raise_open_files()
@@ -90,8 +99,8 @@ def _raise_open_files() -> None:
 
 
 def _bench(args, directory: Path) -> None:
-    from deploy_support import publish_version
-    from tests_samples import FAKE_PRIVATE_KEY
+    from support.deploy_support import publish_version
+    from support.tests_samples import FAKE_PRIVATE_KEY
 
     from edgetune.deploy.tls import host_client_context
     from edgetune.deploy.tokens import ensure_token
@@ -105,30 +114,56 @@ def _bench(args, directory: Path) -> None:
         text = text.replace('"}\n', f'", max_connections: {args.max_connections}}}\n')
     (directory / "fleet.yaml").write_text(text)
     fleet = load_fleet(directory / "fleet.yaml")
-    subprocess.run([sys.executable, "-m", "edgetune", "keys", "init", "--if-missing", "-f", str(fleet.path)],
-                   check=True, stdout=subprocess.DEVNULL, cwd=REPO)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "edgetune", "keys", "init", "--if-missing", "-f", str(fleet.path)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     version = publish_version(fleet, "mlp", "gw", random.Random(0).randbytes(int(args.tarball_mb * 1e6)))
     token = ensure_token(fleet, fleet.board("board-1"))
     context = host_client_context(fleet)
     settings = fleet.deploy
-    print(f"deploy limits: max_connections {settings.max_connections}, per client {settings.max_connections_per_client}, "
-          f"header_timeout_s {settings.header_timeout_s:g}, keepalive_timeout_s {settings.keepalive_timeout_s:g}; "
-          f"attack: {args.idle} idle TLS connections from {args.idle_sources} addresses, a slowloris of "
-          f"{args.slowloris} connections from one; tarball {version.tarball.stat().st_size / 1e6:.1f} MB")  # fmt: skip
+    print(
+        f"deploy limits: max_connections {settings.max_connections}, per client {settings.max_connections_per_client}, "
+        f"header_timeout_s {settings.header_timeout_s:g}, keepalive_timeout_s {settings.keepalive_timeout_s:g}; "
+        f"attack: {args.idle} idle TLS connections from {args.idle_sources} addresses, a slowloris of "
+        f"{args.slowloris} connections from one; tarball {version.tarball.stat().st_size / 1e6:.1f} MB"
+    )
 
     log = directory / "serve.log"
     with log.open("wb") as log_file:
-        server = subprocess.Popen([sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
-                                  stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)  # fmt: skip
+        server = subprocess.Popen(
+            [sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     attacker = None
     try:
         base = f"https://127.0.0.1:{port}"
         _wait_up(base, context)
         _round(base, context, token, version, argparse.Namespace(requests=1, downloads=1, interval=0))  # warm-up
-        attacker = subprocess.Popen([sys.executable, __file__, "--idle", str(args.idle), "--idle-sources", str(args.idle_sources),
-                                     "--slowloris", str(args.slowloris), "--attacker", "127.0.0.1", str(port),
-                                     str(fleet.deploy.tls.ca_cert)],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+        attacker = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--idle",
+                str(args.idle),
+                "--idle-sources",
+                str(args.idle_sources),
+                "--slowloris",
+                str(args.slowloris),
+                "--attacker",
+                "127.0.0.1",
+                str(port),
+                str(fleet.deploy.tls.ca_cert),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         times = {kind: {"quiet": [], "attacked": []} for kind in ("health", "download")}
         failures = {"quiet": 0, "attacked": 0}
         held, descriptors = [], []
@@ -159,17 +194,23 @@ def _bench(args, directory: Path) -> None:
     for kind, unit in (("health", "/v1/health"), ("download", f"{args.tarball_mb:g} MB tarball")):
         quiet, attacked = times[kind]["quiet"], times[kind]["attacked"]
         ratio = round_ratio(attacked, quiet)
-        print(f"{unit:>16}: quiet median {_ms(quiet)} ms (min-max {_spread(quiet)}); attacked {_ms(attacked)} ms "
-              f"({_spread(attacked)}); attacked / quiet {ratio['median']:.2f}x [{ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f}]")  # fmt: skip
-    print(f"failed requests: quiet {failures['quiet']}, attacked {failures['attacked']} "
-          f"(of {args.rounds * (args.requests + args.downloads)} each)")
+        print(
+            f"{unit:>16}: quiet median {_ms(quiet)} ms (min-max {_spread(quiet)}); attacked {_ms(attacked)} ms "
+            f"({_spread(attacked)}); attacked / quiet {ratio['median']:.2f}x [{ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f}]"
+        )
+    print(
+        f"failed requests: quiet {failures['quiet']}, attacked {failures['attacked']} "
+        f"(of {args.rounds * (args.requests + args.downloads)} each)"
+    )
     for n, line in enumerate(held):
         print(f"attacked round {n + 1}: {line}")
     print(f"server's open descriptors when attacked: {min(descriptors)}-{max(descriptors)}")
     lines = log.read_text(errors="replace").splitlines()
     others = [line for line in lines if not line.startswith('{"board"')]
-    print(f"server's log: {log_bytes} bytes, {len(lines) - len(others)} access lines (one per request) and "
-          f"{len(others)} others:")
+    print(
+        f"server's log: {log_bytes} bytes, {len(lines) - len(others)} access lines (one per request) and "
+        f"{len(others)} others:"
+    )
     for line in others[:12]:
         print("   ", line[:220])
 
@@ -178,8 +219,9 @@ def _round(base: str, context: ssl.SSLContext, token: str, version, args) -> tup
     """Seconds of each /v1/health and download of a round (a new connection each), and failures."""
     health, downloads, failed = [], [], 0
     expected = version.tarball.stat().st_size
-    tarball = urllib.request.Request(f"{base}/v1/artifacts/mlp/gw/v{version.version}.tar.gz",
-                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    tarball = urllib.request.Request(
+        f"{base}/v1/artifacts/mlp/gw/v{version.version}.tar.gz", headers={"Authorization": f"Bearer {token}"}
+    )
     every = max(1, args.requests // max(1, args.downloads))
     for n in range(args.requests):
         started = time.perf_counter()
@@ -254,22 +296,29 @@ async def _attacker(args, host: str, port: str, ca: str) -> None:
         tasks += [asyncio.create_task(_slowloris(host, int(port), context, stats)) for _ in range(args.slowloris)]
         while stats["open"] < args.idle and time.monotonic() - started < 60:
             await asyncio.sleep(0.1)
-        print(f"{stats['open']} idle and {stats['slowloris open']} slowloris connections open after "
-              f"{time.monotonic() - started:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"{stats['open']} idle and {stats['slowloris open']} slowloris connections open after "
+            f"{time.monotonic() - started:.1f} s",
+            flush=True,
+        )
         command = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
         held = stats["open"]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        print(f"{held} idle open; {stats['cut']} idle and {stats['slowloris cut']} slowloris connections cut, "
-              f"{stats['refused']} refused", flush=True)  # fmt: skip
+        print(
+            f"{held} idle open; {stats['cut']} idle and {stats['slowloris cut']} slowloris connections cut, "
+            f"{stats['refused']} refused",
+            flush=True,
+        )
         if command != "off":
             return
 
 
 async def _connect(host: str, port: int, context: ssl.SSLContext, source: str):
-    return await asyncio.open_connection(host, port, ssl=context, server_hostname=host, local_addr=(source, 0),
-                                         ssl_handshake_timeout=60)  # fmt: skip
+    return await asyncio.open_connection(
+        host, port, ssl=context, server_hostname=host, local_addr=(source, 0), ssl_handshake_timeout=60
+    )
 
 
 async def _idle(host: str, port: int, context: ssl.SSLContext, source: str, stats: dict) -> None:

@@ -66,7 +66,9 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     name, shape = ONNX_CNN_INPUT
     models = [{"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}]
     tuning = {"trials_per_task": args.trials_per_task, "trials_per_iter": args.trials_per_iter, "early_stop": None}
-    base = write_fleet_yaml(workdir, "bench-transport", {CLASS: PROFILE, JUMP_CLASS: PROFILE}, [MEASURED, *JUMPS], models, tuning)
+    base = write_fleet_yaml(
+        workdir, "bench-transport", {CLASS: PROFILE, JUMP_CLASS: PROFILE}, [MEASURED, *JUMPS], models, tuning
+    )
     fleets = {label: _variant(base, label, transport, jumps) for label, (transport, jumps) in TRANSPORTS.items()}
     order = [list(TRANSPORTS) if turn % 2 == 0 else list(reversed(TRANSPORTS)) for turn in range(args.turns)]
     rates: dict[str, list[float]] = {label: [] for label in TRANSPORTS}
@@ -134,15 +136,21 @@ def _one_run(fleet) -> tuple[int, float]:
 def _report(args, facts: str, rates: dict[str, list[float]], keeper_mb: list[float]) -> None:
     print()
     print(f"machine: {facts}; {load_now()}")
-    print(f"class {CLASS} ({PROFILE.name}), board {MEASURED.name} (quota 1.0), model cnn, "
-          f"{args.trials_per_task} trials per task in rounds of {args.trials_per_iter}, no early stop")
+    print(
+        f"class {CLASS} ({PROFILE.name}), board {MEASURED.name} (quota 1.0), model cnn, "
+        f"{args.trials_per_task} trials per task in rounds of {args.trials_per_iter}, no early stop"
+    )
     direct = statistics.median(rates["direct"])
     print(f"{'transport':<10} {'trials/min median':>18} {'min-max':>14} {'runs':>5} {'vs direct':>10}")
     for label, values in rates.items():
         median = statistics.median(values)
-        print(f"{label:<10} {median:>18.1f} {f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} {median / direct:>9.2f}x")
+        print(
+            f"{label:<10} {median:>18.1f} {f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} {median / direct:>9.2f}x"
+        )
     if keeper_mb:
-        print(f"keeper resident memory: median {statistics.median(keeper_mb):.0f} MB ({min(keeper_mb):.0f}-{max(keeper_mb):.0f})")
+        print(
+            f"keeper resident memory: median {statistics.median(keeper_mb):.0f} MB ({min(keeper_mb):.0f}-{max(keeper_mb):.0f})"
+        )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,11 @@ def main() -> None:
     parser.add_argument("--trials-per-iter", type=int, default=16)
     parser.add_argument("--population-a", type=int, default=128, help="setting A's fixed population")
     parser.add_argument("--settings", default="ABCD", help="which settings to run, e.g. D for the defaults alone")
-    parser.add_argument("--models", default="cnn",
-                        help="comma-separated: cnn (float), quantized (a QDQ block built with `quantized_weights: integer`)")
+    parser.add_argument(
+        "--models",
+        default="cnn",
+        help="comma-separated: cnn (float), quantized (a QDQ block built with `quantized_weights: integer`)",
+    )
     parser.add_argument("--profile", type=Path, default=PROFILE, help="the class's device profile")
     parser.add_argument("--keep-workdir", action="store_true")
     args = parser.parse_args()
@@ -114,11 +117,16 @@ def _model_entry(model: str, workdir: Path) -> dict:
         return {"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}
     if model == "quantized":
         sys.path.insert(0, str(REPO / "tests"))  # the tests' QDQ sample, quantized by onnxruntime
-        from onnx_samples import write_quantized_separable
+        from support.onnx_samples import write_quantized_separable
 
         write_quantized_separable(workdir / "quantized.onnx")
-        return {"name": "quantized", "onnx": "quantized.onnx", "layout": "NHWC", "quantized_weights": "integer",
-                "inputs": [{"name": "x", "shape": [1, 16, 8, 8], "dtype": "float32"}]}
+        return {
+            "name": "quantized",
+            "onnx": "quantized.onnx",
+            "layout": "NHWC",
+            "quantized_weights": "integer",
+            "inputs": [{"name": "x", "shape": [1, 16, 8, 8], "dtype": "float32"}],
+        }
     raise SystemExit(f"--models: unknown model {model!r}; known: cnn, quantized")
 
 
@@ -158,8 +166,14 @@ def _local_builder(artifact_dir: str, cross_compiler: str | None, max_workers: i
         def close(self) -> None:
             """LocalBuilder's pools end with each batch."""
 
-    return PoolPerBatch(ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=BUILD_TIMEOUT_S, f_build=FastBuild(),
-                                                f_export=SharedLibraryExport(artifact_dir, cross_compiler)))
+    return PoolPerBatch(
+        ms.builder.LocalBuilder(
+            max_workers=max_workers,
+            timeout_sec=BUILD_TIMEOUT_S,
+            f_build=FastBuild(),
+            f_export=SharedLibraryExport(artifact_dir, cross_compiler),
+        )
+    )
 
 
 def _one_run(fleet, model: str, setting: Setting) -> tuple[int, float, float, dict[str, float]]:
@@ -175,9 +189,12 @@ def _one_run(fleet, model: str, setting: Setting) -> tuple[int, float, float, di
     from edgetune.tune.tuner import TuneOptions, tune_class
 
     shutil.rmtree(ClassDatabasePaths.of(fleet.workdir, CLASS).directory, ignore_errors=True)
-    with (tuning(), ms.Profiler() as profiler,  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
-          mock.patch("edgetune.tune.tuner.make_builder", setting.builder),
-          mock.patch("edgetune.tune.tuner.make_runner", setting.runner)):
+    with (
+        tuning(),
+        ms.Profiler() as profiler,  # a SIGTERM or Ctrl-C asks for a stop, as in `tune`
+        mock.patch("edgetune.tune.tuner.make_builder", setting.builder),
+        mock.patch("edgetune.tune.tuner.make_runner", setting.runner),
+    ):
         result = tune_class(fleet, CLASS, TuneOptions(models=(model,), search=setting.search))
     if stop_requested():
         raise SystemExit("stopped during tuning")
@@ -204,21 +221,29 @@ def _report(args, facts, fleet, settings, rates, estimates, profiles, start_up_s
     per_iter = args.trials_per_iter
     print()
     print(f"machine: {facts}; {load_now()}")
-    print(f"fleet: class {CLASS} ({args.profile.name}), {len(fleet.boards)} simulated boards (quota 1.0), "
-          f"models {args.models} ({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)")
+    print(
+        f"fleet: class {CLASS} ({args.profile.name}), {len(fleet.boards)} simulated boards (quota 1.0), "
+        f"models {args.models} ({args.trials_per_task} trials per task, rounds of {per_iter}, no early stop)"
+    )
     print(f"class process start-up (spawn + import of the tuner), once: {start_up_s:.1f} s")
-    print(f"{'setting':<84} {'model':>10} {'trials/min median':>18} {'min-max':>14} {'runs':>5} "
-          f"{'best est. ms':>13} {'build s/trial':>14}")
+    print(
+        f"{'setting':<84} {'model':>10} {'trials/min median':>18} {'min-max':>14} {'runs':>5} "
+        f"{'best est. ms':>13} {'build s/trial':>14}"
+    )
     for (label, model), values in rates.items():
         setting = settings[label]
         search, builder = setting.search, "LocalBuilder" if setting.builder is _local_builder else "PooledBuilder"
         sessions = "session per candidate" if setting.runner is _session_per_candidate else "held sessions"
-        described = (f"{label}: population {search.population_for(per_iter)}, {builder}, {sessions}, "
-                     f"{search.threads()} search threads")
+        described = (
+            f"{label}: population {search.population_for(per_iter)}, {builder}, {sessions}, "
+            f"{search.threads()} search threads"
+        )
         trials, profile = profiles[label, model]
-        print(f"{described:<84} {model:>10} {statistics.median(values):>18.1f} "
-              f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} "
-              f"{statistics.median(estimates[label, model]):>13.3f} {profile.get('SendToBuilder', 0.0) / trials:>14.3f}")
+        print(
+            f"{described:<84} {model:>10} {statistics.median(values):>18.1f} "
+            f"{f'{min(values):.1f}-{max(values):.1f}':>14} {len(values):>5} "
+            f"{statistics.median(estimates[label, model]):>13.3f} {profile.get('SendToBuilder', 0.0) / trials:>14.3f}"
+        )
     for later, earlier in (("B", "A"), ("C", "B"), ("D", "C"), ("D", "A")):
         for model in {model for _, model in rates}:
             if (later, model) in rates and (earlier, model) in rates:

@@ -78,13 +78,21 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=96, help="tuning trials per model (default 96)")
     parser.add_argument("--repeats", type=int, default=15, help="timed repeats per block (default 15)")
-    parser.add_argument("--min-repeat-ms", type=float, default=50.0,
-                        help="each repeat loops the model for at least this long (default 50)")
+    parser.add_argument(
+        "--min-repeat-ms",
+        type=float,
+        default=50.0,
+        help="each repeat loops the model for at least this long (default 50)",
+    )
     parser.add_argument("--trials-per-iter", type=int, default=8, help="trials per tuning round (default 8)")
     parser.add_argument("--max-trials-per-task", type=int, default=48, help="default 48")
-    parser.add_argument("--time-limit", type=float, default=None,
-                        help="tuning.time_limit_s of the class (default: none; when it fires, edgetune's stop "
-                             "currently crashes MetaSchedule with 'Check failed: (!task->is_terminated)')")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="tuning.time_limit_s of the class (default: none; when it fires, edgetune's stop "
+        "currently crashes MetaSchedule with 'Check failed: (!task->is_terminated)')",
+    )
     parser.add_argument("--models", default="cnn,mobilenet-mini", help="comma list of cnn, mobilenet-mini")
     parser.add_argument("--keep-workdir", action="store_true", help="keep the fleet's workdir (databases, libraries)")
     return parser.parse_args()
@@ -103,11 +111,18 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     if "cnn" in wanted:
         make_cnn_onnx(workdir / "cnn.onnx")
         name, shape = ONNX_CNN_INPUT
-        models.append({"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]})
+        models.append(
+            {"name": "cnn", "onnx": "cnn.onnx", "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]}
+        )
     if "mobilenet-mini" in wanted:
         name, shape = MOBILENET_MINI_INPUT
-        models.append({"name": "mobilenet-mini", "builtin": "mobilenet-mini",
-                       "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}]})
+        models.append(
+            {
+                "name": "mobilenet-mini",
+                "builtin": "mobilenet-mini",
+                "inputs": [{"name": name, "shape": list(shape), "dtype": "float32"}],
+            }
+        )
     if not models:
         raise SystemExit("--models: nothing to do (known: cnn, mobilenet-mini)")
     tuning = {
@@ -134,15 +149,19 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
 def tune(fleet):
     from edgetune.tune.tuner import TuneOptions
 
-    say(f"tuning class {CLASS}: {budget_text(fleet)} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards")
+    say(
+        f"tuning class {CLASS}: {budget_text(fleet)} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards"
+    )
     started = time.monotonic()
     result = tune_or_stop(fleet, TuneOptions(borrow=False))
     elapsed = time.monotonic() - started
     (class_result,) = result.classes
     if not class_result.ok:
         raise SystemExit(f"tuning failed: {class_result.error}")
-    say(f"tuned: {class_result.trials_run} trials in {elapsed:.0f} s"
-        + (f" (stopped: {class_result.stopped})" if class_result.stopped else ""))
+    say(
+        f"tuned: {class_result.trials_run} trials in {elapsed:.0f} s"
+        + (f" (stopped: {class_result.stopped})" if class_result.stopped else "")
+    )
     return elapsed, class_result
 
 
@@ -152,9 +171,13 @@ def budget_text(fleet) -> str:
 
     policy = fleet.tuning
     if time_is_the_budget(policy, CLASS):
-        return f"time limit {policy.time_limit_s:g} s per class run, no trial budget, rounds of {policy.trials_per_iter}"
+        return (
+            f"time limit {policy.time_limit_s:g} s per class run, no trial budget, rounds of {policy.trials_per_iter}"
+        )
     rule, trials = policy.task_budget_rule(CLASS)
-    return (f"{trials} trials per task" if rule == "per_task" else f"{trials} trials") + f", {policy.trials_per_iter} per round"
+    return (
+        f"{trials} trials per task" if rule == "per_task" else f"{trials} trials"
+    ) + f", {policy.trials_per_iter} per round"
 
 
 def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = False) -> Built:
@@ -207,11 +230,23 @@ def build(fleet, model, workdir: Path, tuned: bool = True, bytecode: bool = Fals
         diff = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
         ok = all(np.allclose(g, e, rtol=MIRROR_RTOL, atol=MIRROR_ATOL) for g, e in zip(got, expected))
         ort_model = mirror if ok else None
-        note = (f"ONNX mirror of the built-in, same weights; host check vs edgetune's reference: "
-                f"max |diff| {diff:.2g} ({'ok' if ok else 'MISMATCH: onnxruntime not timed'})")
-    return Built(model, entry_function(mod), [inputs[i.name] for i in model.inputs], expected,
-                 rounding_spread(model, inputs), libraries,
-                 coverage.tuned, coverage.total, ort_model, note, imported.layout.line)
+        note = (
+            f"ONNX mirror of the built-in, same weights; host check vs edgetune's reference: "
+            f"max |diff| {diff:.2g} ({'ok' if ok else 'MISMATCH: onnxruntime not timed'})"
+        )
+    return Built(
+        model,
+        entry_function(mod),
+        [inputs[i.name] for i in model.inputs],
+        expected,
+        rounding_spread(model, inputs),
+        libraries,
+        coverage.tuned,
+        coverage.total,
+        ort_model,
+        note,
+        imported.layout.line,
+    )
 
 
 def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
@@ -229,8 +264,9 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
     staged = {}
     for b in built:
         if b.ort_model is not None:
-            staged[b.model.name] = stage_ort_files(board, b.ort_model, dict(zip([i.name for i in b.model.inputs], b.args)),
-                                                   b.model.name)
+            staged[b.model.name] = stage_ort_files(
+                board, b.ort_model, dict(zip([i.name for i in b.model.inputs], b.args)), b.model.name
+            )
     rows = []
     for round_no in range(1, ROUNDS + 1):
         order = ["tvm", "onnxruntime"]
@@ -243,7 +279,9 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
                     if b.model.name not in staged:
                         continue
                     remote_model, remote_npz = staged[b.model.name]
-                    timing = time_ort_on_board(board, remote_model, remote_npz, threads, args.repeats, args.min_repeat_ms)
+                    timing = time_ort_on_board(
+                        board, remote_model, remote_npz, threads, args.repeats, args.min_repeat_ms
+                    )
                     row["onnxruntime"] = timing.median_ms
                     row["ort_version"] = timing.version
                     row["ort_outputs"] = timing.outputs
@@ -264,7 +302,9 @@ def measure(fleet, board, built: list[Built], threads: int, args) -> list[dict]:
                     for label, result in runs.succeeded[board.name].items():
                         for other, results in runs.succeeded.items():
                             if other != board.name:
-                                row.setdefault("other_boards", {}).setdefault(label, {})[other] = results[label].timing.median_ms
+                                row.setdefault("other_boards", {}).setdefault(label, {})[other] = results[
+                                    label
+                                ].timing.median_ms
                         row[label] = result.timing.median_ms
                         row[f"{label}_outputs"] = [result.outputs[k] for k in sorted(result.outputs)]
                         say(f"round {round_no} {b.model.name:15s} {label:11s} {row[label]:9.3f} ms")
@@ -292,16 +332,30 @@ def print_report(args, facts, fleet, board, profile, threads, tune_s, class_resu
         b = by_model[row["model"]]
         untuned, tuned, ort = row.get("untuned"), row.get("tuned"), row.get("onnxruntime")
         summary = summaries.get(row["model"], {})
-        table.append([
-            row["round"], row["model"],
-            f"{untuned:.3f}", f"{tuned:.3f}", f"{ort:.3f}" if ort else "n/a",
-            f"{untuned / tuned:.1f}x",
-            f"{ort / tuned:.2f}" if ort else "n/a",
-            summary.get("trials", "?"),
-            f"{b.tasks_tuned}/{b.tasks_total}",
-        ])  # fmt: skip
-    headers = ["round", "model", "untuned ms", "tuned ms", "onnxruntime ms", "tuned/untuned speed-up",
-               "tuned vs ORT (ORT ms / tuned ms)", "trials", "kernels with record"]
+        table.append(
+            [
+                row["round"],
+                row["model"],
+                f"{untuned:.3f}",
+                f"{tuned:.3f}",
+                f"{ort:.3f}" if ort else "n/a",
+                f"{untuned / tuned:.1f}x",
+                f"{ort / tuned:.2f}" if ort else "n/a",
+                summary.get("trials", "?"),
+                f"{b.tasks_tuned}/{b.tasks_total}",
+            ]
+        )
+    headers = [
+        "round",
+        "model",
+        "untuned ms",
+        "tuned ms",
+        "onnxruntime ms",
+        "tuned/untuned speed-up",
+        "tuned vs ORT (ORT ms / tuned ms)",
+        "trials",
+        "kernels with record",
+    ]
     print()
     print("=" * 100)
     print(f"tuned vs untuned TVM vs onnxruntime, on simulated board {board.name} of class {CLASS}")
@@ -309,37 +363,57 @@ def print_report(args, facts, fleet, board, profile, threads, tune_s, class_resu
     print("=" * 100)
     print(tabulate(table, headers=headers, disable_numparse=True))
     print()
-    print("'tuned vs ORT' > 1: tuned TVM is faster than onnxruntime; < 1: slower. Times are medians of "
-          f"about {args.repeats} repeats per block; each row is one round of blocks (TVM: untuned and tuned "
-          f"interleaved in {TVM_TURNS} turns each; onnxruntime; round 2 in reverse order), with a pause between blocks.")
+    print(
+        "'tuned vs ORT' > 1: tuned TVM is faster than onnxruntime; < 1: slower. Times are medians of "
+        f"about {args.repeats} repeats per block; each row is one round of blocks (TVM: untuned and tuned "
+        f"interleaved in {TVM_TURNS} turns each; onnxruntime; round 2 in reverse order), with a pause between blocks."
+    )
     print()
     print("output checks (max |diff|, reference input):")
     for b in built:
         tuned_out = next((r.get("tuned_outputs") for r in rows if r["model"] == b.model.name), None)
-        ort_out = next((r.get("ort_outputs") for r in rows if r["model"] == b.model.name and r.get("ort_outputs")), None)
-        print(f"  {b.model.name}: tuned TVM on board vs edgetune reference {_max_diff(tuned_out, b.expected)}; "
-              f"onnxruntime on board vs tuned TVM on board {_max_diff(ort_out, tuned_out)}; onnxruntime runs {b.ort_note}")
-    others = [f"round {r['round']} {r['model']} {what} {name} {ms:.3f} ms"
-              for r in rows for what, per_board in r.get("other_boards", {}).items() for name, ms in per_board.items()]
+        ort_out = next(
+            (r.get("ort_outputs") for r in rows if r["model"] == b.model.name and r.get("ort_outputs")), None
+        )
+        print(
+            f"  {b.model.name}: tuned TVM on board vs edgetune reference {_max_diff(tuned_out, b.expected)}; "
+            f"onnxruntime on board vs tuned TVM on board {_max_diff(ort_out, tuned_out)}; onnxruntime runs {b.ort_note}"
+        )
+    others = [
+        f"round {r['round']} {r['model']} {what} {name} {ms:.3f} ms"
+        for r in rows
+        for what, per_board in r.get("other_boards", {}).items()
+        for name, ms in per_board.items()
+    ]
     if others:
         print("  TVM on the class's other board, same blocks (not in the table): " + "; ".join(others))
     ort_version = next((r["ort_version"] for r in rows if "ort_version" in r), "-")
     print()
     print("settings:")
-    print(f"  fleet: 1 class ({CLASS}, profile {PROFILE_AVX512.relative_to(PROFILE_AVX512.parents[1])}, "
-          f"target {profile.target_json()}), 2 simulated boards, cpu quota 1.0 each; timed on {board.name}")
-    print(f"  tuning: {fleet.tuning.trials_per_class} trials for the class ({args.trials} per model by weight), "
-          f"{fleet.tuning.trials_per_iter} per round, at most {fleet.tuning.max_trials_per_task} per task, "
-          f"time limit {f'{fleet.tuning.time_limit_s:g} s' if fleet.tuning.time_limit_s else 'none'}; spent {class_result.trials_run} trials in {tune_s:.0f} s"
-          + (f"; stopped early: {class_result.stopped}" if class_result.stopped else ""))
-    print(f"  timing: {threads} thread(s) for both (TVM_NUM_THREADS of the board's rpc_server; onnxruntime "
-          f"intra_op_num_threads, sequential); about {args.repeats} repeats of >= {args.min_repeat_ms:g} ms per block "
-          f"(TVM: {TVM_TURNS} interleaved turns per library); "
-          f"{PAUSE_S:g} s pause between blocks; {ROUNDS} rounds")
-    print("  TVM: relax.build(exec_mode='compiled'), weights pre-packed, run by the board's rpc_server through the "
-          "tracker (time_evaluator of invoke_stateful)")
-    print(f"  onnxruntime {ort_version}: CPUExecutionProvider, default graph optimizations, python process started "
-          "over SSH in the board's namespace and cgroup, time.perf_counter loop")
+    print(
+        f"  fleet: 1 class ({CLASS}, profile {PROFILE_AVX512.relative_to(PROFILE_AVX512.parents[1])}, "
+        f"target {profile.target_json()}), 2 simulated boards, cpu quota 1.0 each; timed on {board.name}"
+    )
+    print(
+        f"  tuning: {fleet.tuning.trials_per_class} trials for the class ({args.trials} per model by weight), "
+        f"{fleet.tuning.trials_per_iter} per round, at most {fleet.tuning.max_trials_per_task} per task, "
+        f"time limit {f'{fleet.tuning.time_limit_s:g} s' if fleet.tuning.time_limit_s else 'none'}; spent {class_result.trials_run} trials in {tune_s:.0f} s"
+        + (f"; stopped early: {class_result.stopped}" if class_result.stopped else "")
+    )
+    print(
+        f"  timing: {threads} thread(s) for both (TVM_NUM_THREADS of the board's rpc_server; onnxruntime "
+        f"intra_op_num_threads, sequential); about {args.repeats} repeats of >= {args.min_repeat_ms:g} ms per block "
+        f"(TVM: {TVM_TURNS} interleaved turns per library); "
+        f"{PAUSE_S:g} s pause between blocks; {ROUNDS} rounds"
+    )
+    print(
+        "  TVM: relax.build(exec_mode='compiled'), weights pre-packed, run by the board's rpc_server through the "
+        "tracker (time_evaluator of invoke_stateful)"
+    )
+    print(
+        f"  onnxruntime {ort_version}: CPUExecutionProvider, default graph optimizations, python process started "
+        "over SSH in the board's namespace and cgroup, time.perf_counter loop"
+    )
 
 
 if __name__ == "__main__":

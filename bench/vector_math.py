@@ -1,5 +1,5 @@
 """Question: how much faster are element-wise kernels whose math function edgetune legalizes
-with its vector approximations (edgetune.compiler.fast_math: exp, erf, tanh, log) than with TVM's
+with its vector approximations (edgetune.compiler.relax.fast_math: exp, erf, tanh, log) than with TVM's
 own legalization, which calls libm per lane (`erff`, `logf`, `expf`; TVM's tanh is built on
 `expf`)? And how far from float64 NumPy are the approximations? Issue 29: a real model's GELU
 epilogue computed `erff` per lane at 15-70 GFLOP/s.
@@ -41,7 +41,7 @@ from tvm.s_tir import meta_schedule as ms
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import machine_facts, round_ratio, sample_seconds, say  # noqa: E402
 
-from edgetune.compiler import fast_math  # noqa: E402
+from edgetune.compiler.relax import fast_math  # noqa: E402
 from edgetune.tune.candidate_builder import make_builder  # noqa: E402
 
 SHAPE = (1, 64, 56, 56)
@@ -66,11 +66,15 @@ ACCURACY_RANGES = [(1e-45, 1e-30), (1e-30, 1e-3), (1e-3, 0.5), (0.5, 1), (1, 2),
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mcpu", default="x86-64-v3", choices=sorted(VECTOR_WIDTH), help="LLVM CPU (default x86-64-v3)")
+    parser.add_argument(
+        "--mcpu", default="x86-64-v3", choices=sorted(VECTOR_WIDTH), help="LLVM CPU (default x86-64-v3)"
+    )
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--samples", type=int, default=3, help="samples per kernel and round (default 3)")
     parser.add_argument("--sample-ms", type=float, default=50.0, help="each sample loops this long (default 50)")
-    parser.add_argument("--tuned-conv", type=int, default=0, metavar="N", help="also conv + GELU tuned with N trials each")
+    parser.add_argument(
+        "--tuned-conv", type=int, default=0, metavar="N", help="also conv + GELU tuned with N trials each"
+    )
     parser.add_argument("--accuracy", action="store_true", help="measure the element functions' errors too")
     parser.add_argument("--fit", action="store_true", help="print the fitted coefficients and stop")
     return parser.parse_args()
@@ -119,8 +123,10 @@ def interleaved(libm_call, fast_call, args: argparse.Namespace) -> tuple[float, 
 
 
 def ratio_text(ratio: dict) -> str:
-    return (f"speed-up {ratio['median']:5.2f}x (95 % CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f}, "
-            f"rounds {min(ratio['per_round']):.2f}-{max(ratio['per_round']):.2f})")
+    return (
+        f"speed-up {ratio['median']:5.2f}x (95 % CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f}, "
+        f"rounds {min(ratio['per_round']):.2f}-{max(ratio['per_round']):.2f})"
+    )
 
 
 def compare_speed(name: str, op, args: argparse.Namespace) -> None:
@@ -135,8 +141,10 @@ def compare_speed(name: str, op, args: argparse.Namespace) -> None:
     difference = float(np.max(np.abs(outputs[libm].numpy() - outputs[fast].numpy())))
     libm_s, fast_s, ratio = interleaved(lambda: libm(x, outputs[libm]), lambda: fast(x, outputs[fast]), args)
     per_element = 1e9 / math.prod(SHAPE)
-    say(f"{name:11s} libm {libm_s * per_element:6.2f} ns/element  vector {fast_s * per_element:5.2f} ns/element  "
-        f"{ratio_text(ratio)}  max |difference| {difference:.2g}")
+    say(
+        f"{name:11s} libm {libm_s * per_element:6.2f} ns/element  vector {fast_s * per_element:5.2f} ns/element  "
+        f"{ratio_text(ratio)}  max |difference| {difference:.2g}"
+    )
 
 
 def conv_gelu(fast: bool, mcpu: str) -> tvm.IRModule:
@@ -159,10 +167,16 @@ def tuned_build(mod: tvm.IRModule, mcpu: str, trials: int, work_dir: str):
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(tasks, work_dir=work_dir, num_threads=1, seed=0)
     database = ms.database.MemoryDatabase()
     ms.tune.tune_tasks(
-        tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=work_dir, max_trials_global=trials * len(tasks),
-        max_trials_per_task=trials, num_trials_per_iter=min(trials, 16), builder=make_builder(work_dir, None, 1),
-        runner=ms.runner.LocalRunner(), database=database,
-    )  # fmt: skip
+        tasks=contexts,
+        task_weights=[1.0] * len(tasks),
+        work_dir=work_dir,
+        max_trials_global=trials * len(tasks),
+        max_trials_per_task=trials,
+        num_trials_per_iter=min(trials, 16),
+        builder=make_builder(work_dir, None, 1),
+        runner=ms.runner.LocalRunner(),
+        database=database,
+    )
     with target(mcpu), database:
         applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=True)(mod)
     return relax.VirtualMachine(relax.build(applied, target=target(mcpu)), tvm.cpu())["main"]
@@ -170,13 +184,18 @@ def tuned_build(mod: tvm.IRModule, mcpu: str, trials: int, work_dir: str):
 
 def compare_tuned_conv(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as work:
-        libm, fast = (tuned_build(conv_gelu(flag, args.mcpu), args.mcpu, args.tuned_conv, f"{work}/{flag}") for flag in (False, True))
+        libm, fast = (
+            tuned_build(conv_gelu(flag, args.mcpu), args.mcpu, args.tuned_conv, f"{work}/{flag}")
+            for flag in (False, True)
+        )
     x = tvm.runtime.tensor(np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32))
     difference = float(np.max(np.abs(libm(x).numpy() - fast(x).numpy())))
     libm_s, fast_s, ratio = interleaved(lambda: libm(x), lambda: fast(x), args)
     gflop = 2 * math.prod(CONV_WEIGHT) * SHAPE[2] * SHAPE[3] / 1e9
-    say(f"conv 3x3 64->64 @56x56 + GELU, {args.tuned_conv} trials each: libm {gflop / libm_s:5.1f} GFLOP/s  "
-        f"vector {gflop / fast_s:5.1f} GFLOP/s  {ratio_text(ratio)}  max |difference| {difference:.2g}")
+    say(
+        f"conv 3x3 64->64 @56x56 + GELU, {args.tuned_conv} trials each: libm {gflop / libm_s:5.1f} GFLOP/s  "
+        f"vector {gflop / fast_s:5.1f} GFLOP/s  {ratio_text(ratio)}  max |difference| {difference:.2g}"
+    )
 
 
 def element_kernel(element, mcpu: str, length: int) -> tvm.runtime.Module:
@@ -224,8 +243,14 @@ def print_fits() -> None:
         "ERF_NEAR_ZERO": (lambda x: erf(x) / x, 1e-9, 1.0, 6, lambda x: x * x, 0.0),
         "ERFC_SCALED_TAIL": (lambda x: erfc(x) * np.exp(x * x), 1.0, 4.0, 10, lambda x: 1 / x, 0.0),
         "TANH_NEAR_ZERO": (lambda x: (np.tanh(x) / x - 1) / (x * x), 1e-4, 0.625, 4, lambda x: x * x, 0.0),
-        "LOG1P_CUBIC_TERM": (lambda f: (np.log1p(f) - f + f * f / 2) / f**3, math.sqrt(0.5) - 1, math.sqrt(2) - 1, 8,
-                             lambda f: f, 1e-3),
+        "LOG1P_CUBIC_TERM": (
+            lambda f: (np.log1p(f) - f + f * f / 2) / f**3,
+            math.sqrt(0.5) - 1,
+            math.sqrt(2) - 1,
+            8,
+            lambda f: f,
+            1e-3,
+        ),
     }
     for name, (function, low, high, degree, variable, checked_from) in fits.items():
         with np.errstate(all="ignore"):  # the log1p term is 0/0 at f = 0
@@ -239,8 +264,10 @@ def main() -> None:
         print_fits()
         return
     say(machine_facts())
-    say(f"target llvm -mcpu={args.mcpu}, {VECTOR_WIDTH[args.mcpu]} lanes, 1 thread, {math.prod(SHAPE)} float32 per call; "
-        f"{args.rounds} rounds x {args.samples} samples x >= {args.sample_ms:g} ms, interleaved")
+    say(
+        f"target llvm -mcpu={args.mcpu}, {VECTOR_WIDTH[args.mcpu]} lanes, 1 thread, {math.prod(SHAPE)} float32 per call; "
+        f"{args.rounds} rounds x {args.samples} samples x >= {args.sample_ms:g} ms, interleaved"
+    )
     for name, op in OPERATORS.items():
         compare_speed(name, op, args)
     if args.tuned_conv:

@@ -41,8 +41,19 @@ def main() -> int:
         outputs = model.run(**given)
         ms = (time.perf_counter() - started) * 1e3
         check = model.check(outputs)
-        print(json.dumps({"call": call, "time": time.time(), "version": version, "ms": round(ms, 3),
-                          "ok": check.ok, "max_abs_error": check.max_abs_error}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "call": call,
+                    "time": time.time(),
+                    "version": version,
+                    "ms": round(ms, 3),
+                    "ok": check.ok,
+                    "max_abs_error": check.max_abs_error,
+                }
+            ),
+            flush=True,
+        )
         if args.once:
             return 0 if check.ok else 1
         call += 1

@@ -13,6 +13,7 @@ machine never collide.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import sys
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fleet_marker import starts_fleet
-from quick_profiles import quick_profiles
-from quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)
-from sim_checks import running
-from worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
+from support.fleet_marker import starts_fleet
+from support.quick_profiles import quick_profiles
+from support.quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)
+from support.sim_checks import running
+from support.worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8
@@ -76,14 +77,29 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark `fleet` every test that needs a fixture marked `starts_fleet` (tests/fleet_marker.py);
+    """Mark `fleet` every test that needs a fixture marked `starts_fleet` (tests/support/fleet_marker.py);
     under pytest-xdist, tell the controller which tests share a worker (worker_groups.py)."""
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)
-        if definitions and any(getattr(d.func, "starts_fleet", False)
-                               for defs in definitions.name2fixturedefs.values() for d in defs):
+        if definitions and any(
+            getattr(d.func, "starts_fleet", False) for defs in definitions.name2fixturedefs.values() for d in defs
+        ):
             item.add_marker(pytest.mark.fleet)
     record_groups(config, items)
+
+
+@pytest.fixture(autouse=True)
+def _no_console_log_after_the_test():
+    """The console handler `edgetune.cli.main()` puts on the root logger, taken off when the test
+    ends: left on, it prints every later record of any thread (the artifact server's access log,
+    paramiko's transport errors) to the terminal between the dots; without it, a record goes to
+    the captured log of the test it comes in, shown only if that test fails."""
+    yield
+    cli = sys.modules.get("edgetune.cli")  # not imported here: most tests never load the CLI
+    if cli is not None:
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if h.get_name() == cli.CONSOLE_HANDLER]:
+            root.removeHandler(handler)
 
 
 def _take_slot(lock_dir: Path):
@@ -107,8 +123,13 @@ def write_fleet_yaml(directory: Path, slot: int) -> Path:
     path = directory / "fleet.yaml"
     path.write_text(
         FLEET_YAML.format(
-            slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, deploy_port=8470 + slot,
-            profiles=quick_profiles(directory / "device_profiles"), python=sys.executable,
+            slot=slot,
+            subnet=9 + slot,
+            port=9290 + 10 * slot,
+            port_end=9299 + 10 * slot,
+            deploy_port=8470 + slot,
+            profiles=quick_profiles(directory / "device_profiles"),
+            python=sys.executable,
         )
     )
     return path

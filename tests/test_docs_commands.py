@@ -191,7 +191,11 @@ def test_the_checker_names_each_made_up_verb_flag_and_target():
 
 def test_the_checker_reads_blocks_as_a_shell_would():
     commands = command_lines("A=1 edgetune check -f 'my fleet.yaml' && make plan  # plan\nedgetune sim up &\n")
-    assert commands == [["A=1", "edgetune", "check", "-f", "my fleet.yaml"], ["make", "plan"], ["edgetune", "sim", "up"]]
+    assert commands == [
+        ["A=1", "edgetune", "check", "-f", "my fleet.yaml"],
+        ["make", "plan"],
+        ["edgetune", "sim", "up"],
+    ]
     assert edgetune_arguments(commands[0]) == ["check", "-f", "my fleet.yaml"]
     assert problems("```sh\nedgetune plan --json\nmake test\n```\n") == []
 

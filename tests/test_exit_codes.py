@@ -37,14 +37,33 @@ CLI_DOC = ROOT / "docs" / "cli.md"
 
 # Every verb (and action) that reads the inventory, with the arguments it needs besides `-f`.
 READS_THE_INVENTORY = {
-    "check": [], "plan": [],
-    "sim up": [], "sim down": [], "sim firmware": ["gw-a1", "--version", "2"],
-    "fleet up": [], "fleet status": [], "fleet down": [], "fleet trust": ["gw-a1"], "fleet reset-serial": [],
-    "tune": [], "keys init": [], "keys rotate": ["decision"], "keys revoke": ["0123456789abcdef"], "keys list": [],
-    "build": [], "verify": ["artifacts"],  # no --public-key: the inventory's artifacts.public_key
-    "profile": ["mlp"], "tune-fleet": [], "serve": [], "pull": ["gw-a1"], "rollout": ["--model", "mlp"],
-    "timer install": [], "timer remove": [], "regress": [], "report": [],
-}  # fmt: skip
+    "check": [],
+    "plan": [],
+    "sim up": [],
+    "sim down": [],
+    "sim firmware": ["gw-a1", "--version", "2"],
+    "fleet up": [],
+    "fleet status": [],
+    "fleet down": [],
+    "fleet trust": ["gw-a1"],
+    "fleet reset-serial": [],
+    "tune": [],
+    "keys init": [],
+    "keys rotate": ["decision"],
+    "keys revoke": ["0123456789abcdef"],
+    "keys list": [],
+    "build": [],
+    "verify": ["artifacts"],  # no --public-key: the inventory's artifacts.public_key
+    "profile": ["mlp"],
+    "tune-fleet": [],
+    "serve": [],
+    "pull": ["gw-a1"],
+    "rollout": ["--model", "mlp"],
+    "timer install": [],
+    "timer remove": [],
+    "regress": [],
+    "report": [],
+}
 # `import` reads `-f` only for a measured trial rate: an inventory that does not load is a note in its output.
 OTHER_VERBS = {"import": ["model.onnx"]}
 
@@ -79,11 +98,7 @@ def documented() -> tuple[dict[int, list[str]], dict[str, set[int]]]:
     """({code: the error types of its row}, {verb: its codes}) from docs/cli.md."""
     codes_table, verbs_table = _tables(_section(CLI_DOC.read_text(), "Exit codes"))
     codes = {int(row[0]): _code_names(row[2]) for row in codes_table}
-    verbs = {
-        verb: {int(code) for code in row[1].split(",")}
-        for row in verbs_table
-        for verb in _code_names(row[0])
-    }
+    verbs = {verb: {int(code) for code in row[1].split(",")} for row in verbs_table for verb in _code_names(row[0])}
     return codes, verbs
 
 
@@ -107,11 +122,15 @@ def test_the_documented_codes_are_those_main_returns():
         error_type.__name__: code for error_type, code in EXIT_CODES.items()
     }
     assert set(codes) == {0, USAGE, *EXIT_CODES.values()}
-    assert codes[0] == [] and USAGE == EXIT_CODES[InventoryError] == 2  # argparse's refusal and an invalid inventory share 2
+    assert (
+        codes[0] == [] and USAGE == EXIT_CODES[InventoryError] == 2
+    )  # argparse's refusal and an invalid inventory share 2
 
 
 def test_every_error_type_of_edgetune_errors_has_its_code_and_no_subclass_sets_another():
-    defined = {obj for obj in vars(edgetune.errors).values() if isinstance(obj, type) and issubclass(obj, EdgetuneError)}
+    defined = {
+        obj for obj in vars(edgetune.errors).values() if isinstance(obj, type) and issubclass(obj, EdgetuneError)
+    }
     assert defined <= set(EXIT_CODES)
     assert all(error_type.exit_code == code for error_type, code in EXIT_CODES.items() if error_type in defined)
     setters = []
@@ -120,9 +139,12 @@ def test_every_error_type_of_edgetune_errors_has_its_code_and_no_subclass_sets_a
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
-                setters += [f"{path.relative_to(ROOT)}:{node.name}" for statement in node.body
-                            if isinstance(statement, (ast.Assign, ast.AnnAssign))
-                            and "exit_code" in ast.unparse(statement).split("=")[0]]  # fmt: skip
+                setters += [
+                    f"{path.relative_to(ROOT)}:{node.name}"
+                    for statement in node.body
+                    if isinstance(statement, (ast.Assign, ast.AnnAssign))
+                    and "exit_code" in ast.unparse(statement).split("=")[0]
+                ]
     assert setters == [], "an error type with a code of its own: give it its base's (docs/cli.md, Exit codes)"
 
 
@@ -131,7 +153,13 @@ def test_a_subclass_takes_its_base_types_code():
         pass
 
     assert exit_code(Unreachable("x")) == 3 and exit_code(Interrupted("x")) == exit_code(KeyboardInterrupt()) == 130
-    assert [exit_code(t("x")) for t in (EdgetuneError, InventoryError, TuneError, ArtifactError, DeployError)] == [1, 2, 4, 5, 6]
+    assert [exit_code(t("x")) for t in (EdgetuneError, InventoryError, TuneError, ArtifactError, DeployError)] == [
+        1,
+        2,
+        4,
+        5,
+        6,
+    ]
 
 
 def test_every_verb_has_a_row_and_every_verb_is_tried_here():
@@ -254,16 +282,29 @@ def _tuning(ok: bool):
 
 
 def _build(ok: bool):
-    return SimpleNamespace(ok=ok, table=lambda: "", layouts=lambda: [], warnings=lambda: [],
-                           failures=lambda: [] if ok else ["mlp for gateway-v2: outputs differ"])  # fmt: skip
+    return SimpleNamespace(
+        ok=ok,
+        table=lambda: "",
+        layouts=lambda: [],
+        warnings=lambda: [],
+        failures=lambda: [] if ok else ["mlp for gateway-v2: outputs differ"],
+    )
 
 
 @pytest.mark.parametrize(
     ("failed_boards", "tuning_ok", "build_ok", "expected"),
-    [({}, True, True, 0), ({"gw-b1": "gw-b1: unreachable"}, True, True, 3), ({"gw-b1": "gw-b1: unreachable"}, False, False, 3),
-     ({}, False, True, 4), ({}, False, False, 4), ({}, True, False, 5)],
-)  # fmt: skip
-def test_tune_fleet_returns_the_code_of_the_first_stage_that_failed(cli, fleet, monkeypatch, failed_boards, tuning_ok, build_ok, expected):
+    [
+        ({}, True, True, 0),
+        ({"gw-b1": "gw-b1: unreachable"}, True, True, 3),
+        ({"gw-b1": "gw-b1: unreachable"}, False, False, 3),
+        ({}, False, True, 4),
+        ({}, False, False, 4),
+        ({}, True, False, 5),
+    ],
+)
+def test_tune_fleet_returns_the_code_of_the_first_stage_that_failed(
+    cli, fleet, monkeypatch, failed_boards, tuning_ok, build_ok, expected
+):
     from edgetune.pipeline import PipelineResult
 
     result = PipelineResult(failed_boards=failed_boards, tuning=_tuning(tuning_ok), build=_build(build_ok))
@@ -281,9 +322,17 @@ def _verdict(board: str, verdict: str):
 
 @pytest.mark.parametrize(
     ("verdicts", "expected"),
-    [(["ok", "faster"], 0), ([], 0), (["ok", "unreachable"], 3), (["not_deployed"], 6), (["unreachable", "not_deployed"], 3),
-     (["slower", "unreachable", "not_deployed"], 5), (["wrong_output"], 5), (["load_failed", "ok"], 5)],
-)  # fmt: skip
+    [
+        (["ok", "faster"], 0),
+        ([], 0),
+        (["ok", "unreachable"], 3),
+        (["not_deployed"], 6),
+        (["unreachable", "not_deployed"], 3),
+        (["slower", "unreachable", "not_deployed"], 5),
+        (["wrong_output"], 5),
+        (["load_failed", "ok"], 5),
+    ],
+)
 def test_regress_returns_the_code_of_its_worst_verdict(cli, fleet, monkeypatch, verdicts, expected):
     from edgetune.regress.check import RegressReport
 
@@ -311,7 +360,11 @@ def test_a_verbs_failed_result_returns_the_code_of_its_kind(cli, fleet, monkeypa
     from edgetune.fleet import GroupResult
 
     if result in ("failed", "succeeded"):
-        result = GroupResult(failed={"gw-b1": "gw-b1: unreachable"}) if result == "failed" else GroupResult(succeeded={"gw-b1": None})
+        result = (
+            GroupResult(failed={"gw-b1": "gw-b1: unreachable"})
+            if result == "failed"
+            else GroupResult(succeeded={"gw-b1": None})
+        )
     monkeypatch.setattr(target, lambda *args, **kwargs: result)
     code, _, err = cli(*argv, "-f", fleet)
     assert code == expected, err
@@ -320,14 +373,20 @@ def test_a_verbs_failed_result_returns_the_code_of_its_kind(cli, fleet, monkeypa
 
 @pytest.mark.parametrize(
     ("argv", "checked"),
-    [(["--select", "class=gateway-v2"], ["gw-b1", "gw-b2"]), (["--select", "board=gw-a2"], ["gw-a2"]),
-     (["--class", "gateway-avx2", "--select", "board=gw-a1"], ["gw-a1"])],
-)  # fmt: skip
+    [
+        (["--select", "class=gateway-v2"], ["gw-b1", "gw-b2"]),
+        (["--select", "board=gw-a2"], ["gw-a2"]),
+        (["--class", "gateway-avx2", "--select", "board=gw-a1"], ["gw-a1"]),
+    ],
+)
 def test_regress_checks_the_selected_boards_only(cli, fleet, monkeypatch, argv, checked):
     from edgetune.regress.check import RegressReport
 
     seen = []
-    monkeypatch.setattr("edgetune.regress.check.regress", lambda fleet, boards, classes, *rest: seen.append((boards, classes)) or RegressReport(()))
+    monkeypatch.setattr(
+        "edgetune.regress.check.regress",
+        lambda fleet, boards, classes, *rest: seen.append((boards, classes)) or RegressReport(()),
+    )
     code, _, err = cli("regress", "-f", fleet, *argv)
     assert code == 0 and seen == [(checked, [])], err
     code, _, err = cli("regress", "-f", fleet, "--class", "gateway-avx2", "--select", "board=gw-b1")

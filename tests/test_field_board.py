@@ -1,8 +1,8 @@
 """A board edgetune did not make, through the whole flow: fleet up, tune, build, rollout, regress
 and rollback.
 
-The field board is a network namespace with its own OpenSSH server (tests/netns_hosts.py) whose
-Python is a board image (tests/board_image.py: the TVM runtime, numpy, cryptography, psutil,
+The field board is a network namespace with its own OpenSSH server (tests/support/netns_hosts.py) whose
+Python is a board image (tests/support/board_image.py: the TVM runtime, numpy, cryptography, psutil,
 cloudpickle; nothing of edgetune, not the host's venv). fleet.yaml declares it as an ordinary
 board (address, python, workdir), not `simulated:`, and its host key is trusted with `fleet
 trust`, as an operator would. The flow's steps are module fixtures, each on the one before
@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import paramiko
 import pytest
-from artifact_server import RunningServer
-from board_image import board_image, image_without
-from deploy_support import republish
-from netns_hosts import add_bridge, keygen, remove_bridge, start_host, stop_host
-from quick_profiles import quick_profiles
-from quiet_host import quiet_host
+from support.artifact_server import RunningServer
+from support.board_image import board_image, image_without
+from support.deploy_support import republish
+from support.netns_hosts import add_bridge, keygen, remove_bridge, start_host, stop_host
+from support.quick_profiles import quick_profiles
+from support.quiet_host import quiet_host
 
 from edgetune.fleet.agent_bundle import agent_argv, agent_bundle, agent_root, bundle_path
 from edgetune.fleet.ssh import BoardSession, fingerprint
@@ -93,12 +93,27 @@ def field(sim_slot, tmp_path_factory):
     add_bridge(bridge, f"{net}.1", 24)
     host = None
     try:
-        host = start_host("field-1", f"edgetune-field-t{sim_slot}", f"{net}.31", 24, root / "board-sshd",
-                          (root / "keys" / "operator_ed25519.pub").read_text(), bridge=bridge)  # fmt: skip
-        (root / "fleet.yaml").write_text(FLEET_YAML.format(
-            slot=sim_slot, net=net, port=9295 + 10 * sim_slot, port_end=9299 + 10 * sim_slot,
-            profiles=quick_profiles(root / "device_profiles", ("x86-64-v3",)), python=image / "bin" / "python",
-            board_dir=root / "board-fs", deploy_port=8490 + sim_slot))  # fmt: skip
+        host = start_host(
+            "field-1",
+            f"edgetune-field-t{sim_slot}",
+            f"{net}.31",
+            24,
+            root / "board-sshd",
+            (root / "keys" / "operator_ed25519.pub").read_text(),
+            bridge=bridge,
+        )
+        (root / "fleet.yaml").write_text(
+            FLEET_YAML.format(
+                slot=sim_slot,
+                net=net,
+                port=9295 + 10 * sim_slot,
+                port_end=9299 + 10 * sim_slot,
+                profiles=quick_profiles(root / "device_profiles", ("x86-64-v3",)),
+                python=image / "bin" / "python",
+                board_dir=root / "board-fs",
+                deploy_port=8490 + sim_slot,
+            )
+        )
         made = fingerprint(paramiko.PKey.from_path(host.host_key))  # as read off the board's console
         assert main(["fleet", "trust", "field-1", "--fingerprint", made, "-f", str(root / "fleet.yaml")]) == 0
         yield Field(load_fleet(root / "fleet.yaml"), host, image)
@@ -136,7 +151,11 @@ def test_the_preflight_probe_reads_the_boards_cpu_and_names_the_profile_of_a_zen
     with BoardSession(field.fleet.board("field-1")) as session:
         facts = probes.probe(session, field.fleet, import_runtime=True)
     cpu = host_cpu()
-    assert (facts.cpu_vendor, facts.cpu_family, set(facts.cpu_flags)) == (cpu["vendor_id"], cpu["cpu family"], set(cpu["flags"].split()))
+    assert (facts.cpu_vendor, facts.cpu_family, set(facts.cpu_flags)) == (
+        cpu["vendor_id"],
+        cpu["cpu family"],
+        set(cpu["flags"].split()),
+    )
     advice = probes.datapath_advice(field.fleet.board("field-1"), {"kind": "llvm", "mcpu": "icelake-server"}, facts)
     zen4 = cpu["vendor_id"] == "AuthenticAMD" and cpu["cpu family"] == "25" and "avx512f" in cpu["flags"].split()
     assert (advice is not None) == zen4, advice
@@ -197,7 +216,10 @@ def test_fleet_up_delivers_the_agent_bundle_and_the_board_registers(field, up):
     assert up.ok, up.failed
     board = field.fleet.board("field-1")
     copy = Path(bundle_path(board))
-    assert copy.parent == Path(agent_root(board)) and hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
+    assert (
+        copy.parent == Path(agent_root(board))
+        and hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
+    )
     before = copy.stat().st_mtime_ns
     assert fleet_up(field.fleet).ok
     assert copy.stat().st_mtime_ns == before  # the same bundle is not uploaded again
@@ -215,26 +237,37 @@ def test_tune_and_build_measure_on_the_field_board(field, built):
 
 
 def test_a_board_without_onnxruntime_runs_the_build_without_comparing_against_it(field, built, tmp_path):
-    from onnx_samples import qdq_model
+    from support.onnx_samples import qdq_model
 
-    from edgetune.artifact.measure import OnnxRuntimeModel, compare_on_board, onnxruntime_on_board
+    from edgetune.artifact.measure import RUNTIMES, OnnxModel, compare_on_board, runtime_on_board
     from edgetune.artifact.store import ArtifactStore
-    from edgetune.artifact_format.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
+    from edgetune.artifact_format.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME, Tolerance
     from edgetune.artifact_format.reference import read_npz
     from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 
     fleet = field.fleet
     stored = ArtifactStore(fleet.artifacts.dir).latest(MODEL, "field-x86")
     args = list(read_npz(stored.path / REFERENCE_INPUT_NAME).values())
-    onnx = OnnxRuntimeModel(qdq_model(tmp_path / "vad-int8.onnx"), {"x": np.zeros((1, 512), np.float32)})
+    onnx = OnnxModel(
+        qdq_model(tmp_path / "vad-int8.onnx"), {"x": np.zeros((1, 512), np.float32)}, {}, Tolerance(1e-4, 1e-5)
+    )
     measurement = fleet.device_class("field-x86").profile.measurement
     with board_sessions(rpc_endpoint(fleet, "field-x86"), fleet.boards) as (sessions, failed):
         assert not failed, failed
-        assert onnxruntime_on_board(sessions["field-1"]) == ""  # the board image has no onnxruntime
-        runs = compare_on_board(sessions["field-1"], {"tuned": stored.path / LIBRARY_NAME}, stored.manifest.entry.function,
-                                args, measurement, onnx)  # fmt: skip
+        assert [runtime_on_board(sessions["field-1"], name) for name in RUNTIMES] == [
+            "",
+            "",
+        ]  # the board image has neither
+        runs = compare_on_board(
+            sessions["field-1"],
+            {"tuned": stored.path / LIBRARY_NAME},
+            stored.manifest.entry.function,
+            args,
+            measurement,
+            onnx,
+        )
     assert list(runs) == ["tuned"] and runs["tuned"].timing.samples > 0
-    assert all(board.onnxruntime is None for board in stored.manifest.boards)
+    assert all(board.onnxruntime is None and board.openvino is None for board in stored.manifest.boards)
 
 
 def agent(fleet, verb: str, *args: str) -> dict:
@@ -266,7 +299,9 @@ def test_a_tampered_bundle_is_refused_then_replaced_before_the_agent_runs(served
     board = fleet.board("field-1")
     copy = Path(bundle_path(board))
     copy.write_bytes(copy.read_bytes() + b"\0tampered")
-    refused = on_board(fleet, shlex.join(agent_argv(board, "--root", agent_root(board), "status", "--json")), check=False)
+    refused = on_board(
+        fleet, shlex.join(agent_argv(board, "--root", agent_root(board), "status", "--json")), check=False
+    )
     assert refused.exit_status != 0 and "refused, not run" in refused.stderr and refused.stdout == ""
     assert agent(fleet, "status")["models"][MODEL]["version"] == 1  # the host replaced it first
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == agent_bundle().sha256
@@ -284,8 +319,11 @@ def test_rollout_of_a_second_version_then_rollback_on_the_field_board(served):
     log = f"{board.workdir}/app.log"
     with BoardSession(board) as session:
         session.put_file(f"{board.workdir}/app.py", (REPO / "examples" / "app.py").read_bytes())
-    started = on_board(fleet, f"nohup {shlex.quote(board.python)} -I {board.workdir}/app.py --workdir {board.workdir} "
-                              f"--model {MODEL} --seconds 600 < /dev/null > {log} 2>&1 & echo $!")  # fmt: skip
+    started = on_board(
+        fleet,
+        f"nohup {shlex.quote(board.python)} -I {board.workdir}/app.py --workdir {board.workdir} "
+        f"--model {MODEL} --seconds 600 < /dev/null > {log} 2>&1 & echo $!",
+    )
     app_pid = int(started.stdout.strip())
     try:
         _wait_for_app(fleet, log, lambda calls: sum(call.get("version") == 1 for call in calls) >= 10)
@@ -293,7 +331,9 @@ def test_rollout_of_a_second_version_then_rollback_on_the_field_board(served):
         result = rollout(fleet, plan_rollout(fleet, MODEL))
         assert [(r["result"], r["to_version"]) for r in result.records()] == [("installed", second.version)]
         switched = float(on_board(fleet, f"stat -c %Y {agent_root(board)}/releases/{MODEL}/current").stdout)
-        lines = _wait_for_app(fleet, log, lambda calls: sum(call.get("version") == second.version for call in calls) >= 10)
+        lines = _wait_for_app(
+            fleet, log, lambda calls: sum(call.get("version") == second.version for call in calls) >= 10
+        )
     finally:
         on_board(fleet, f"kill {app_pid}", check=False)
     calls = [line for line in lines if "call" in line]

@@ -3,16 +3,30 @@ the inventory is pure data, and the board agent needs none of the host's package
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import pytest
-
-PACKAGE = Path(__file__).resolve().parents[1] / "edgetune"
+from support.import_graph import PACKAGE, SOURCES, imports
 
 # Lowest first; a module may import edgetune modules of its own floor or below.
-FLOORS = ["errors", "durable", "artifact_format", "inventory", "compiler", "fleet", "tune", "artifact", "agent", "deploy", "regress", "report", "pipeline", "cli"]
+FLOORS = [
+    "errors",
+    "durable",
+    "artifact_format",
+    "inventory",
+    "tvm_compat",
+    "compiler",
+    "fleet",
+    "tune",
+    "artifact",
+    "agent",
+    "deploy",
+    "regress",
+    "report",
+    "pipeline",
+    "cli",
+]
 TOP_LEVEL = {"__init__": 0, "__main__": len(FLOORS)}
 PURE_FLOORS = {"errors", "inventory"}  # pure data: no machine, SSH, network or TVM (reading files is fine)
 
@@ -22,22 +36,8 @@ def floor_of(module: str) -> int:
     return TOP_LEVEL.get(part, FLOORS.index(part) if part in FLOORS else -1)
 
 
-def imports(path: Path) -> list[tuple[str, int]]:
-    """(module, line) of every import in the file, at any depth (lazy imports count too)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(alias.name, node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.module, node.lineno))
-    return found
-
-
 def module_name(path: Path) -> str:
     return ".".join(("edgetune", *path.relative_to(PACKAGE).with_suffix("").parts))
-
-
-SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -45,15 +45,25 @@ def test_no_import_runs_back_up(path):
     module = module_name(path)
     here = floor_of(module)
     assert here >= 0, f"{module}: not on a floor of {FLOORS}: add it to the list"
-    upward = [f"{name} (line {line})" for name, line in imports(path)
-              if name.startswith("edgetune.") and floor_of(name) > here]  # fmt: skip
+    upward = [
+        f"{name} (line {line})"
+        for name, line in imports(path)
+        if name.startswith("edgetune.") and floor_of(name) > here
+    ]
     assert not upward, f"{module} imports from a floor above it: {upward}"
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(PACKAGE).parts[0].removesuffix(".py") in PURE_FLOORS],
-                         ids=lambda p: str(p.relative_to(PACKAGE)))  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if p.relative_to(PACKAGE).parts[0].removesuffix(".py") in PURE_FLOORS],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
 def test_inventory_and_errors_are_pure(path):
-    impure = [name for name, _ in imports(path) if name.split(".")[0] in {"paramiko", "tvm", "starlette", "uvicorn", "xgboost", "socket", "subprocess"}]
+    impure = [
+        name
+        for name, _ in imports(path)
+        if name.split(".")[0] in {"paramiko", "tvm", "starlette", "uvicorn", "xgboost", "socket", "subprocess"}
+    ]
     assert not impure, f"{path.name} imports {impure}"
 
 
@@ -79,11 +89,16 @@ def test_the_agent_imports_nothing_of_the_host_side():
                 outside.add((name.split(".")[0], module, line))
     bundled = {module_name(path) for path in board_side_sources()}
     assert reached <= bundled, f"the agent reaches modules the bundle ({BOARD_SIDE}) lacks: {sorted(reached - bundled)}"
-    foreign = [f"{module}:{line} imports {top}" for top, module, line in outside
-               if top not in sys.stdlib_module_names | {"numpy", "cryptography", "tvm"}]  # fmt: skip
+    foreign = [
+        f"{module}:{line} imports {top}"
+        for top, module, line in outside
+        if top not in sys.stdlib_module_names | {"numpy", "cryptography", "tvm"}
+    ]
     assert not foreign, foreign
     tvm_uses = {name for module in reached for name, _ in imports(modules[module]) if name.split(".")[0] == "tvm"}
-    assert all(name == "tvm" or name.startswith("tvm.runtime") for name in tvm_uses), f"beyond TVM's runtime: {tvm_uses}"
+    assert all(name == "tvm" or name.startswith("tvm.runtime") for name in tvm_uses), (
+        f"beyond TVM's runtime: {tvm_uses}"
+    )
 
 
 def loaded_modules(name: str, modules: dict[str, Path]) -> list[str]:

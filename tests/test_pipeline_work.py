@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests_samples import sample_inputs, sample_manifest
+from support.tests_samples import sample_inputs, sample_manifest
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.signing import init_keys, load_private_key
@@ -72,7 +72,9 @@ def record(fleet, workload_hash: str, trials: int) -> None:
     file shapes as far as `read_trials` and the snapshot read them."""
     paths = ClassDatabasePaths.of(fleet.workdir, "gw-fast")
     paths.directory.mkdir(parents=True, exist_ok=True)
-    hashes = [json.loads(line)[0] for line in paths.workload.read_text().splitlines()] if paths.workload.exists() else []
+    hashes = (
+        [json.loads(line)[0] for line in paths.workload.read_text().splitlines()] if paths.workload.exists() else []
+    )
     if workload_hash not in hashes:
         with paths.workload.open("a") as out:
             out.write(json.dumps([workload_hash, "{}"]) + "\n")
@@ -84,8 +86,11 @@ def record(fleet, workload_hash: str, trials: int) -> None:
 
 def publish(fleet, inputs) -> None:
     """A version of (mlp, gw-fast) whose manifest states `inputs`, signed and stored as `build` stores one."""
-    pair = init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir) \
-        if not fleet.artifacts.signing_key.exists() else None
+    pair = (
+        init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
+        if not fleet.artifacts.signing_key.exists()
+        else None
+    )
     key = load_private_key(fleet.artifacts.signing_key)
     assert pair is None or pair.private_key == fleet.artifacts.signing_key
     store = ArtifactStore(fleet.artifacts.dir)
@@ -119,8 +124,10 @@ def test_nothing_to_do_when_the_latest_version_has_the_inputs_of_now(tuned):
     publish(tuned, find_work(tuned, tasks_of).pairs[0].inputs)
     work = find_work(tuned, tasks_of)
     assert work.nothing, work.lines()
-    assert work.lines() == ["gw-fast: its trial budget is spent (16 trials in the database, budget 16)",
-                            "mlp on gw-fast: unchanged since v1"]
+    assert work.lines() == [
+        "gw-fast: its trial budget is spent (16 trials in the database, budget 16)",
+        "mlp on gw-fast: unchanged since v1",
+    ]
     report = work.unchanged_report()
     [outcome] = report.outcomes
     assert (outcome.model, outcome.device_class, outcome.status, outcome.version) == ("mlp", "gw-fast", "unchanged", 1)
@@ -148,20 +155,26 @@ def test_a_raised_budget_that_every_task_s_cap_holds_back_is_no_work(tuned, tmp_
 def test_a_raised_cap_and_budget_leaves_trials_to_tune(tuned, tmp_path):
     publish(tuned, find_work(tuned, tasks_of).pairs[0].inputs)
     path = tmp_path / "fleet.yaml"
-    path.write_text(path.read_text().replace("trials_per_class: 16", "trials_per_class: 32")
-                    .replace("max_trials_per_task: 8", "max_trials_per_task: 16"))
+    path.write_text(
+        path.read_text()
+        .replace("trials_per_class: 16", "trials_per_class: 32")
+        .replace("max_trials_per_task: 8", "max_trials_per_task: 16")
+    )
     work = find_work(load_fleet(path), tasks_of)
     assert [(c.budget, c.done, c.remaining) for c in work.classes] == [(32, 16, 16)]
     assert work.pairs == () and not work.nothing
-    assert work.lines() == ["gw-fast: 16 trials left to tune (16 of 32 in the database)",
-                            "the artifacts: built after the tuning, where their inputs changed"]
+    assert work.lines() == [
+        "gw-fast: 16 trials left to tune (16 of 32 in the database)",
+        "the artifacts: built after the tuning, where their inputs changed",
+    ]
 
 
 def test_a_changed_profile_is_a_new_version_to_build(tuned, tmp_path):
     publish(tuned, find_work(tuned, tasks_of).pairs[0].inputs)
     profile = tmp_path / "x86-64-v3.yaml"
-    profile.write_text((REPO / "device_profiles" / "x86-64-v3.yaml").read_text().replace(
-        "  threads: 1", "  threads: 2"))
+    profile.write_text(
+        (REPO / "device_profiles" / "x86-64-v3.yaml").read_text().replace("  threads: 1", "  threads: 2")
+    )
     path = tmp_path / "fleet.yaml"
     path.write_text(path.read_text().replace(f"{REPO}/device_profiles/x86-64-v3.yaml", str(profile)))
     [pair] = find_work(load_fleet(path), tasks_of).pairs
@@ -172,18 +185,26 @@ def test_no_database_cannot_be_told_without_building(tmp_path):
     fleet = write_fleet(tmp_path, trials=0)
     work = find_work(fleet, tasks_of)
     [pair] = work.pairs
-    assert pair.to_do and pair.reason.startswith("to build (cannot tell without building: class gw-fast has no tuning database")
+    assert pair.to_do and pair.reason.startswith(
+        "to build (cannot tell without building: class gw-fast has no tuning database"
+    )
 
 
 def test_changed_inputs_names_each_field_that_differs():
     before = sample_inputs()
     assert changed_inputs(before, before) == []
-    assert changed_inputs(before, sample_inputs(tvm_version="0.28.0", database_sha256="f" * 64)) == ["tvm_version", "database"]
+    assert changed_inputs(before, sample_inputs(tvm_version="0.28.0", database_sha256="f" * 64)) == [
+        "tvm_version",
+        "database",
+    ]
 
 
 def test_nothing_needs_a_pair_and_no_work_anywhere():
     spent, left = ClassWork("a", 16, 16, 0, False), ClassWork("b", 16, 8, 8, False)
-    same, new = PairWork("mlp", "a", False, "unchanged since v1"), PairWork("mlp", "b", True, "to build: no version yet")
+    same, new = (
+        PairWork("mlp", "a", False, "unchanged since v1"),
+        PairWork("mlp", "b", True, "to build: no version yet"),
+    )
     assert Work((spent,), (same,)).nothing
     assert not Work((spent,), ()).nothing  # no pair checked: nothing known, the job runs
     assert not Work((spent, left), (same,)).nothing

@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim_checks import leftovers
+from support.sim_checks import leftovers
 
 from edgetune.fleet.sim import plan_sim
 from edgetune.fleet.state import state_path
@@ -32,7 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 def tune_fleet(fleet_yaml: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "edgetune", "tune-fleet", "-f", str(fleet_yaml)],
-        cwd=fleet_yaml.parent, capture_output=True, text=True, timeout=900,
+        cwd=fleet_yaml.parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -98,15 +101,21 @@ def one_board_per_class(fleet_yaml: Path) -> None:
     """Keep fast-1 and slow-1: the job does nothing for a class's second board that it does not
     do for its first."""
     lines = fleet_yaml.read_text().splitlines(keepends=True)
-    fleet_yaml.write_text("".join(line for line in lines if "{name: fast-2," not in line and "{name: slow-2," not in line))
+    fleet_yaml.write_text(
+        "".join(line for line in lines if "{name: fast-2," not in line and "{name: slow-2," not in line)
+    )
 
 
 def raise_budget(fleet_yaml: Path, device_class: str, trials: int) -> None:
     """`device_class`'s budget raised to `trials`, and every task's cap from 8 to 16 trials."""
     text = fleet_yaml.read_text()
     assert "  max_trials_per_task: 8\n" in text
-    fleet_yaml.write_text(text.replace("  max_trials_per_task: 8\n", "  max_trials_per_task: 16\n"
-                                       f"  trials_per_class_override: {{{device_class}: {trials}}}\n"))
+    fleet_yaml.write_text(
+        text.replace(
+            "  max_trials_per_task: 8\n",
+            f"  max_trials_per_task: 16\n  trials_per_class_override: {{{device_class}: {trials}}}\n",
+        )
+    )
 
 
 def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(spare_fleet_yaml):
@@ -126,26 +135,37 @@ def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(
         tarball = fleet.artifacts.dir / "mlp" / device_class / "v1.tar.gz"
         verify = subprocess.run(
             [sys.executable, "-m", "edgetune", "verify", str(tarball), "--public-key", str(fleet.artifacts.public_key)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert verify.returncode == 0 and "signature valid" in verify.stdout, verify.stdout + verify.stderr
 
     fleet_state = state_path(fleet, "fleet")
     before = (file_identity(fleet_state), file_identity(state_path(fleet, "sim")))
-    assert before[0] is not None and before[1] is None  # the first run's fleet down wrote it; its sim down removed sim.json
+    assert (
+        before[0] is not None and before[1] is None
+    )  # the first run's fleet down wrote it; its sim down removed sim.json
     with watching(fleet) as seen:
         second, second_s, second_cpu_s = timed_tune_fleet(spare_fleet_yaml)
-    print(f"\ntune-fleet: first run {first_s:.1f} s ({first_cpu_s:.1f} s of CPU), the run with nothing to do "
-          f"{second_s:.1f} s ({second_cpu_s:.1f} s of CPU): {100 * second_s / first_s:.1f} % of the wall time")
+    print(
+        f"\ntune-fleet: first run {first_s:.1f} s ({first_cpu_s:.1f} s of CPU), the run with nothing to do "
+        f"{second_s:.1f} s ({second_cpu_s:.1f} s of CPU): {100 * second_s / first_s:.1f} % of the wall time"
+    )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "nothing to do: every class's trial budget is spent" in second.stdout
     assert all(row[-2:] == ["v1", "unchanged"] for row in table_rows(second.stdout).values())
     assert set(table_rows(second.stdout)) == {"gw-fast", "gw-slow"}
-    assert "mlp on gw-fast: unchanged since v1" in second.stderr and "mlp on gw-slow: unchanged since v1" in second.stderr
+    assert (
+        "mlp on gw-fast: unchanged since v1" in second.stderr and "mlp on gw-slow: unchanged since v1" in second.stderr
+    )
     assert seen == set()  # no namespace, bridge, sshd, tracker or rpc_server, at any moment
     for stage in ("== sim up", "== fleet up", "== tune", "== build", "== fleet down"):
         assert stage not in second.stderr
-    assert (file_identity(fleet_state), file_identity(state_path(fleet, "sim"))) == before  # not even read-modify-written
+    assert (
+        file_identity(fleet_state),
+        file_identity(state_path(fleet, "sim")),
+    ) == before  # not even read-modify-written
     assert leftovers(fleet) == []
     assert second_cpu_s < first_cpu_s / 5 and second_s < first_s / 2, (first_s, first_cpu_s, second_s, second_cpu_s)
 

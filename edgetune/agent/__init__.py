@@ -13,7 +13,8 @@ runtime-only TVM build is enough). Modules, one role each:
 - `install`: install -> check (in a child process) -> commit, prune, rollback; `hooks`: the
   model's `on_switch` and `health` commands after a switch;
 - `status`; `run` and `runtime`: load, run and time a release (the only TVM users, with `app`);
-- `cli`: the command line.
+  `run_report`: the records of `run` and `check`, without TVM;
+- `cli`: the command line; `answer`: the versioned answer each verb prints with `--json`.
 """
 
 from edgetune.agent.config import AgentConfig, config_bytes, load_config, write_config

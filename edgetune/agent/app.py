@@ -103,8 +103,10 @@ class Model:
         if version == self._loaded.version:
             return False
         if version is None:
-            raise ModelError(f"no release of {self.name} is active any more (rolled back to none); still running "
-                             f"v{self._loaded.version}")  # fmt: skip
+            raise ModelError(
+                f"no release of {self.name} is active any more (rolled back to none); still running "
+                f"v{self._loaded.version}"
+            )
         loaded = _load(self._installation, self.name, version)
         with self._calls:
             self._loaded = loaded
@@ -127,16 +129,23 @@ def _interface_from_reference(directory: Path, inputs: tuple[str, ...]) -> Inter
     """For a manifest older than its interface: the reference data's shapes and dtypes."""
     given, expected = read_npz(directory / REFERENCE_INPUT_NAME), read_npz(directory / EXPECTED_OUTPUT_NAME)
     spec = lambda name, array: TensorSpec(name, tuple(array.shape), str(array.dtype))  # noqa: E731
-    return Interface(tuple(spec(n, given[n]) for n in inputs),
-                     tuple(spec(n, expected[n]) for n in sorted(expected, key=lambda n: int(n.removeprefix("output")))))
+    return Interface(
+        tuple(spec(n, given[n]) for n in inputs),
+        tuple(spec(n, expected[n]) for n in sorted(expected, key=lambda n: int(n.removeprefix("output")))),
+    )
 
 
 def _check_arrays(interface: Interface, arrays: dict[str, np.ndarray]) -> None:
     names = [spec.name for spec in interface.inputs]
     unknown, missing = sorted(set(arrays) - set(names)), [n for n in names if n not in arrays]
     if unknown or missing:
-        raise ModelError(f"the model takes {', '.join(names)}; " + "; ".join(
-            ([f"missing: {', '.join(missing)}"] if missing else []) + ([f"unknown: {', '.join(unknown)}"] if unknown else [])))
+        raise ModelError(
+            f"the model takes {', '.join(names)}; "
+            + "; ".join(
+                ([f"missing: {', '.join(missing)}"] if missing else [])
+                + ([f"unknown: {', '.join(unknown)}"] if unknown else [])
+            )
+        )
     for spec in interface.inputs:
         array = arrays[spec.name]
         if not isinstance(array, np.ndarray):

@@ -1,8 +1,9 @@
 """`python -m edgetune.agent --root DIR VERB [--json]`: the board agent's command line.
 
-Argument parsing and printing only; each verb calls one library function. Exit status: 0 done,
-1 failed (the reason printed; with --json as `{"error": ...}` or the verb's record), 2 bad
-usage or configuration (nothing was attempted). TVM is imported only by `run` and `check`.
+Argument parsing and printing only; each verb calls one library function. With --json a verb
+prints one versioned answer (`answer.py`): its record, or the error that stopped it. Exit status:
+0 done, 1 failed (the reason printed, in the record or as the answer's error), 2 bad usage or
+configuration (nothing was attempted). TVM is imported only by `run` and `check`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+from edgetune.agent.answer import answer_json
 from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import fetch, reset_serial
 from edgetune.agent.guard import SwitchGuard
 from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
 from edgetune.agent.installation import take_trust_file
+from edgetune.agent.run_report import ReferenceCheck
 from edgetune.agent.status import status
 from edgetune.errors import EdgetuneError
 
@@ -61,10 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     model = argparse.ArgumentParser(add_help=False, parents=[common])
     model.add_argument("--model", required=True, help="the model's name")
     changing = argparse.ArgumentParser(add_help=False, parents=[model])
-    changing.add_argument("--deadline-s", type=_seconds, metavar="S",
-                          help="stop before the switch once S seconds have passed (the reference check included)")
-    changing.add_argument("--abort-on-hangup", action="store_true",
-                          help="stop before the switch if stdin (the SSH channel that started this) closes")
+    changing.add_argument(
+        "--deadline-s",
+        type=_seconds,
+        metavar="S",
+        help="stop before the switch once S seconds have passed (the reference check included)",
+    )
+    changing.add_argument(
+        "--abort-on-hangup",
+        action="store_true",
+        help="stop before the switch if stdin (the SSH channel that started this) closes",
+    )
 
     p = verbs.add_parser("fetch", parents=[model], help="download and verify the artifact the server offers")
     p.add_argument("--version", type=_version, help="this version instead of the one offered")
@@ -75,25 +85,45 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--version", type=_version, help="this version instead of the one offered")
     source.add_argument("--from", dest="tarball", type=Path, help="install this local .tar.gz (no server)")
-    p.add_argument("--trust", type=Path, metavar="FILE", help="with --from: take this trust file of the fleet first "
-                   "(`edgetune pull` writes it beside the tarball), as one from the server would be taken")
+    p.add_argument(
+        "--trust",
+        type=Path,
+        metavar="FILE",
+        help="with --from: take this trust file of the fleet first "
+        "(`edgetune pull` writes it beside the tarball), as one from the server would be taken",
+    )
     p.add_argument("--allow-downgrade", action="store_true", help="accept a version below the newest installed")
     p.set_defaults(func=_drive_install)
 
     p = verbs.add_parser("rollback", parents=[changing], help="switch back to a kept release, checking it again")
-    p.add_argument("--to", type=_rollback_target, metavar="N|none",
-                   help="the kept version (default: the newest below the current one); none: deactivate")
+    p.add_argument(
+        "--to",
+        type=_rollback_target,
+        metavar="N|none",
+        help="the kept version (default: the newest below the current one); none: deactivate",
+    )
     p.set_defaults(func=_drive_rollback)
 
-    p = verbs.add_parser("sync", parents=[common], help="install the versions assigned to this board, then report to the server "
-                         "(what a pull timer runs)")
-    p.add_argument("--deadline-s", type=_seconds, metavar="S", help="each install stops before its switch after S seconds")
-    p.add_argument("--every", type=_seconds, metavar="S",
-                   help="run again every S seconds (plus up to 10%% at random), until stopped: a timer for boards with "
-                        "neither systemd nor cron")
+    p = verbs.add_parser(
+        "sync",
+        parents=[common],
+        help="install the versions assigned to this board, then report to the server (what a pull timer runs)",
+    )
+    p.add_argument(
+        "--deadline-s", type=_seconds, metavar="S", help="each install stops before its switch after S seconds"
+    )
+    p.add_argument(
+        "--every",
+        type=_seconds,
+        metavar="S",
+        help="run again every S seconds (plus up to 10%% at random), until stopped: a timer for boards with "
+        "neither systemd nor cron",
+    )
     p.set_defaults(func=_drive_sync)
 
-    p = verbs.add_parser("reset-serial", parents=[common], help="make N the highest decision serial accepted (recovery)")
+    p = verbs.add_parser(
+        "reset-serial", parents=[common], help="make N the highest decision serial accepted (recovery)"
+    )
     p.add_argument("--to", dest="serial", type=_serial, required=True, metavar="N")
     p.set_defaults(func=_drive_reset_serial)
 
@@ -120,15 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (EdgetuneError, OSError) as err:  # OSError: e.g. a full or read-only disk
-        _print(args, {"error": str(err)}, [f"error: {err}"], stream=sys.stdout if args.json else sys.stderr)
+        _print_error(args, err, stream=sys.stdout if args.json else sys.stderr)
         return 2 if isinstance(err, AgentConfigError) else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
 
 
-def _print(args: argparse.Namespace, payload: dict, lines: list[str], stream=None) -> None:
-    text = json.dumps(payload, sort_keys=True) if args.json else "\n".join(lines)
+def _print(args: argparse.Namespace, record: object, lines: list[str]) -> None:
+    """The verb's record: its answer with --json, else `lines`."""
+    text = json.dumps(answer_json(args.verb, record), sort_keys=True) if args.json else "\n".join(lines)
+    print(text, flush=True)
+
+
+def _print_error(args: argparse.Namespace, err: Exception, stream=None) -> None:
+    """What stopped the verb before it had a record: its answer with --json, else a line."""
+    text = json.dumps(answer_json(args.verb, error=str(err)), sort_keys=True) if args.json else f"error: {err}"
     print(text, file=stream or sys.stdout, flush=True)
 
 
@@ -166,11 +203,13 @@ def _guard(args: argparse.Namespace) -> SwitchGuard:
 def _print_change(args: argparse.Namespace, record: ChangeRecord) -> int:
     to, was = (f"v{v}" if v else "none" for v in (record.to_version, record.from_version))
     if record.ok:
-        line = f"{record.model}: {record.result.replace('_', ' ')} {to} (was {was})" + (f"; {record.error}" if record.error else "")
+        line = f"{record.model}: {record.result.replace('_', ' ')} {to} (was {was})" + (
+            f"; {record.error}" if record.error else ""
+        )
     else:
         target = f" {to}" if record.to_version else ""
         line = f"{record.model}:{target} failed, {was} stays current: {record.error}"
-    _print(args, record.to_json(), [line])
+    _print(args, record, [line])
     return 0 if record.ok else 1
 
 
@@ -180,12 +219,12 @@ def _drive_sync(args: argparse.Namespace) -> int:
     while True:
         try:
             record = sync(args.root, args.deadline_s)
-            _print(args, record.to_json(), record.lines())
+            _print(args, record, record.lines())
             ok = record.ok
         except (EdgetuneError, OSError) as err:
             if args.every is None:
                 raise
-            _print(args, {"error": str(err)}, [f"error: {err}"])
+            _print_error(args, err)
         if args.every is None:
             return 0 if ok else 1
         time.sleep(args.every * random.uniform(1.0, 1.1))
@@ -193,13 +232,13 @@ def _drive_sync(args: argparse.Namespace) -> int:
 
 def _drive_reset_serial(args: argparse.Namespace) -> int:
     record = reset_serial(args.root, args.serial)
-    _print(args, record.to_json(), [f"last decision serial: {record.last_serial} (was {record.previous})"])
+    _print(args, record, [f"last decision serial: {record.last_serial} (was {record.previous})"])
     return 0
 
 
 def _drive_status(args: argparse.Namespace) -> int:
     board = status(args.root)
-    _print(args, board.to_json(), board.lines())
+    _print(args, board, board.lines())
     return 0
 
 
@@ -211,7 +250,7 @@ def _drive_run(args: argparse.Namespace) -> int:
         raise AgentConfigError("--number must be at least 1; --repeat, --min-repeat-ms and --cooldown-ms at least 0")
     timing = TimingSettings(args.number, args.repeat, args.min_repeat_ms, args.cooldown_ms, args.cache_flush)
     report = run_current(args.root, args.model, args.input, timing)
-    _print(args, report.to_json(), report.lines())
+    _print(args, report, report.lines())
     return 0 if report.outputs_match is not False else 1
 
 
@@ -219,8 +258,8 @@ def _drive_check(args: argparse.Namespace) -> int:
     from edgetune.agent.runtime import reference_check  # imports TVM
 
     try:
-        result = reference_check(args.dir).to_json()
+        result = reference_check(args.dir)
     except Exception as err:  # noqa: BLE001 - whatever the library raises, this process reports it
-        result = {"ok": False, "max_abs_error": None, "detail": f"the library cannot run: {type(err).__name__}: {err}"}
-    _print(args, result, [f"reference check: {'ok' if result['ok'] else result['detail']}"])
-    return 0 if result["ok"] else 1
+        result = ReferenceCheck(False, None, f"the library cannot run: {type(err).__name__}: {err}")
+    _print(args, result, [f"reference check: {'ok' if result.ok else result.detail}"])
+    return 0 if result.ok else 1

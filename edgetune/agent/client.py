@@ -142,9 +142,13 @@ def parse_via(text: str) -> tuple[str, int]:
 
 class ArtifactServer:
     def __init__(
-        self, base_url: str, token: str, timeout_s: float = TIMEOUT_S, tls: ssl.SSLContext | None = None,
+        self,
+        base_url: str,
+        token: str,
+        timeout_s: float = TIMEOUT_S,
+        tls: ssl.SSLContext | None = None,
         via: tuple[str, int] | None = None,
-    ):  # fmt: skip
+    ):
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout_s
@@ -171,7 +175,9 @@ class ArtifactServer:
         """model -> the version the fleet's last rollout of it assigned this board."""
         path = f"/v1/boards/{quote(board, safe='')}/assigned"
         models = self._json(path).get("models")
-        if not isinstance(models, dict) or not all(isinstance(m, str) and type(v) is int and v >= 1 for m, v in models.items()):
+        if not isinstance(models, dict) or not all(
+            isinstance(m, str) and type(v) is int and v >= 1 for m, v in models.items()
+        ):
             raise AgentError(f"{self._url(path)}: not an assignment (models: a map of model names to versions)")
         return models
 
@@ -252,7 +258,9 @@ class ArtifactServer:
 
     def _open(self, path: str, headers: dict[str, str] | None = None, data: bytes | None = None):
         url = self._url(path)
-        request = urllib.request.Request(url, data=data, headers={"Authorization": f"Bearer {self._token}", **(headers or {})})
+        request = urllib.request.Request(
+            url, data=data, headers={"Authorization": f"Bearer {self._token}", **(headers or {})}
+        )
         try:
             return self._opener.open(request, timeout=self._timeout)
         except urllib.error.HTTPError as err:
@@ -274,11 +282,15 @@ _UNKNOWN_ISSUER = (2, 18, 19, 20, 21)  # the chain does not lead to the pinned C
 def certificate_refusal(err: ssl.SSLCertVerificationError) -> str:
     """Why the server's certificate was refused, in words that say what to check."""
     if err.verify_code in _NAME_MISMATCH:
-        return (f"name mismatch: the server's certificate does not name the host of this URL ({err.verify_message}); "
-                "the operator re-issues it with `edgetune keys init --if-missing` after changing deploy.url")
+        return (
+            f"name mismatch: the server's certificate does not name the host of this URL ({err.verify_message}); "
+            "the operator re-issues it with `edgetune keys init --if-missing` after changing deploy.url"
+        )
     if err.verify_code in _UNKNOWN_ISSUER:
-        return (f"wrong CA: the server's certificate is not signed by the fleet CA pinned on this board "
-                f"({err.verify_message}): another server, or the fleet CA was replaced (then roll out again)")
+        return (
+            f"wrong CA: the server's certificate is not signed by the fleet CA pinned on this board "
+            f"({err.verify_message}): another server, or the fleet CA was replaced (then roll out again)"
+        )
     return f"the server's certificate is not valid ({err.verify_message})"
 
 
@@ -314,8 +326,9 @@ def _copy_body(response, partial: Path, offset: int, size: int, url: str) -> int
                     raise AgentError(f"{url}: the server sent more than the {size} bytes it announced; refused")
                 out.write(chunk)
         except (OSError, http.client.HTTPException) as err:
-            raise TransientError(f"{url}: download interrupted at {offset + received} of {size} bytes ({err!r}); "
-                                 "run again to resume it") from None
+            raise TransientError(
+                f"{url}: download interrupted at {offset + received} of {size} bytes ({err!r}); run again to resume it"
+            ) from None
         finally:
             out.flush()
             os.fsync(out.fileno())

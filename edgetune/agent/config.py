@@ -60,13 +60,17 @@ class ModelHooks:
         commands = {"on_switch": self.on_switch, "health.command": self.health.command if self.health else None}
         for name, command in commands.items():
             if command is not None and (not command.strip() or "\0" in command or len(command) > MAX_COMMAND_CHARS):
-                problems.append(f"{where}.{name}: must be a shell command (not empty, no NUL, at most "
-                                f"{MAX_COMMAND_CHARS} characters)")  # fmt: skip
+                problems.append(
+                    f"{where}.{name}: must be a shell command (not empty, no NUL, at most "
+                    f"{MAX_COMMAND_CHARS} characters)"
+                )
         if self.health is not None:
             low, high = HEALTH_TIMEOUT_S
             if not (math.isfinite(self.health.timeout_s) and low <= self.health.timeout_s <= high):
-                problems.append(f"{where}.health.timeout_s: must be between {low:g} and {high:g} seconds, "
-                                f"not {self.health.timeout_s}")  # fmt: skip
+                problems.append(
+                    f"{where}.health.timeout_s: must be between {low:g} and {high:g} seconds, "
+                    f"not {self.health.timeout_s}"
+                )
         return problems
 
 
@@ -148,8 +152,9 @@ def load_config(root: Path) -> AgentConfig:
         ) from None
     except OSError as err:
         raise AgentConfigError(f"{path}: cannot be read ({err.strerror})") from None
-    config = load_versioned(AgentConfig, data, str(path), CONFIG_SCHEMA, CONFIG_SCHEMA_VERSION,
-                            error=AgentConfigError, reader="this agent")
+    config = load_versioned(
+        AgentConfig, data, str(path), CONFIG_SCHEMA, CONFIG_SCHEMA_VERSION, error=AgentConfigError, reader="this agent"
+    )
     problems = config.problems()
     if problems:
         raise AgentConfigError(f"{path}: {'; '.join(problems)}")
@@ -168,11 +173,15 @@ def check_owned_path(root: Path) -> None:
         except FileNotFoundError:
             continue  # the root itself before its first rollout
         if info.st_uid not in (0, me):
-            raise AgentConfigError(f"{directory} belongs to uid {info.st_uid}, another user, who could change what this "
-                                   f"agent trusts and runs ({root}); give it to root or to this user (uid {me})")  # fmt: skip
+            raise AgentConfigError(
+                f"{directory} belongs to uid {info.st_uid}, another user, who could change what this "
+                f"agent trusts and runs ({root}); give it to root or to this user (uid {me})"
+            )
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            raise AgentConfigError(f"{directory} is writable by other users (mode {stat.S_IMODE(info.st_mode):o}), who "
-                                   f"could change what this agent trusts and runs ({root}); run chmod go-w {directory}")  # fmt: skip
+            raise AgentConfigError(
+                f"{directory} is writable by other users (mode {stat.S_IMODE(info.st_mode):o}), who "
+                f"could change what this agent trusts and runs ({root}); run chmod go-w {directory}"
+            )
 
 
 def read_token(root: Path, config: AgentConfig) -> str:

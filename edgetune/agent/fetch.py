@@ -26,7 +26,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -61,8 +61,13 @@ class Fetched:
     resumed_from: int  # bytes of a partial download that were kept (0: none)
 
     def to_json(self) -> dict:
-        return {"model": self.model, "version": self.version, "tarball": str(self.tarball),
-                "reused": self.reused, "resumed_from": self.resumed_from}
+        return {
+            "model": self.model,
+            "version": self.version,
+            "tarball": str(self.tarball),
+            "reused": self.reused,
+            "resumed_from": self.resumed_from,
+        }
 
 
 def fetch(root: Path, model: str, version: int | None = None, allow_downgrade: bool = False) -> Fetched:
@@ -133,8 +138,10 @@ def refuse_oversized(offer: Offer, manifest: Manifest, head_sizes: tuple[int, in
     """The offered tarball can be no larger than the signed manifest's files packed."""
     bound = packed_size_bound(manifest.files, head_sizes)
     if offer.tarball_size > bound:
-        raise AgentError(f"{offer.tarball_url}: offered as {offer.tarball_size} bytes, more than the {bound} its "
-                         "signed manifest's files can pack into; refused before downloading it")
+        raise AgentError(
+            f"{offer.tarball_url}: offered as {offer.tarball_size} bytes, more than the {bound} its "
+            "signed manifest's files can pack into; refused before downloading it"
+        )
 
 
 def refuse_without_room(tree: FileTree, offer: Offer, manifest: Manifest) -> None:
@@ -178,8 +185,9 @@ def refuse_unsigned_change(offer: Offer, decision: Decision) -> None:
     for name in ("board", "device_class", "model", "version", "pinned", "manifest_sha256", "tarball_size"):
         said, signed = getattr(offer, name), getattr(decision, name)
         if said != signed:
-            raise AgentError(f"the offer's {name} {said!r} is not its signed decision's {signed!r} "
-                             "(rewritten on the way); refused")  # fmt: skip
+            raise AgentError(
+                f"the offer's {name} {said!r} is not its signed decision's {signed!r} (rewritten on the way); refused"
+            )
 
 
 def refuse_downgrade(state: ModelState | None, version: int, allow_downgrade: bool) -> None:
@@ -203,8 +211,9 @@ def accept_manifest(config: AgentConfig, manifest: Manifest, model: str, version
     """The manifest must be for this board's class, the model asked and the version expected."""
     inputs = manifest.inputs
     if inputs.device_class != config.device_class:
-        raise AgentError(f"the artifact is for class {inputs.device_class}, this board is of class "
-                         f"{config.device_class}; refused")
+        raise AgentError(
+            f"the artifact is for class {inputs.device_class}, this board is of class {config.device_class}; refused"
+        )
     if inputs.model != model:
         raise AgentError(f"the artifact is of model {inputs.model}, not {model}; refused")
     if version is not None and manifest.version != version:
@@ -226,9 +235,6 @@ class SerialReset:
     board: str
     previous: int  # the highest serial accepted before
     last_serial: int  # the highest serial accepted now
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def reset_serial(root: Path, serial: int) -> SerialReset:

@@ -188,8 +188,10 @@ class FileTree:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise AgentError(f"another agent run is changing {self.root} (it holds .lock): "
-                                         "wait for it to finish, then run again") from None
+                        raise AgentError(
+                            f"another agent run is changing {self.root} (it holds .lock): "
+                            "wait for it to finish, then run again"
+                        ) from None
                     time.sleep(LOCK_POLL_S)
             try:
                 yield

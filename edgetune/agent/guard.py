@@ -94,15 +94,22 @@ class SwitchGuard:
         self._armed = False  # one stop: the clean-up that follows is not interrupted again
         if self._after_switch:
             if signum == signal.SIGALRM:
-                raise ChangeStopped(f"its deadline ({self.deadline_s:g} s, set by the rollout) passed while the hooks "
-                                    "of the switch ran")  # fmt: skip
-            raise ChangeStopped("the SSH channel that started it closed while the hooks of the switch ran (the host "
-                                "or the network went away)")  # fmt: skip
+                raise ChangeStopped(
+                    f"its deadline ({self.deadline_s:g} s, set by the rollout) passed while the hooks of the switch ran"
+                )
+            raise ChangeStopped(
+                "the SSH channel that started it closed while the hooks of the switch ran (the host "
+                "or the network went away)"
+            )
         if signum == signal.SIGALRM:
-            raise ChangeStopped(f"its deadline ({self.deadline_s:g} s, set by the rollout) passed before the switch; "
-                                "stopped, nothing switched: roll out again with a longer --timeout-s")
-        raise ChangeStopped("the SSH channel that started it closed before the switch (the host or the network "
-                            "went away); stopped, nothing switched: roll out again")
+            raise ChangeStopped(
+                f"its deadline ({self.deadline_s:g} s, set by the rollout) passed before the switch; "
+                "stopped, nothing switched: roll out again with a longer --timeout-s"
+            )
+        raise ChangeStopped(
+            "the SSH channel that started it closed before the switch (the host or the network "
+            "went away); stopped, nothing switched: roll out again"
+        )
 
     def _watch_channel(self, main_thread: int) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # the timer's signal goes to the main thread

@@ -52,7 +52,9 @@ class HookRun:
     started: str  # UTC ISO 8601
     timeout_s: float  # the time it had
     seconds: float  # how long it ran
-    outcome: str = rule(allowed=OUTCOMES)  # passed (exit 0) | failed (another exit, or killed by a signal) | timed_out |
+    outcome: str = rule(
+        allowed=OUTCOMES
+    )  # passed (exit 0) | failed (another exit, or killed by a signal) | timed_out |
     # stopped (by the agent's guard: its deadline passed, or its channel closed)
     exit_status: int | None  # its exit status (negative: the signal that killed it); None: it did not exit by itself
     output: str  # its last lines of stdout and stderr
@@ -77,7 +79,9 @@ class HookRun:
         return f"{self.summary()}; its output (last lines):\n{output}" if output else f"{self.summary()}; no output"
 
 
-def hook_env(board: str, model: str, version: int | None, previous: int | None, release: Path | None, hook: str) -> dict[str, str]:
+def hook_env(
+    board: str, model: str, version: int | None, previous: int | None, release: Path | None, hook: str
+) -> dict[str, str]:
     """The environment of a hook: the agent's, and the EDGETUNE_* variables above."""
     return {
         **os.environ,
@@ -98,8 +102,15 @@ def run_hook(hook: str, command: str, version: int | None, env: dict[str, str], 
     exit_status, outcome = None, "failed"
     with tempfile.TemporaryFile() as output:
         try:
-            process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                                       cwd=cwd, env=env, start_new_session=True)  # fmt: skip
+            process = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as err:
             return HookRun(hook, command, version, started, timeout_s, 0.0, "failed", None, f"cannot be started: {err}")
         try:
@@ -116,7 +127,9 @@ def run_hook(hook: str, command: str, version: int | None, env: dict[str, str], 
             _kill_group(process)
             raise
         seconds = time.monotonic() - began
-        return HookRun(hook, command, version, started, timeout_s, round(seconds, 3), outcome, exit_status, _tail(output))
+        return HookRun(
+            hook, command, version, started, timeout_s, round(seconds, 3), outcome, exit_status, _tail(output)
+        )
 
 
 def _kill_group(process: subprocess.Popen) -> None:

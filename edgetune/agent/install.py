@@ -28,7 +28,6 @@ and the switch stands.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -38,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import edgetune
+from edgetune.agent.answer import answer_record, last_json_object, read_answer
 from edgetune.agent.config import ModelHooks
 from edgetune.agent.errors import AgentConfigError, AgentError
 from edgetune.agent.fetch import accept_manifest, checked_offer, fetch_offer, refuse_downgrade, signed_manifest
@@ -45,6 +45,7 @@ from edgetune.agent.file_tree import check_model_name
 from edgetune.agent.guard import ChangeStopped, SwitchGuard
 from edgetune.agent.hooks import ON_SWITCH_TIMEOUT_S, HookRun, hook_env, run_hook
 from edgetune.agent.installation import Installation
+from edgetune.agent.run_report import ReferenceCheck
 from edgetune.agent.state import ModelState, activated, save_state
 from edgetune.artifact_format.codec import added_field, to_json
 from edgetune.artifact_format.files import open_archive, unpack_tarball
@@ -92,8 +93,15 @@ class _Change:
         self.hooks: list[HookRun] = []
 
     def record(self, result: str, error: str | None = None) -> ChangeRecord:
-        return ChangeRecord(self.installation.config.board, self.model, self.from_version, self.to_version, result, error,
-                            tuple(self.hooks) or None)  # fmt: skip
+        return ChangeRecord(
+            self.installation.config.board,
+            self.model,
+            self.from_version,
+            self.to_version,
+            result,
+            error,
+            tuple(self.hooks) or None,
+        )
 
     def activate(self, version: int | None) -> None:
         """Switch `current` (atomic), then record it in state.json (atomic). If the state cannot
@@ -160,7 +168,10 @@ class _Change:
         tree.switch_current(self.model, self.from_version)
         now = self.state[self.model]
         entry = before or activated(now, None, self.installation.firmware)
-        self.state = {**self.state, self.model: replace(entry, highest_installed=now.highest_installed, health=now.health)}
+        self.state = {
+            **self.state,
+            self.model: replace(entry, highest_installed=now.highest_installed, health=now.health),
+        }
         try:
             save_state(tree, self.state)
         except OSError:
@@ -202,7 +213,9 @@ def install_tarball(
     root: Path, model: str, tarball: Path, allow_downgrade: bool = False, guard: SwitchGuard | None = None
 ) -> ChangeRecord:
     """`install --from FILE`: install a tarball already on the board (e.g. from `edgetune pull`)."""
-    return _run_change(root, model, lambda change: _install_verified(change, Path(tarball), None, allow_downgrade), guard)
+    return _run_change(
+        root, model, lambda change: _install_verified(change, Path(tarball), None, allow_downgrade), guard
+    )
 
 
 def rollback(
@@ -219,16 +232,24 @@ def rollback(
         kept = change.installation.tree.kept_versions(model)
         target = to if to is not None else _newest_below(kept, change.from_version)
         if target is None:
-            raise AgentError(f"no kept release of {model} below v{change.from_version} to roll back to "
-                             f"(kept: {_versions(kept)})")
+            raise AgentError(
+                f"no kept release of {model} below v{change.from_version} to roll back to (kept: {_versions(kept)})"
+            )
         change.to_version = target
         if target == change.from_version:
             return change.record("unchanged")
         if target not in kept:
-            raise AgentError(f"v{target} of {model} is not kept on this board (kept: {_versions(kept)}); "
-                             f"install it with `install --version {target} --allow-downgrade`")
+            raise AgentError(
+                f"v{target} of {model} is not kept on this board (kept: {_versions(kept)}); "
+                f"install it with `install --version {target} --allow-downgrade`"
+            )
         release = change.installation.tree.release(model, target)
-        accept_manifest(change.installation.config, verify_artifact(release, change.installation.trusted().release_keys), model, target)
+        accept_manifest(
+            change.installation.config,
+            verify_artifact(release, change.installation.trusted().release_keys),
+            model,
+            target,
+        )
         check_in_child(change.installation, release)
         return change.record("rolled_back", change.switch(target))
 
@@ -313,21 +334,50 @@ def check_in_child(installation: Installation, directory: Path) -> None:
     """Run the reference check of `directory` in a child process (this agent's `check` verb);
     AgentError saying why if it fails, crashes or hangs. The child does not get this run's
     stdin (the channel a guard watches); a guard's stop kills it."""
-    command = [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, "--root", str(installation.root), "check", "--json",
-               "--dir", str(directory)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-I",
+        "-c",
+        _CHILD,
+        _PACKAGE_PARENT,
+        "--root",
+        str(installation.root),
+        "check",
+        "--json",
+        "--dir",
+        str(directory),
+    ]
     try:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              env=_child_env(installation))  # fmt: skip
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            env=_child_env(installation),
+        )
     except subprocess.TimeoutExpired:
         raise AgentError(f"the reference check did not finish within {CHECK_TIMEOUT_S:g} s; refused") from None
     if done.returncode < 0:
         raise AgentError(f"the library crashed the reference check ({signal.Signals(-done.returncode).name}); refused")
-    result = _last_json_line(done.stdout)
-    if done.returncode == 0 and result.get("ok") is True:
-        return
-    reason = result.get("detail") or result.get("error") or done.stderr.strip()[-500:]
-    reason = reason or f"exit status {done.returncode}"
-    raise AgentError(f"the reference check failed: {reason}; refused")
+    reason = _check_failure(done)
+    if reason is not None:
+        raise AgentError(f"the reference check failed: {reason}; refused")
+
+
+def _check_failure(done: subprocess.CompletedProcess) -> str | None:
+    """Why the `check` child's answer says the release failed (None: it passed)."""
+    line = last_json_object(done.stdout)
+    if line is None:
+        return done.stderr.strip()[-500:] or f"exit status {done.returncode}"
+    where = "the reference check's answer"
+    answer = read_answer(line, "check", where, AgentError)
+    if answer.error is not None:
+        return answer.error
+    check = answer_record(ReferenceCheck, answer, where, AgentError)
+    if done.returncode == 0 and check.ok:
+        return None
+    return check.detail or f"exit status {done.returncode}"
 
 
 def _child_env(installation: Installation) -> dict[str, str]:
@@ -335,16 +385,6 @@ def _child_env(installation: Installation) -> dict[str, str]:
     env.setdefault("TVM_NUM_THREADS", str(installation.config.threads))
     env.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the check needs only TVM's runtime, which loads faster
     return env
-
-
-def _last_json_line(output: str) -> dict:
-    for line in reversed(output.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        return value if isinstance(value, dict) else {}
-    return {}
 
 
 def _named(version: int | None) -> str:

@@ -63,8 +63,12 @@ class Installation:
 
     def server(self) -> ArtifactServer:
         via = os.environ.get(SERVER_VIA_ENV)
-        return ArtifactServer(self.config.server, read_token(self.root, self.config), tls=load_server_tls(self.root, self.config),
-                              via=parse_via(via) if via else None)  # fmt: skip
+        return ArtifactServer(
+            self.config.server,
+            read_token(self.root, self.config),
+            tls=load_server_tls(self.root, self.config),
+            via=parse_via(via) if via else None,
+        )
 
     @cached_property
     def firmware(self) -> str:

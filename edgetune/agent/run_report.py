@@ -1,8 +1,18 @@
-"""What the agent's `run` answers: its record, without TVM, so the host decodes it (regress)."""
+"""What the agent's `run` and `check` answer: their records, without TVM, so that whoever asked
+(the host's regress, an install's check child) decodes them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A release's outputs on its reference input against its expected output."""
+
+    ok: bool
+    max_abs_error: float | None  # None: the library could not run
+    detail: str  # empty when ok
 
 
 @dataclass(frozen=True)
@@ -22,11 +32,10 @@ class RunReport:
     samples_s: tuple[float, ...]  # seconds per call, one per repeat
     median_ms: float | None
 
-    def to_json(self) -> dict:
-        return asdict(self)
-
     def lines(self) -> list[str]:
         match = {True: "outputs match", False: f"OUTPUTS DIFFER ({self.detail})", None: "no expected output"}
         timing = f"median {self.median_ms:.4f} ms over {self.repeat} repeats" if self.samples_s else "not timed"
-        return [f"{self.model} v{self.version} on {self.board}: {match[self.outputs_match]}, "
-                f"max |error| {self.max_abs_error}; {timing}"]
+        return [
+            f"{self.model} v{self.version} on {self.board}: {match[self.outputs_match]}, "
+            f"max |error| {self.max_abs_error}; {timing}"
+        ]

@@ -19,6 +19,7 @@ import tvm
 from tvm.runtime.vm import VirtualMachine
 
 from edgetune.agent.errors import AgentError
+from edgetune.agent.run_report import ReferenceCheck
 from edgetune.artifact_format.manifest import (
     EXPECTED_OUTPUT_NAME,
     LIBRARY_NAME,
@@ -27,16 +28,6 @@ from edgetune.artifact_format.manifest import (
     Manifest,
 )
 from edgetune.artifact_format.reference import check_outputs, read_npz
-
-
-@dataclass(frozen=True)
-class ReferenceCheck:
-    ok: bool
-    max_abs_error: float
-    detail: str  # empty when ok
-
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "max_abs_error": self.max_abs_error, "detail": self.detail}
 
 
 @dataclass(frozen=True)

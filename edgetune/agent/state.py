@@ -73,7 +73,9 @@ class AcceptedDecisions:
 
 
 def load_state(layout: FileTree) -> dict[str, ModelState]:
-    damaged = "it is only replaced atomically, so the disk or someone else damaged it: restore it, or remove it to start over"
+    damaged = (
+        "it is only replaced atomically, so the disk or someone else damaged it: restore it, or remove it to start over"
+    )
     state = _read(layout.state, AgentState, STATE_SCHEMA, STATE_SCHEMA_VERSION, damaged)
     return dict(state.models) if state else {}
 

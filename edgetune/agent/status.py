@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgetune.agent.installation import Installation
@@ -18,7 +18,9 @@ class ModelStatus:
     kept: tuple[int, ...]  # releases on the board, ascending
 
     def line(self) -> str:
-        running = f"v{self.version} since {self.since} (firmware then: {self.firmware})" if self.version else "none active"
+        running = (
+            f"v{self.version} since {self.since} (firmware then: {self.firmware})" if self.version else "none active"
+        )
         kept = ", ".join(f"v{v}" for v in self.kept) or "-"
         return f"{running}; previous: {f'v{self.previous}' if self.previous else '-'}; kept: {kept}"
 
@@ -30,9 +32,6 @@ class InstallationStatus:
     firmware: str  # the firmware fingerprint now
     models: dict[str, ModelStatus]
 
-    def to_json(self) -> dict:
-        return asdict(self)
-
     def lines(self) -> list[str]:
         rows = [f"  {name}: {model.line()}" for name, model in sorted(self.models.items())]
         return [f"{self.board} ({self.device_class}), firmware: {self.firmware}", *(rows or ["  no model installed"])]
@@ -43,8 +42,16 @@ def status(root: Path) -> InstallationStatus:
     installation = Installation.open(root)
     state = installation.current_state()
     models = {
-        name: ModelStatus(entry.version, entry.since, entry.firmware, entry.previous, entry.highest_installed,
-                          tuple(installation.tree.kept_versions(name)))
+        name: ModelStatus(
+            entry.version,
+            entry.since,
+            entry.firmware,
+            entry.previous,
+            entry.highest_installed,
+            tuple(installation.tree.kept_versions(name)),
+        )
         for name, entry in state.items()
     }
-    return InstallationStatus(installation.config.board, installation.config.device_class, installation.firmware, models)
+    return InstallationStatus(
+        installation.config.board, installation.config.device_class, installation.firmware, models
+    )

@@ -21,13 +21,20 @@ from edgetune.agent.installation import Installation
 from edgetune.agent.status import InstallationStatus, status
 from edgetune.artifact_format.codec import to_json
 
+REPORT_SCHEMA = "edgetune.pull-report"
+REPORT_SCHEMA_VERSION = 1
+
 
 @dataclass(frozen=True)
 class PullReport:
-    """What the board tells the server after a sync (the server decodes it with this type)."""
+    """What the board tells the server after a sync: the body of its POST, versioned
+    (`REPORT_SCHEMA`; the server decodes it with this type and refuses another version)."""
 
     status: InstallationStatus
     errors: dict[str, str]  # model -> why its assigned version could not be installed
+
+    def body(self) -> dict:
+        return {"schema": REPORT_SCHEMA, "schema_version": REPORT_SCHEMA_VERSION, **to_json(self)}
 
 
 @dataclass(frozen=True)
@@ -40,9 +47,6 @@ class SyncRecord:
     @property
     def ok(self) -> bool:
         return self.error is None and all(change.ok for change in self.changes)
-
-    def to_json(self) -> dict:
-        return to_json(self)
 
     def lines(self) -> list[str]:
         done = [f"{c.model}: {c.result} v{c.to_version}" + (f" ({c.error})" if c.error else "") for c in self.changes]
@@ -66,7 +70,7 @@ def sync(root: Path, deadline_s: float | None = None) -> SyncRecord:
     )
     report = PullReport(status(root), {c.model: c.error or c.result for c in changes if not c.ok})
     try:
-        server.report(board, to_json(report))
+        server.report(board, report.body())
     except AgentError as err:
         return SyncRecord(board, changes, False, f"reporting to the server: {err}")
     return SyncRecord(board, changes, True)

@@ -71,7 +71,7 @@ from edgetune.fleet.tracker import (
     rpc_endpoint,
 )
 from edgetune.inventory.schema import Board, DeviceClass, Fleet, Model
-from edgetune.tune.candidate_builder import FastBuild, SharedLibraryExport
+from edgetune.tune.candidate_builder import CandidateBuild, SharedLibraryExport
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -103,24 +103,32 @@ class ArtifactProfile:
 
     def as_json(self) -> dict:
         return {
-            "model": self.model, "class": self.device_class, "version": self.version, "board": self.board,
-            "layout": self.layout, "kernel_repeat": self.kernel_repeat,
+            "model": self.model,
+            "class": self.device_class,
+            "version": self.version,
+            "board": self.board,
+            "layout": self.layout,
+            "kernel_repeat": self.kernel_repeat,
             "tvm": _profile_json(self.tvm, "board"),
             "onnxruntime": _profile_json(self.onnxruntime, "host") if self.onnxruntime else None,
             "onnxruntime_threads": self.onnxruntime_threads,
             "kinds": [{"kind": kind, "tvm_ms": t, "onnxruntime_ms": o} for kind, t, o in self._kinds()],
-        }  # fmt: skip
+        }
 
     def table(self) -> str:
         """The slowest kernels, the slowest onnxruntime operators, both by kind, and totals."""
         tvm_total = self.tvm.model_ms
         lines = [
-            (f"{self.model} v{self.version} for {self.device_class} on board {self.board} (convolutions {self.layout}): "
-             f"kernels timed one by one on the board ({self.kernel_repeat} samples each, median), model call timed whole"),
+            (
+                f"{self.model} v{self.version} for {self.device_class} on board {self.board} (convolutions {self.layout}): "
+                f"kernels timed one by one on the board ({self.kernel_repeat} samples each, median), model call timed whole"
+            ),
             "",
             tabulate(
-                [[k.name, k.kind, k.calls, f"{k.ms:.3f}", _gflops(k), f"{100 * k.ms / tvm_total:.1f}"]
-                 for k in self.tvm.kernels[:TOP_ROWS]],
+                [
+                    [k.name, k.kind, k.calls, f"{k.ms:.3f}", _gflops(k), f"{100 * k.ms / tvm_total:.1f}"]
+                    for k in self.tvm.kernels[:TOP_ROWS]
+                ],
                 headers=["TVM kernel", "kind", "calls", "ms", "GFLOP/s", "% model"],
             ),
             _more(len(self.tvm.kernels)),
@@ -131,24 +139,30 @@ class ArtifactProfile:
             ort_total = self.onnxruntime.model_ms
             lines += [
                 tabulate(
-                    [[k.name, k.op, k.kind, f"{k.ms:.3f}", f"{100 * k.ms / ort_total:.1f}"]
-                     for k in self.onnxruntime.kernels[:TOP_ROWS]],
+                    [
+                        [k.name, k.op, k.kind, f"{k.ms:.3f}", f"{100 * k.ms / ort_total:.1f}"]
+                        for k in self.onnxruntime.kernels[:TOP_ROWS]
+                    ],
                     headers=["onnxruntime operator (host)", "op", "kind", "ms", "% model"],
                 ),
                 _more(len(self.onnxruntime.kernels)),
             ]
         lines += [
-            tabulate([[kind, f"{t:.3f}", _ms(o), _ratio(t, o)] for kind, t, o in self._kinds()] + self._totals(),
-                     headers=["kind", "TVM ms", "onnxruntime ms", "TVM / onnxruntime"]),
-        ]  # fmt: skip
+            tabulate(
+                [[kind, f"{t:.3f}", _ms(o), _ratio(t, o)] for kind, t, o in self._kinds()] + self._totals(),
+                headers=["kind", "TVM ms", "onnxruntime ms", "TVM / onnxruntime"],
+            ),
+        ]
         return "\n".join(lines)
 
     def _kinds(self) -> list[tuple[str, float, float | None]]:
         tvm_kinds = self.tvm.by_kind()
         ort_kinds = self.onnxruntime.by_kind() if self.onnxruntime else {}
         kinds = sorted(set(tvm_kinds) | set(ort_kinds), key=lambda kind: -tvm_kinds.get(kind, (0.0, 0))[0])
-        return [(kind, tvm_kinds.get(kind, (0.0, 0))[0],
-                 ort_kinds.get(kind, (0.0, 0))[0] if self.onnxruntime else None) for kind in kinds]  # fmt: skip
+        return [
+            (kind, tvm_kinds.get(kind, (0.0, 0))[0], ort_kinds.get(kind, (0.0, 0))[0] if self.onnxruntime else None)
+            for kind in kinds
+        ]
 
     def _totals(self) -> list[list[str]]:
         ort = self.onnxruntime
@@ -204,8 +218,17 @@ def profile_artifact(
     if model.onnx is not None:
         progress(f"  onnxruntime on the host: {ORT_RUNS} profiled runs, {threads} threads")
         ort_profile = profile_onnxruntime(model.onnx, reference_inputs(model), ORT_RUNS, threads)
-    return ArtifactProfile(model.name, device_class.name, stored.version, board.name, imported.layout.layout,
-                           tvm_profile, ort_profile, threads, repeat)  # fmt: skip
+    return ArtifactProfile(
+        model.name,
+        device_class.name,
+        stored.version,
+        board.name,
+        imported.layout.layout,
+        tvm_profile,
+        ort_profile,
+        threads,
+        repeat,
+    )
 
 
 def library_kernels(applied: tvm.IRModule) -> list[Kernel]:
@@ -222,24 +245,37 @@ def library_kernels(applied: tvm.IRModule) -> list[Kernel]:
     for gv, func in applied.functions.items():
         if gv.name_hint not in calls or not isinstance(func, tvm.tirx.PrimFunc):
             continue
-        kernels.append(Kernel(gv.name_hint, tuple(tuple(int(d) for d in p.shape) for p in func.params),
-                              tuple(str(p.dtype) for p in func.params), calls[gv.name_hint]))  # fmt: skip
+        kernels.append(
+            Kernel(
+                gv.name_hint,
+                tuple(tuple(int(d) for d in p.shape) for p in func.params),
+                tuple(str(p.dtype) for p in func.params),
+                calls[gv.name_hint],
+            )
+        )
     return kernels
 
 
-def _kernel_library(applied: tvm.IRModule, kernels: list[Kernel], target: tvm.target.Target,
-                    cross_compiler: str | None, work: str) -> Path:  # fmt: skip
+def _kernel_library(
+    applied: tvm.IRModule, kernels: list[Kernel], target: tvm.target.Target, cross_compiler: str | None, work: str
+) -> Path:
     """The artifact's kernels on their own, compiled as tuning compiled their candidates: a
     library whose every kernel TVM's time_evaluator finds by name on a board (in the artifact's
     library they sit in an imported module, which its RPC handle does not reach)."""
     names = {k.name for k in kernels}
-    only_kernels = tvm.IRModule({gv: func.with_attr("global_symbol", gv.name_hint)  # what relax.build gives them
-                                 for gv, func in applied.functions.items() if gv.name_hint in names})  # fmt: skip
-    return Path(SharedLibraryExport(work, cross_compiler)(FastBuild()(only_kernels, target, None)))
+    only_kernels = tvm.IRModule(
+        {
+            gv: func.with_attr("global_symbol", gv.name_hint)  # what relax.build gives them
+            for gv, func in applied.functions.items()
+            if gv.name_hint in names
+        }
+    )
+    return Path(SharedLibraryExport(work, cross_compiler)(CandidateBuild()(only_kernels, target, None)))
 
 
-def _kernel_rows(session: rpc.RPCSession, library: Path, kernels: list[Kernel], kinds, measurement,
-                 repeat: int) -> list[KernelRow]:  # fmt: skip
+def _kernel_rows(
+    session: rpc.RPCSession, library: Path, kernels: list[Kernel], kinds, measurement, repeat: int
+) -> list[KernelRow]:
     with _uploaded(session, library) as remote:
         return [_kernel_row(remote, session.cpu(), kernel, kinds, measurement, repeat) for kernel in kernels]
 
@@ -269,8 +305,9 @@ def _kernel_row(library, dev, kernel: Kernel, kinds, measurement, repeat: int) -
     arguments zero, so that an index into a table stays in range)."""
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(_argument(rng, shape, dtype), dev) for shape, dtype in zip(kernel.shapes, kernel.dtypes)]
-    timer = library.time_evaluator(kernel.name, dev, number=measurement.number, repeat=repeat,
-                                   min_repeat_ms=measurement.min_repeat_ms)  # fmt: skip
+    timer = library.time_evaluator(
+        kernel.name, dev, number=measurement.number, repeat=repeat, min_repeat_ms=measurement.min_repeat_ms
+    )
     one_call_ms = statistics.median(timer(*args).results) * 1e3
     kind, flops = kernel_kind(kernel.name, kinds)
     return KernelRow(kernel.name, kind, flops * kernel.calls, one_call_ms * kernel.calls, kernel.calls)
@@ -297,16 +334,20 @@ def _device_class(fleet: Fleet, store: ArtifactStore, model: Model, name: str | 
         return fleet.device_class(name)
     built = [c for c in fleet.device_classes if store.versions(model.name, c.name)]
     if not built:
-        raise ArtifactError(f"no built artifact of {model.name} in {fleet.artifacts.dir}: run "
-                            f"`edgetune build -f {fleet.path} --model {model.name}` first")  # fmt: skip
+        raise ArtifactError(
+            f"no built artifact of {model.name} in {fleet.artifacts.dir}: run "
+            f"`edgetune build -f {fleet.path} --model {model.name}` first"
+        )
     if len(built) > 1:
-        raise ArtifactError(f"{model.name} is built for several classes ({', '.join(c.name for c in built)}): "
-                            "name one with --class")  # fmt: skip
+        raise ArtifactError(
+            f"{model.name} is built for several classes ({', '.join(c.name for c in built)}): name one with --class"
+        )
     return built[0]
 
 
-def _stored_version(fleet: Fleet, store: ArtifactStore, model: Model, device_class: DeviceClass,
-                    version: int | None) -> StoredVersion:  # fmt: skip
+def _stored_version(
+    fleet: Fleet, store: ArtifactStore, model: Model, device_class: DeviceClass, version: int | None
+) -> StoredVersion:
     versions = store.versions(model.name, device_class.name)
     if not versions:
         raise ArtifactError(
@@ -314,8 +355,10 @@ def _stored_version(fleet: Fleet, store: ArtifactStore, model: Model, device_cla
             f"`edgetune build -f {fleet.path} --class {device_class.name} --model {model.name}` first"
         )
     if version is not None and version not in versions:
-        raise ArtifactError(f"{model.name} for {device_class.name} has no version {version} "
-                            f"(stored: {', '.join(f'v{v}' for v in versions)})")  # fmt: skip
+        raise ArtifactError(
+            f"{model.name} for {device_class.name} has no version {version} "
+            f"(stored: {', '.join(f'v{v}' for v in versions)})"
+        )
     return store.get(model.name, device_class.name, versions[-1] if version is None else version)
 
 
@@ -332,8 +375,9 @@ def _board(fleet: Fleet, device_class: DeviceClass, name: str | None) -> tuple[R
     chosen = [b for b in up if name is None or b.name == name]
     if not chosen:
         which = f"board {name}" if name else f"no board of class {device_class.name}"
-        raise FleetError(f"{which} is not registered with the tracker at {endpoint.address}: "
-                         f"run `edgetune fleet up -f {fleet.path}`")  # fmt: skip
+        raise FleetError(
+            f"{which} is not registered with the tracker at {endpoint.address}: run `edgetune fleet up -f {fleet.path}`"
+        )
     return endpoint, chosen[0]
 
 
@@ -341,11 +385,15 @@ def _check_profiled_board(fleet: Fleet, device_class: DeviceClass, name: str | N
     """`name`, if given, is a board of the class's tuning pool."""
     boards, pool = fleet.boards_of(device_class.name), fleet.pool_of(device_class.name)
     if name is not None and name not in [b.name for b in boards]:
-        raise FleetError(f"'{name}' is not a board of class {device_class.name} "
-                         f"(its boards: {', '.join(b.name for b in boards) or 'none'})")  # fmt: skip
+        raise FleetError(
+            f"'{name}' is not a board of class {device_class.name} "
+            f"(its boards: {', '.join(b.name for b in boards) or 'none'})"
+        )
     if name is not None and name not in [b.name for b in pool]:
-        raise FleetError(f"'{name}' is outside class {device_class.name}'s tuning pool, so it runs no rpc_server to "
-                         f"profile on; profile on a pool board ({', '.join(b.name for b in pool)})")  # fmt: skip
+        raise FleetError(
+            f"'{name}' is outside class {device_class.name}'s tuning pool, so it runs no rpc_server to "
+            f"profile on; profile on a pool board ({', '.join(b.name for b in pool)})"
+        )
 
 
 def _check_model_unchanged(fleet: Fleet, stored: StoredVersion, mod: tvm.IRModule) -> None:
@@ -357,8 +405,13 @@ def _check_model_unchanged(fleet: Fleet, stored: StoredVersion, mod: tvm.IRModul
 
 
 def _profile_json(profile: ModelProfile, where: str) -> dict:
-    return {"ran_on": where, "model_ms": profile.model_ms, "kernels_ms": profile.kernels_ms,
-            "outside_ms": profile.outside_ms, "kernels": [asdict(k) for k in profile.kernels]}  # fmt: skip
+    return {
+        "ran_on": where,
+        "model_ms": profile.model_ms,
+        "kernels_ms": profile.kernels_ms,
+        "outside_ms": profile.outside_ms,
+        "kernels": [asdict(k) for k in profile.kernels],
+    }
 
 
 def _gflops(kernel: KernelRow) -> str:

@@ -12,14 +12,18 @@ interleaved rounds (`interleave`): A B, B A, A B ... in the same session, so tha
 drifts on the board (other load, throttling, clocks) falls on all of them alike. Each turn is
 one `time_evaluator` call of `invoke_stateful`: a discarded warm-up call, then `repeat`
 samples, each the mean of as many calls as fill `min_repeat_ms` (the profile's
-`measurement.compare`).
+`measurement.compare`). The libraries run on the threads of TVM's pool in the board's
+rpc_server (TVM_NUM_THREADS, which `fleet up` sets to the board's runtime threads); the board's
+own count is read back (`tvm_threads`) and kept with the timings.
 
-Where the model came as an ONNX file and the board's Python has onnxruntime, the board also runs
-that file with onnxruntime (`OnnxRuntimeModel`; the board's rpc_server offers it as
-`edgetune.onnxruntime.*`, board_rpc_server.py) at the board's runtime threads, and it takes its
-turn in the same interleaved rounds, timed the same way (a warm-up call, then `repeat` samples
-each filling `min_repeat_ms`) by the board's Python around `InferenceSession.run`. A board
-without onnxruntime is simply not compared.
+Where the model came as an ONNX file and the board's Python has onnxruntime or OpenVINO, the
+board also runs that file with each (`OnnxModel`; the board's rpc_server offers them as
+`edgetune.onnxruntime.*` and `edgetune.openvino.*`, board_rpc_server.py) at the board's runtime
+threads. Each runtime's outputs are checked against the reference first: one that answers
+differently is said in the log and not timed. The others take their turns in the same
+interleaved rounds, timed the same way (a warm-up call, then `repeat` samples each filling
+`min_repeat_ms`) by the board's Python around one inference call. A board without a runtime is
+simply not compared against it.
 
 No cache flush: TVM's `cache_flush_cpu_non_first_arg` flushes the call's arguments after the
 first, and for `invoke_stateful` the only argument is the function name (measured: no effect);
@@ -41,7 +45,8 @@ import tvm
 from tvm import relax, rpc
 
 from edgetune.artifact_format.files import sha256_file
-from edgetune.artifact_format.manifest import Timing
+from edgetune.artifact_format.manifest import Timing, Tolerance
+from edgetune.artifact_format.reference import check_outputs
 from edgetune.errors import EdgetuneError
 from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import GroupResult
@@ -54,23 +59,29 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunResult:
-    """One library on one board: its timing and its outputs on the given input."""
+    """One library or runtime on one board: its timing and its outputs on the given input."""
 
     timing: Timing
     outputs: dict[str, np.ndarray]  # "output0", "output1", ... in the function's return order
-    runtime: str = ""  # for ONNXRUNTIME: "onnxruntime <version>, <n> threads"; "" for a library
+    runtime: str = ""  # for a runtime: "<runtime> <version>, <n> threads"; "" for a library
+    threads: int | None = None  # for a library: TVM's thread count in the board's process that timed it
 
 
-ONNXRUNTIME = "onnxruntime"  # the label of onnxruntime's run in a board's results
+ONNXRUNTIME = "onnxruntime"
+OPENVINO = "openvino"
+RUNTIMES = (ONNXRUNTIME, OPENVINO)  # what a board's Python may have to run the ONNX file; the labels of their runs
 
 
 @dataclass(frozen=True)
-class OnnxRuntimeModel:
-    """The model's ONNX file and every input its graph takes (fixed ones included), for the
-    boards that have onnxruntime to run next to the libraries."""
+class OnnxModel:
+    """The model's ONNX file, every input its graph takes (fixed ones included), and the outputs
+    a runtime must answer (within `tolerance`) to be timed, for the boards that have a runtime
+    to run next to the libraries."""
 
     path: Path
     inputs: Mapping[str, np.ndarray]
+    expected: Mapping[str, np.ndarray]
+    tolerance: Tolerance
 
 
 def output_dict(result: object) -> dict[str, np.ndarray]:
@@ -86,7 +97,7 @@ def run_on_boards(
     entry: str,
     args: Sequence[np.ndarray],
     measurement: Measurement,
-    onnx: OnnxRuntimeModel | None = None,
+    onnx: OnnxModel | None = None,
 ) -> GroupResult[dict[str, RunResult]]:
     """Every library (label -> .so) run and timed against the others on every board
     (`compare_on_board`), one board at a time; per-board results as data."""
@@ -98,7 +109,9 @@ def run_on_boards(
             except (EdgetuneError, RuntimeError, ValueError, OSError) as err:  # TVM raises RuntimeError subclasses
                 failed[name] = f"{name}: running the library failed: {err}"
                 continue
-            log.info("  %s: %s", name, ", ".join(f"{k} {r.timing.median_ms:.3f} ms" for k, r in succeeded[name].items()))
+            log.info(
+                "  %s: %s", name, ", ".join(f"{k} {r.timing.median_ms:.3f} ms" for k, r in succeeded[name].items())
+            )
     return GroupResult(succeeded, failed)
 
 
@@ -108,11 +121,12 @@ def compare_on_board(
     entry: str,
     args: Sequence[np.ndarray],
     measurement: Measurement,
-    onnx: OnnxRuntimeModel | None = None,
+    onnx: OnnxModel | None = None,
 ) -> dict[str, RunResult]:
     """Upload and load every library, run each once for its outputs, then time them all in
     `measurement.compare.rounds` interleaved rounds; the uploads are removed afterwards. With
-    `onnx` and a board that has onnxruntime, its run takes part too, as `ONNXRUNTIME`."""
+    `onnx`, every runtime of `RUNTIMES` the board has and that answers like the reference takes
+    part too, labelled by its name."""
     remote_names = {label: f"edgetune-{sha256_file(path)[:16]}.so" for label, path in libraries.items()}
     uploaded: list[str] = []
 
@@ -133,17 +147,27 @@ def compare_on_board(
             vm.invoke_stateful(entry)
             outputs[label] = output_dict(vm.get_outputs(entry))
             timers[label] = _round_timer(vm, dev, entry, measurement)
-        loaded = _load_onnxruntime(session, onnx, upload) if onnx is not None else None
-        runtime = ""
-        if loaded is not None:
-            runtime, outputs[ONNXRUNTIME] = loaded
-            timers[ONNXRUNTIME] = _onnxruntime_timer(session, measurement)
+        runtimes = _load_runtimes(session, onnx, upload) if onnx is not None else {}
+        for name, (_, answer) in runtimes.items():
+            outputs[name] = answer
+            timers[name] = _runtime_timer(session, name, measurement)
         timings = _timed(timers, measurement.compare.rounds)
+        threads = tvm_threads(session)
     finally:
         for remote_name in uploaded:
             session.remove(remote_name)
-    return {label: RunResult(timing, outputs[label], runtime if label == ONNXRUNTIME else "")
-            for label, timing in timings.items()}  # fmt: skip
+    return {
+        label: RunResult(timing, outputs[label], runtimes[label][0])
+        if label in runtimes
+        else RunResult(timing, outputs[label], threads=threads)
+        for label, timing in timings.items()
+    }
+
+
+def tvm_threads(session: rpc.RPCSession) -> int:
+    """The threads TVM's thread pool runs parallel loops on in the board's rpc_server process
+    (its TVM_NUM_THREADS, else the cores it may use)."""
+    return int(session.get_function("runtime.NumThreads")())
 
 
 def time_interleaved(
@@ -151,8 +175,9 @@ def time_interleaved(
 ) -> dict[str, Timing]:
     """Time VMs already loaded on one board, their inputs set (`vm.set_input(entry, ...)`), in
     `measurement.compare.rounds` interleaved rounds; every sample kept, per label."""
-    return _timed({label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()},
-                  measurement.compare.rounds)  # fmt: skip
+    return _timed(
+        {label: _round_timer(vm, dev, entry, measurement) for label, vm in vms.items()}, measurement.compare.rounds
+    )
 
 
 def _timed(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int) -> dict[str, Timing]:
@@ -160,40 +185,59 @@ def _timed(timers: Mapping[str, Callable[[], Sequence[float]]], rounds: int) -> 
     return {label: Timing.from_samples_s(values) for label, values in interleave(timers, rounds).items()}
 
 
-def onnxruntime_on_board(session: rpc.RPCSession) -> str:
-    """The board's onnxruntime version; "" where its Python has none, or its rpc_server is not
-    edgetune's (started by something else, or before it offered onnxruntime)."""
+def runtime_on_board(session: rpc.RPCSession, runtime: str) -> str:
+    """The version of `runtime` (one of `RUNTIMES`) in the board's Python; "" where it has none,
+    or its rpc_server is not edgetune's (started by something else, or before it offered it)."""
     try:
-        return str(session.get_function("edgetune.onnxruntime.version")())
+        return str(session.get_function(f"edgetune.{runtime}.version")())
     except (RuntimeError, AttributeError):  # TVM: the remote has no such function
         return ""
 
 
-def _load_onnxruntime(session: rpc.RPCSession, onnx: OnnxRuntimeModel, upload) -> tuple[str, dict] | None:
-    """Upload the ONNX file and its inputs, open them on the board and run them once: what runs
-    them ("onnxruntime <version>, <n> threads") and the outputs; None where the board has no
-    onnxruntime or it cannot run the file there (said in the log: the build goes on without)."""
-    version = onnxruntime_on_board(session)
-    if not version:
-        return None
-    model_name, inputs_name = f"edgetune-{sha256_file(onnx.path)[:16]}.onnx", "edgetune-onnxruntime-inputs.npz"
+def _load_runtimes(session: rpc.RPCSession, onnx: OnnxModel, upload) -> dict[str, tuple[str, dict]]:
+    """Upload the ONNX file and its inputs, open them with every runtime the board has and run
+    each once: per runtime that answers like the reference, what runs it ("<runtime> <version>,
+    <n> threads") and its outputs. A runtime that cannot run the file there, or answers
+    differently, is said in the log and left out (the build goes on without it)."""
+    versions = {name: version for name in RUNTIMES if (version := runtime_on_board(session, name))}
+    if not versions:
+        return {}
+    model_name, inputs_name = f"edgetune-{sha256_file(onnx.path)[:16]}.onnx", "edgetune-runtime-inputs.npz"
     buffer = io.BytesIO()
     np.savez(buffer, **onnx.inputs)
-    try:
-        upload(onnx.path.read_bytes(), model_name)
-        upload(buffer.getvalue(), inputs_name)
-        threads = int(session.get_function("edgetune.onnxruntime.load")(model_name, inputs_name))
-        outputs = _npz(session.get_function("edgetune.onnxruntime.outputs")())
-    except RuntimeError as err:  # the remote's exception, its traceback in the message
-        log.warning("  onnxruntime %s on the board cannot run %s, so it is not compared there: %s",
-                    version, onnx.path.name, str(err).strip().splitlines()[-1])  # fmt: skip
-        return None
-    count = "its default threads" if threads == 0 else f"{threads} thread" + ("s" if threads > 1 else "")
-    return f"onnxruntime {version}, {count}", outputs
+    upload(onnx.path.read_bytes(), model_name)
+    upload(buffer.getvalue(), inputs_name)
+    loaded = {}
+    for name, version in versions.items():
+        try:
+            threads = int(session.get_function(f"edgetune.{name}.load")(model_name, inputs_name))
+            outputs = _npz(session.get_function(f"edgetune.{name}.outputs")())
+        except RuntimeError as err:  # the remote's exception, its traceback in the message
+            log.warning(
+                "  %s %s on the board cannot run %s, so it is not compared there: %s",
+                name,
+                version,
+                onnx.path.name,
+                str(err).strip().splitlines()[-1],
+            )
+            continue
+        check = check_outputs(outputs, onnx.expected, onnx.tolerance)
+        if not check.ok:
+            log.warning(
+                "  %s %s on the board answers %s differently from the reference (%s), so it is not timed there",
+                name,
+                version,
+                onnx.path.name,
+                check.detail,
+            )
+            continue
+        count = "its default threads" if threads == 0 else f"{threads} thread" + ("s" if threads > 1 else "")
+        loaded[name] = (f"{name} {version}, {count}", outputs)
+    return loaded
 
 
-def _onnxruntime_timer(session: rpc.RPCSession, measurement: Measurement) -> Callable[[], list[float]]:
-    turn = session.get_function("edgetune.onnxruntime.turn")
+def _runtime_timer(session: rpc.RPCSession, runtime: str, measurement: Measurement) -> Callable[[], list[float]]:
+    turn = session.get_function(f"edgetune.{runtime}.turn")
     compare = measurement.compare
     return lambda: json.loads(turn(compare.repeat, float(compare.min_repeat_ms), float(measurement.cooldown_ms)))
 

@@ -97,10 +97,14 @@ def tvm_kernel_kinds(prepared: tvm.IRModule, layout: str = "NCHW") -> dict[str, 
             weight, output = shapes[1], shapes[-1]
             if layout == "NHWC" and not transposed:
                 weight = [weight[0], weight[3], weight[1], weight[2]]  # OHWI -> OIHW
-            flops = 2 * math.prod(shapes[0]) * math.prod(weight[1:]) if transposed else 2 * math.prod(output) * math.prod(weight[1:])
+            flops = (
+                2 * math.prod(shapes[0]) * math.prod(weight[1:])
+                if transposed
+                else 2 * math.prod(output) * math.prod(weight[1:])
+            )
             out[name] = (conv_kind(weight, transposed), flops)
         elif "integer_conv" in name and len(shapes) >= 3 and len(shapes[1]) == 6:
-            _, kh, kw, lanes, _, _ = shapes[1]  # packed (O/16, KH, KW, K/4, 16, 4), edgetune.compiler.integer
+            _, kh, kw, lanes, _, _ = shapes[1]  # packed (O/16, KH, KW, K/4, 16, 4), edgetune.compiler.relax.integer
             out[name] = (INT8_CONV, 2 * math.prod(shapes[-1]) * 4 * lanes * kh * kw)
         elif "matmul" in name or "dense" in name:
             out[name] = ("matmul / dense", 2 * math.prod(shapes[-1]) * shapes[0][-1])
@@ -140,8 +144,15 @@ def profile_vm(vm, entry: str, tensors: Sequence, kinds: dict[str, tuple[str, in
         vm.set_instrument(None)
     symbols = {symbol for call in per_call for symbol in call}
     kernels = [s for s in symbols if not s.startswith(BUILTIN_PREFIX)]
-    rows = sorted((_kernel_row(s, kinds, calls_per_model_call.get(s, 1), statistics.median(c.get(s, 0) for c in per_call) / 1e6)
-                   for s in kernels), key=lambda row: -row.ms)
+    rows = sorted(
+        (
+            _kernel_row(
+                s, kinds, calls_per_model_call.get(s, 1), statistics.median(c.get(s, 0) for c in per_call) / 1e6
+            )
+            for s in kernels
+        ),
+        key=lambda row: -row.ms,
+    )
     builtins = statistics.median(sum(ns for s, ns in c.items() if s.startswith(BUILTIN_PREFIX)) for c in per_call)
     return ModelProfile(tuple(rows), statistics.median(plain) / 1e6, builtins / 1e6)
 
@@ -179,8 +190,13 @@ def onnxruntime_profile(profile_json: Path, skip_runs: int = 0) -> ModelProfile:
         if run >= skip_runs:
             per_run[run][name] = per_run[run].get(name, 0) + event["dur"]
     counted = per_run[skip_runs:]
-    rows = sorted((KernelRow(name, kind, 0, statistics.median(r.get(name, 0) for r in counted) / 1e3, op=op)
-                   for name, (kind, op) in kinds.items()), key=lambda row: -row.ms)
+    rows = sorted(
+        (
+            KernelRow(name, kind, 0, statistics.median(r.get(name, 0) for r in counted) / 1e3, op=op)
+            for name, (kind, op) in kinds.items()
+        ),
+        key=lambda row: -row.ms,
+    )
     return ModelProfile(tuple(rows), statistics.median(dur for _, dur in runs[skip_runs:]) / 1e3, 0.0)
 
 

@@ -9,13 +9,15 @@ For each pair (`plan_builds`, pure), `build_pair`:
    exported with the profile's cross compiler (host compiler when it has none);
 3. runs both on every board of the class's tuning pool (`Fleet.pool_of`: every board of the
    class unless fleet.yaml names a pool) through the tracker, timed against each other in
-   interleaved rounds (`measure.compare_on_board`, the profile's `measurement.compare`), and
+   interleaved rounds (`measure.compare_on_board`, the profile's `measurement.compare`) at the
+   board's runtime threads (TVM's count on the board, recorded per board and in the table), and
    checks the tuned outputs on the reference input against the host reference (onnxruntime
    for ONNX models, an untuned host build otherwise) within `reference.output_tolerance`
    (wider for quantized models, by how far onnxruntime's own int8 kernels lie from the graph);
-   where the model is an ONNX file and a board's Python has onnxruntime, onnxruntime runs that
-   file on the board in the same rounds: recorded in the manifest (the build against the
-   runtime the board would otherwise run), never a reason to refuse;
+   where the model is an ONNX file and a board's Python has onnxruntime or OpenVINO, each runs
+   that file on the board in the same rounds once its outputs match the reference: recorded in
+   the manifest (the build against the runtimes the board would otherwise run; "vs best
+   runtime" against the faster of them), never a reason to refuse;
 4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
    on every pool board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
    `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
@@ -47,7 +49,15 @@ from tabulate import tabulate
 
 from edgetune import __version__
 from edgetune.artifact import tuning_inputs
-from edgetune.artifact.measure import ONNXRUNTIME, OnnxRuntimeModel, RunResult, firmware_fingerprint, run_on_boards
+from edgetune.artifact.measure import (
+    ONNXRUNTIME,
+    OPENVINO,
+    RUNTIMES,
+    OnnxModel,
+    RunResult,
+    firmware_fingerprint,
+    run_on_boards,
+)
 from edgetune.artifact.store import ArtifactStore, Staging
 from edgetune.artifact_format.codec import canonical_bytes, sha256_hex
 from edgetune.artifact_format.files import tree_digest
@@ -61,9 +71,9 @@ from edgetune.artifact_format.manifest import (
     BuildInputs,
     Entry,
     Manifest,
-    OnnxRuntimeRun,
     RecordHits,
     Reference,
+    RuntimeRun,
     Tolerance,
 )
 from edgetune.artifact_format.reference import (
@@ -123,12 +133,18 @@ class BuildOutcome:
     tuned_ms: float | None = None
     least_speedup: float | None = None  # the lowest interval bound of untuned/tuned over the boards
     vs_onnxruntime: float | None = None  # onnxruntime / tuned, the median over the boards that ran it
+    vs_openvino: float | None = None  # openvino / tuned, likewise
+    vs_best_runtime: float | None = None  # the faster runtime / tuned per board, the median over the boards
+    best_runtime: str | None = (
+        None  # which runtime was the faster on those boards ("openvino", "onnxruntime, openvino")
+    )
     trials: int | None = None
     tasks_without_record: tuple[str, ...] = ()
     tasks_total: int | None = None
     library_mb: float | None = None
     error: str | None = None
     layout: str | None = None  # the layout the model was compiled in and why ('NHWC: ...')
+    threads: str = ""  # TVM's threads on the boards it was timed on ("2"; "1, 2" where boards differ)
 
     @property
     def speedup(self) -> float | None:
@@ -149,13 +165,17 @@ class BuildOutcome:
             untuned_ms=manifest.untuned_median_ms(),
             tuned_ms=manifest.tuned_median_ms(),
             least_speedup=min(e.low for e in speedups.values()) if speedups else None,
-            vs_onnxruntime=over_boards(onnxruntime_ratios(manifest.boards))[0],
+            vs_onnxruntime=over_boards(runtime_ratios(manifest.boards, ONNXRUNTIME))[0],
+            vs_openvino=over_boards(runtime_ratios(manifest.boards, OPENVINO))[0],
+            vs_best_runtime=over_boards(best_runtime_ratios(manifest.boards))[0],
+            best_runtime=best_runtime_names(manifest.boards),
             trials=manifest.tuning.trials,
             tasks_without_record=hits.tasks_without_record,
             tasks_total=hits.tasks_with_record + len(hits.tasks_without_record),
             library_mb=next((f.size / 1e6 for f in manifest.files if f.path == LIBRARY_NAME), None),
             error=error,
             layout=layout,
+            threads=timed_threads(manifest.boards),
         )
 
 
@@ -168,16 +188,20 @@ class BuildReport:
         return all(o.status in ("built", "unchanged") for o in self.outcomes)
 
     def table(self) -> str:
-        """model x class: untuned ms, tuned ms, speed-up, against onnxruntime (on the boards that
-        have it), trials, records, library size, artifact version."""
+        """model x class: the threads it was timed at, untuned ms, tuned ms, speed-up, against
+        onnxruntime, OpenVINO and the faster of them (on the boards that have them), trials,
+        records, library size, artifact version."""
         rows = [
             [
                 o.model,
                 o.device_class,
+                o.threads,
                 _ms(o.untuned_ms),
                 _ms(o.tuned_ms),
                 _speedup(o),
-                "" if o.vs_onnxruntime is None else f"{ratio_text(o.vs_onnxruntime)}x",
+                _versus(o, o.vs_onnxruntime),
+                _versus(o, o.vs_openvino),
+                _versus(o, o.vs_best_runtime, o.best_runtime),
                 "" if o.trials is None else o.trials,
                 _records(o),
                 "" if o.library_mb is None else f"{o.library_mb:.2f}",
@@ -187,7 +211,20 @@ class BuildReport:
             for o in self.outcomes
         ]
         headers = [
-            "model", "class", "untuned ms", "tuned ms", "speed-up (min)", "vs onnxruntime", "trials", "records", "library MB", "artifact", "status"
+            "model",
+            "class",
+            "threads",
+            "untuned ms",
+            "tuned ms",
+            "speed-up (min)",
+            "vs onnxruntime",
+            "vs openvino",
+            "vs best runtime",
+            "trials",
+            "records",
+            "library MB",
+            "artifact",
+            "status",
         ]
         return tabulate(rows, headers=headers, disable_numparse=True)
 
@@ -225,9 +262,7 @@ def plan_builds(
     ]
 
 
-def build_artifacts(
-    fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = ()
-) -> BuildReport:
+def build_artifacts(fleet: Fleet, classes: Sequence[str] = (), models: Sequence[str] = ()) -> BuildReport:
     """Build every planned pair; fails fast only on what would fail them all (no key,
     unwritable store), before any build."""
     pairs = plan_builds(fleet, classes, models)
@@ -277,9 +312,7 @@ class BuildPair:
         return list(self.fed_inputs.values())
 
 
-def build_pair(
-    fleet: Fleet, model: Model, device_class: DeviceClass, store: ArtifactStore, key
-) -> BuildOutcome:
+def build_pair(fleet: Fleet, model: Model, device_class: DeviceClass, store: ArtifactStore, key) -> BuildOutcome:
     """Build one (model, class) unless its inputs equal the latest version's."""
     with tempfile.TemporaryDirectory(prefix="edgetune-build-") as tmp:
         imported = import_model(model)
@@ -306,11 +339,43 @@ def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
     return {b.board: ratio_of_medians(b.untuned.samples_ms, b.tuned.samples_ms) for b in boards}
 
 
-def onnxruntime_ratios(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
-    """Per board that ran onnxruntime: onnxruntime / tuned time, the ratio of medians with its
+def board_runtimes(board: BoardResult) -> dict[str, RuntimeRun]:
+    """The runtimes of `RUNTIMES` timed on the board (each a BoardResult field of its name)."""
+    return {name: run for name in RUNTIMES if (run := getattr(board, name)) is not None}
+
+
+def runtime_ratios(boards: Sequence[BoardResult], runtime: str) -> dict[str, RatioEstimate]:
+    """Per board that ran `runtime`: its time / the tuned time, the ratio of medians with its
     bootstrap interval (above 1: the tuned build is faster)."""
-    return {b.board: ratio_of_medians(b.onnxruntime.timing.samples_ms, b.tuned.samples_ms)
-            for b in boards if b.onnxruntime is not None}  # fmt: skip
+    return {
+        b.board: ratio_of_medians(run.timing.samples_ms, b.tuned.samples_ms)
+        for b in boards
+        if (run := board_runtimes(b).get(runtime)) is not None
+    }
+
+
+def best_runtimes(boards: Sequence[BoardResult]) -> dict[str, str]:
+    """Per board that ran a runtime: the faster of those it ran (the lower median)."""
+    return {
+        b.board: min(runs, key=lambda name: runs[name].timing.median_ms) for b in boards if (runs := board_runtimes(b))
+    }
+
+
+def best_runtime_ratios(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:
+    """Per board that ran a runtime: the faster runtime's time / the tuned time, as `runtime_ratios`."""
+    best = best_runtimes(boards)
+    return {board: runtime_ratios(boards, name)[board] for board, name in best.items()}
+
+
+def best_runtime_names(boards: Sequence[BoardResult]) -> str | None:
+    """Which runtime was the faster, over the boards that ran one ("onnxruntime, openvino" where
+    it differs by board); None where no board ran one."""
+    return ", ".join(sorted(set(best_runtimes(boards).values()))) or None
+
+
+def timed_threads(boards: Sequence[BoardResult]) -> str:
+    """The TVM threads the boards timed the builds at, each count once ("" where no board said)."""
+    return ", ".join(str(n) for n in sorted({b.threads for b in boards if b.threads is not None}))
 
 
 def over_boards(estimates: dict[str, RatioEstimate]) -> tuple[float | None, tuple[float, float] | None]:
@@ -352,9 +417,7 @@ def _passes_gate(speedup: RatioEstimate, emulated: bool) -> bool:
     return not speedup.below(1.0) if emulated else speedup.above(GATE_MIN_SPEEDUP)
 
 
-def _build_and_measure(
-    pair: BuildPair, inputs: BuildInputs, database_dir: Path, staging: Staging
-) -> Manifest:
+def _build_and_measure(pair: BuildPair, inputs: BuildInputs, database_dir: Path, staging: Staging) -> Manifest:
     """Fill `staging` with the artifact's files and return its (unsigned, unversioned) manifest."""
     profile = pair.device_class.profile
     target = build_target(profile)
@@ -366,8 +429,10 @@ def _build_and_measure(
     coverage = count_tuned_tasks(prepared, records.database, target, records.kept_untuned)
     log.info(f"  {coverage.tuned + len(coverage.kept_untuned)}/{coverage.total} kernels have a tuning record; building")
     if coverage.kept_untuned:
-        log.info(f"  {len(coverage.kept_untuned)} of them built without their schedule, measured faster so on the "
-                 f"class's boards: {', '.join(coverage.kept_untuned)}")
+        log.info(
+            f"  {len(coverage.kept_untuned)} of them built without their schedule, measured faster so on the "
+            f"class's boards: {', '.join(coverage.kept_untuned)}"
+        )
     export = SharedLibraryExport(str(pair.work), profile.cross_compiler)
     library = staging.path / LIBRARY_NAME
     shutil.move(export(apply_database_and_build(prepared, records.database, target)), library)
@@ -387,8 +452,9 @@ def _build_and_measure(
         interface=model_interface(pair.mod, tuple(pair.fed_inputs)),
         files=(),
         tuning=tuning,
-        record_hits=RecordHits(tasks_with_record=coverage.tuned + len(coverage.kept_untuned),
-                               tasks_without_record=coverage.missing),
+        record_hits=RecordHits(
+            tasks_with_record=coverage.tuned + len(coverage.kept_untuned), tasks_without_record=coverage.missing
+        ),
         reference=Reference(
             source="onnxruntime" if pair.model.onnx is not None else "tvm-untuned-host",
             output_sha256=sha256_hex(npz_bytes(expected)),
@@ -397,9 +463,7 @@ def _build_and_measure(
     )
 
 
-def _measure(
-    pair: BuildPair, libraries: dict[str, Path], expected: dict[str, np.ndarray]
-) -> tuple[BoardResult, ...]:
+def _measure(pair: BuildPair, libraries: dict[str, Path], expected: dict[str, np.ndarray]) -> tuple[BoardResult, ...]:
     """Run the libraries on every board of the class's tuning pool; any board failing to run or
     to match fails the pair."""
     fleet, device_class = pair.fleet, pair.device_class
@@ -411,14 +475,22 @@ def _measure(
         f"  measuring on {len(boards)} boards: tuned and untuned in {compare_settings.rounds} interleaved rounds "
         f"of {compare_settings.repeat} samples (>= {compare_settings.min_repeat_ms} ms each)"
     )
-    onnx = OnnxRuntimeModel(pair.model.onnx, pair.ref_inputs) if pair.model.onnx is not None else None
+    onnx = None if pair.model.onnx is None else OnnxModel(pair.model.onnx, pair.ref_inputs, expected, pair.tolerance)
     runs = run_on_boards(
-        rpc_endpoint(fleet, device_class.name), boards, libraries, entry_function(pair.mod), pair.args,
-        device_class.profile.measurement, onnx,
-    )  # fmt: skip
-    if onnx is not None and not any(ONNXRUNTIME in board_runs for board_runs in runs.succeeded.values()):
-        log.info(f"  not compared against onnxruntime: no board of {device_class.name} has it in its Python "
-                 f"(with `{boards[0].python} -m pip install onnxruntime` on a board, the next version built is)")
+        rpc_endpoint(fleet, device_class.name),
+        boards,
+        libraries,
+        entry_function(pair.mod),
+        pair.args,
+        device_class.profile.measurement,
+        onnx,
+    )
+    for runtime in RUNTIMES if onnx is not None else ():
+        if not any(runtime in board_runs for board_runs in runs.succeeded.values()):
+            log.info(
+                f"  not compared against {runtime}: no board of {device_class.name} ran it (with "
+                f"`{boards[0].python} -m pip install {runtime}` on a board, the next version built is)"
+            )
     problems = list(runs.failed.values())
     results = []
     for board in boards:
@@ -439,14 +511,22 @@ def _board_result(
     """The board's manifest entry, and why its tuned output fails the check (None if it passes)."""
     tuned = runs["tuned"]
     check = check_outputs(tuned.outputs, expected, tolerance)
-    problem = None if check.ok else (
-        f"{board}: tuned output differs from the reference ({check.detail}): the tuned build is wrong "
-        "for this board; check its TVM runtime and target, then re-tune the class"
-    )  # fmt: skip
-    ort = runs.get(ONNXRUNTIME)
-    onnxruntime = None if ort is None else OnnxRuntimeRun(
-        ort.runtime, ort.timing, check_outputs(ort.outputs, expected, tolerance).max_abs_error)  # fmt: skip
-    result = BoardResult(board, firmware, tuned.timing, runs["untuned"].timing, check.max_abs_error, onnxruntime)
+    problem = (
+        None
+        if check.ok
+        else (
+            f"{board}: tuned output differs from the reference ({check.detail}): the tuned build is wrong "
+            "for this board; check its TVM runtime and target, then re-tune the class"
+        )
+    )
+    runtimes = {
+        name: RuntimeRun(run.runtime, run.timing, check_outputs(run.outputs, expected, tolerance).max_abs_error)
+        for name, run in runs.items()
+        if name in RUNTIMES
+    }
+    result = BoardResult(
+        board, firmware, tuned.timing, runs["untuned"].timing, check.max_abs_error, **runtimes, threads=tuned.threads
+    )
     return result, problem
 
 
@@ -475,7 +555,9 @@ def library_size(model: Model, library: Path) -> str:
     size = library.stat().st_size
     if model.onnx is None:
         return f"library {size / 1e6:.2f} MB"
-    widened = " (quantized_weights: float: int8 weights widened to float32)" if model.quantized_weights == "float" else ""
+    widened = (
+        " (quantized_weights: float: int8 weights widened to float32)" if model.quantized_weights == "float" else ""
+    )
     return f"library {size / 1e6:.2f} MB, {size / model.onnx.stat().st_size:.2f}x the ONNX file{widened}"
 
 
@@ -502,6 +584,14 @@ def _speedup(outcome: BuildOutcome) -> str:
         return ""
     least = f" ({ratio_text(outcome.least_speedup)}x)" if outcome.least_speedup is not None else ""
     return f"{ratio_text(outcome.speedup)}x{least}"
+
+
+def _versus(outcome: BuildOutcome, ratio: float | None, runtime: str | None = None) -> str:
+    """'1.21x' (with `runtime`: '1.21x openvino'); 'not measured' for a measured build no board
+    compared against that runtime; '' for a pair with no measurement at all."""
+    if ratio is None:
+        return "" if outcome.tuned_ms is None else "not measured"
+    return f"{ratio_text(ratio)}x" + (f" {runtime}" if runtime else "")
 
 
 def _records(outcome: BuildOutcome) -> str:

@@ -198,8 +198,14 @@ class ArtifactStore:
     def _served_paths(self, place: StorePlace) -> tuple[Path, ...]:
         """The model, class and version directories, the manifest, signature and tarball."""
         version_dir = self.class_dir(place.model, place.device_class) / f"v{place.version}"
-        return (version_dir.parent.parent, version_dir.parent, version_dir, version_dir / MANIFEST_NAME,
-                version_dir / SIGNATURE_NAME, tarball_path(version_dir))  # fmt: skip
+        return (
+            version_dir.parent.parent,
+            version_dir.parent,
+            version_dir,
+            version_dir / MANIFEST_NAME,
+            version_dir / SIGNATURE_NAME,
+            tarball_path(version_dir),
+        )
 
     def _check_servable(self, place: StorePlace, paths: tuple[Path, ...]) -> tuple[StoredVersion | None, str | None]:
         problem = _link_problem(self.root, paths)
@@ -271,9 +277,7 @@ class ArtifactStore:
             if latest is not None and latest.manifest.inputs_sha256 == manifest.inputs_sha256:
                 return CommitResult(latest, created=False)
             version = max([self.highwater(model, device_class), *_taken_numbers(directory)]) + 1
-            final = manifest.with_files(
-                version, file_entries(staging.path, exclude=(MANIFEST_NAME, SIGNATURE_NAME))
-            )
+            final = manifest.with_files(version, file_entries(staging.path, exclude=(MANIFEST_NAME, SIGNATURE_NAME)))
             data = final.to_bytes()
             write_atomic(staging.path / MANIFEST_NAME, data)
             write_atomic(staging.path / SIGNATURE_NAME, sign(key, data).to_bytes())

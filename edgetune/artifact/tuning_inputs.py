@@ -56,4 +56,4 @@ def copy_report(fleet: Fleet, device_class: str, model: str, dest: Path) -> Tuni
         summary = read_summary(dest / SUMMARY_NAME)
     except TuneError as err:
         raise ArtifactError(str(err)) from None
-    return TuningStats(trials=int(summary["trials"]), tuning_time_s=float(summary["tuning_time_s"]))
+    return TuningStats(trials=summary.trials, tuning_time_s=summary.tuning_time_s)

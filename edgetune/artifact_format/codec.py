@@ -12,7 +12,7 @@ whose field types and `rule`s (allowed values, ranges, defaults, checks) say wha
 value may be, and any misfit is a `SchemaError` naming its path (`boards[2].name`) and what is
 allowed. A key that is absent or null takes the field's default; a field without a default
 is required (a null is then accepted only where the type allows None). `from_json` is
-`decode` for the artifact formats, its errors `ArtifactError`s.
+`decode` for the artifact formats, its errors `ArtifactError`s. A `derived_field` is no key.
 """
 
 from __future__ import annotations
@@ -113,8 +113,11 @@ def to_json(value: Any) -> Any:
     """Plain JSON data (dict, list, str, int, float, bool, None) for `value`; an `added_field`
     left at None is not written."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not (f.metadata.get(_ADDED) and getattr(value, f.name) is None)}  # fmt: skip
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get(_ADDED) and getattr(value, f.name) is None)
+        }
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, Mapping):
@@ -126,8 +129,15 @@ VERSION_KEYS = ("schema", "schema_version")
 
 
 def load_versioned(
-    cls: type[T], data: bytes, where: str, schema: str, version: int, what: str = "file",
-    error: type[Exception] = ArtifactError, reader: str = "this edgetune", unversioned_is_current: bool = False,
+    cls: type[T],
+    data: bytes,
+    where: str,
+    schema: str,
+    version: int,
+    what: str = "file",
+    error: type[Exception] = ArtifactError,
+    reader: str = "this edgetune",
+    unversioned_is_current: bool = False,
 ) -> T:
     """`data` parsed as `cls`, a record of `schema` at `version` (`cls` holds the two version
     keys as fields, or is the rest of the record); every problem is an `error` naming `where`.
@@ -211,6 +221,13 @@ def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSI
 
 
 _ADDED = "added"
+_DERIVED = "derived"
+
+
+def derived_field(default: Any) -> Any:
+    """A field of a record that its file does not hold (e.g. the file's own path): decoding
+    leaves it at `default`, and the file's reader sets it (`dataclasses.replace`)."""
+    return dataclasses.field(default=default, metadata={_DERIVED: True})
 
 
 def added_field() -> Any:
@@ -244,7 +261,8 @@ def describe(value: Any) -> str:
 def decode(cls: type[T], data: Any, path: str = "", *, base: Path | None = None, blank_text: bool = True) -> T:
     """`data` (plain JSON or YAML data) as `cls` (a frozen dataclass, or a type such as int,
     Path, tuple[X, ...] or Mapping[str, X]), every value checked against its field's type and
-    `Rule`; a `SchemaError` names the first misfit's path (below `path`).
+    `Rule`; a `SchemaError` names the first misfit's path (below `path`). A record already built
+    (a reader's derivation in place of what its file spells) is taken as it is.
     `base`: the folder relative `Path` fields are resolved against; `blank_text` False refuses
     empty or blank strings."""
     return _Decoder(base, blank_text).value(cls, data, path, _NO_RULE)
@@ -278,7 +296,9 @@ class _Decoder:
         return value
 
     def record(self, cls: type, data: Any, path: str) -> Any:
-        fields = dataclasses.fields(cls)
+        if isinstance(data, cls):  # a record its reader derived from the file already
+            return data
+        fields = [f for f in dataclasses.fields(cls) if not f.metadata.get(_DERIVED)]
         keys = tuple(f.name for f in fields)
         if not isinstance(data, dict):
             raise SchemaError(path, f"must be a mapping with keys {', '.join(keys)}, got {describe(data)}")
@@ -286,7 +306,9 @@ class _Decoder:
             if key not in keys:
                 hint = difflib.get_close_matches(str(key), keys, n=1)
                 suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-                raise SchemaError(join_path(path, str(key)), f"unknown key{suggestion}; allowed here: {', '.join(keys)}")
+                raise SchemaError(
+                    join_path(path, str(key)), f"unknown key{suggestion}; allowed here: {', '.join(keys)}"
+                )
         hints = _type_hints(cls)
         values = {}
         for field in fields:
@@ -358,8 +380,12 @@ class _Decoder:
         if limits.positive and value <= 0:
             raise SchemaError(path, f"must be positive, got {value}")
         if limits.minimum is not None and value < limits.minimum:
-            raise SchemaError(path, f"must be zero or more, got {value}" if limits.minimum == 0
-                              else f"must be at least {limits.minimum:g}, got {value:g}")
+            raise SchemaError(
+                path,
+                f"must be zero or more, got {value}"
+                if limits.minimum == 0
+                else f"must be at least {limits.minimum:g}, got {value:g}",
+            )
         if limits.maximum is not None and value > limits.maximum:
             raise SchemaError(path, f"must be at most {limits.maximum:g}, got {value:g}")
         if limits.between is not None and not limits.between[0] <= value <= limits.between[1]:

@@ -84,13 +84,36 @@ class Asked:
 
 
 def new_decision(
-    *, board: str, device_class: str, model: str, version: int, manifest_sha256: str, tarball_size: int,
-    pinned: bool, requested: bool, serial: int, issued_at: float, ttl_s: float, nonce: str | None = None,
+    *,
+    board: str,
+    device_class: str,
+    model: str,
+    version: int,
+    manifest_sha256: str,
+    tarball_size: int,
+    pinned: bool,
+    requested: bool,
+    serial: int,
+    issued_at: float,
+    ttl_s: float,
+    nonce: str | None = None,
 ) -> Decision:
     return Decision(
-        DECISION_SCHEMA, DECISION_SCHEMA_VERSION, board, device_class, model, version, manifest_sha256,
-        tarball_size, pinned, requested, utc_text(issued_at), utc_text(issued_at + ttl_s), serial, nonce,
-    )  # fmt: skip
+        DECISION_SCHEMA,
+        DECISION_SCHEMA_VERSION,
+        board,
+        device_class,
+        model,
+        version,
+        manifest_sha256,
+        tarball_size,
+        pinned,
+        requested,
+        utc_text(issued_at),
+        utc_text(issued_at + ttl_s),
+        serial,
+        nonce,
+    )
 
 
 def sign_decision(key: Ed25519PrivateKey, decision: Decision) -> tuple[str, Signature]:
@@ -115,15 +138,19 @@ def check_decision(key: Ed25519PublicKey, text: str, signature: Signature, asked
 def _answer_problem(decision: Decision, asked: Asked) -> str | None:
     """None if `decision` answers what the board asked, else how it does not."""
     if (decision.board, decision.device_class) != (asked.board, asked.device_class):
-        return (f"it is for board {decision.board} of class {decision.device_class}, "
-                f"this is {asked.board} of class {asked.device_class}")  # fmt: skip
+        return (
+            f"it is for board {decision.board} of class {decision.device_class}, "
+            f"this is {asked.board} of class {asked.device_class}"
+        )
     if decision.model != asked.model:
         return f"it is for model {decision.model}, not {asked.model}"
     if asked.version is not None and (not decision.requested or decision.version != asked.version):
         return f"it names v{decision.version} of {decision.model}, the board asked for v{asked.version}"
     if asked.version is None and decision.requested:
-        return (f"it answers a request for v{decision.version}, not for the version this board should run "
-                "(another answer put in place of this one)")  # fmt: skip
+        return (
+            f"it answers a request for v{decision.version}, not for the version this board should run "
+            "(another answer put in place of this one)"
+        )
     return None
 
 
@@ -134,8 +161,10 @@ def serial_lead_problem(serial: int, issued_at: float) -> str | None:
     every later decision."""
     lead_ms = serial - issued_at * 1000
     if lead_ms > MAX_SERIAL_LEAD_MS:
-        return (f"serial {serial} is {lead_ms / 86_400_000:.1f} days ahead of its signing time "
-                f"{utc_text(issued_at)} (at most {MAX_SERIAL_LEAD_MS // 86_400_000} allowed)")
+        return (
+            f"serial {serial} is {lead_ms / 86_400_000:.1f} days ahead of its signing time "
+            f"{utc_text(issued_at)} (at most {MAX_SERIAL_LEAD_MS // 86_400_000} allowed)"
+        )
     return None
 
 
@@ -148,8 +177,10 @@ def _freshness_problem(decision: Decision, asked: Asked, now: float) -> str | No
         return lead
     if asked.nonce is not None:
         if decision.nonce != asked.nonce:
-            return (f"it echoes nonce {decision.nonce}, not this request's {asked.nonce} (an answer made for "
-                    "another request: replayed or held back)")  # fmt: skip
+            return (
+                f"it echoes nonce {decision.nonce}, not this request's {asked.nonce} (an answer made for "
+                "another request: replayed or held back)"
+            )
     elif now > parse_utc(decision.expires):
         return f"expired at {decision.expires} (it is {utc_text(now)} here; a stale or delayed answer)"
     if decision.serial <= asked.last_serial:
@@ -165,4 +196,6 @@ def parse_utc(text: str) -> float:
     try:
         return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
-        raise DecisionError(f"the server's decision: {text[:40]!r} is not a UTC time ({TIME_FORMAT}); refused") from None
+        raise DecisionError(
+            f"the server's decision: {text[:40]!r} is not a UTC time ({TIME_FORMAT}); refused"
+        ) from None

@@ -104,11 +104,11 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class OnnxRuntimeRun:
-    """onnxruntime running the model's ONNX file on a board that has it, timed in the same
-    interleaved rounds as the tuned and untuned builds (`measure.py`)."""
+class RuntimeRun:
+    """A runtime (onnxruntime, OpenVINO) running the model's ONNX file on a board that has it,
+    timed in the same interleaved rounds as the tuned and untuned builds (`measure.py`)."""
 
-    runtime: str  # "onnxruntime <version>, <n> threads"
+    runtime: str  # "<runtime> <version>, <n> threads"
     timing: Timing
     max_abs_error: float  # its output vs the expected output, on the reference input
 
@@ -117,15 +117,18 @@ class OnnxRuntimeRun:
 class BoardResult:
     """The artifact measured and checked on one board of its class. `tuned` and `untuned`
     were timed in the same interleaved rounds, so their samples compare directly; so were
-    `onnxruntime`'s, where the board has it and the model is an ONNX file (else None, and the
-    key absent: manifests from before it read back as they were signed)."""
+    `onnxruntime`'s and `openvino`'s, where the board has the runtime, the model is an ONNX file
+    and the runtime answered like the reference (else None, and the key absent: manifests from
+    before the field read back as they were signed)."""
 
     board: str
     firmware: str  # the output of the profile's firmware_command on that board
     tuned: Timing
     untuned: Timing
     max_abs_error: float  # tuned output vs the expected output, on the reference input
-    onnxruntime: OnnxRuntimeRun | None = added_field()
+    onnxruntime: RuntimeRun | None = added_field()
+    openvino: RuntimeRun | None = added_field()
+    threads: int | None = added_field()  # TVM's thread count in the board's process the builds were timed in
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,5 @@ def check_outputs(
         err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
         worst = max(worst, err)
         if not np.allclose(got, want, rtol=tolerance.rtol, atol=tolerance.atol):
-            problems.append(
-                f"{name}: max |error| {err:.3g} exceeds rtol {tolerance.rtol:g} / atol {tolerance.atol:g}"
-            )
+            problems.append(f"{name}: max |error| {err:.3g} exceeds rtol {tolerance.rtol:g} / atol {tolerance.atol:g}")
     return OutputCheck(ok=not problems, max_abs_error=worst, detail="; ".join(problems))

@@ -84,9 +84,7 @@ def init_keys(private_path: Path, public_path: Path, artifacts_dir: Path, force:
             "verify only with its public key) or pass --force to replace it"
         )
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
@@ -188,4 +186,3 @@ def signature_file_problems(
 
 def _is_within(path: Path, directory: Path) -> bool:
     return path.resolve().is_relative_to(directory.resolve())
-

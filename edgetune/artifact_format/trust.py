@@ -42,7 +42,11 @@ from edgetune.artifact_format.decision import Decision, parse_utc, utc_text
 from edgetune.artifact_format.signing import Signature, key_id, sign, signature_problem
 from edgetune.errors import ArtifactError
 
-TRUST_SCHEMA, STATEMENT_SCHEMA, REVOCATIONS_SCHEMA = "edgetune.trust", "edgetune.key-statement", "edgetune.key-revocations"
+TRUST_SCHEMA, STATEMENT_SCHEMA, REVOCATIONS_SCHEMA = (
+    "edgetune.trust",
+    "edgetune.key-statement",
+    "edgetune.key-revocations",
+)
 ARTIFACT, DECISION = "artifact", "decision"
 MAX_ROTATIONS = 256
 MAX_REVOKED = 4096
@@ -140,15 +144,19 @@ class Trusted:
 
     def _decision_certificate(self) -> KeyStatement:
         if self.decision is None:
-            raise TrustError("the server's trust file certifies no decision key (run `edgetune keys init` on the "
-                             "host with the artifact key); refused")  # fmt: skip
+            raise TrustError(
+                "the server's trust file certifies no decision key (run `edgetune keys init` on the "
+                "host with the artifact key); refused"
+            )
         return self.decision
 
     def _refuse_after_expiry(self, moment: float, whose: str) -> None:
         cert = self._decision_certificate()
         if moment > parse_utc(cert.expires or ""):
-            raise TrustError(f"the decision key {cert.key_id} was certified until {cert.expires}, past by {whose} "
-                             f"({utc_text(moment)}): run `edgetune keys rotate decision` on the host; refused")
+            raise TrustError(
+                f"the decision key {cert.key_id} was certified until {cert.expires}, past by {whose} "
+                f"({utc_text(moment)}): run `edgetune keys rotate decision` on the host; refused"
+            )
 
     def refuse_revoked(self, kid: str, what: str, now: float) -> None:
         since = self.revocations.refused_since(kid) if self.revocations else None
@@ -173,35 +181,50 @@ def signed_statement(signer: Ed25519PrivateKey, statement: KeyStatement | Revoca
     return Signed(data.decode("utf-8"), sign(signer, data))
 
 
-def key_statement(signer: Ed25519PrivateKey, role: str, key: Ed25519PublicKey, issued_at: float,
-                  expires_at: float | None = None) -> Signed:  # fmt: skip
-    statement = KeyStatement(STATEMENT_SCHEMA, 1, role, raw_text(key), key_id(key), key_id(signer.public_key()),
-                             utc_text(issued_at), None if expires_at is None else utc_text(expires_at))  # fmt: skip
+def key_statement(
+    signer: Ed25519PrivateKey, role: str, key: Ed25519PublicKey, issued_at: float, expires_at: float | None = None
+) -> Signed:
+    statement = KeyStatement(
+        STATEMENT_SCHEMA,
+        1,
+        role,
+        raw_text(key),
+        key_id(key),
+        key_id(signer.public_key()),
+        utc_text(issued_at),
+        None if expires_at is None else utc_text(expires_at),
+    )
     return signed_statement(signer, statement)
 
 
-def revocations_statement(signer: Ed25519PrivateKey, serial: int, revoked: tuple[Revoked, ...], issued_at: float) -> Signed:
+def revocations_statement(
+    signer: Ed25519PrivateKey, serial: int, revoked: tuple[Revoked, ...], issued_at: float
+) -> Signed:
     return signed_statement(signer, Revocations(REVOCATIONS_SCHEMA, 1, serial, utc_text(issued_at), revoked))
 
 
 def read_revocations(signed: Signed, key: Ed25519PublicKey) -> Revocations:
     _check_signed(signed, key, "revocations")
-    return load_versioned(Revocations, signed.text.encode("utf-8"), "revocations", REVOCATIONS_SCHEMA, 1,
-                          "statement", TrustError)  # fmt: skip
+    return load_versioned(
+        Revocations, signed.text.encode("utf-8"), "revocations", REVOCATIONS_SCHEMA, 1, "statement", TrustError
+    )
 
 
 def read_statement(signed: Signed, key: Ed25519PublicKey, role: str, where: str) -> KeyStatement:
     _check_signed(signed, key, where)
     statement = KeyStatement.from_text(signed.text, where)
     if statement.role != role or statement.issuer_key_id != key_id(key):
-        raise TrustError(f"{where}: a {statement.role} key statement by {statement.issuer_key_id}, "
-                         f"not a {role} key statement by {key_id(key)}")  # fmt: skip
+        raise TrustError(
+            f"{where}: a {statement.role} key statement by {statement.issuer_key_id}, "
+            f"not a {role} key statement by {key_id(key)}"
+        )
     if role == DECISION:
         try:
             parse_utc(statement.expires or "")
         except ArtifactError:
-            raise TrustError(f"{where}: expires {statement.expires!r} is not a UTC time: a decision key is certified "
-                             "until one") from None  # fmt: skip
+            raise TrustError(
+                f"{where}: expires {statement.expires!r} is not a UTC time: a decision key is certified until one"
+            ) from None
     return statement
 
 
@@ -223,18 +246,24 @@ def accept_trust(anchor: Ed25519PublicKey, offered: TrustFile, accepted: TrustFi
     """What a board trusts, from the `offered` trust file, given its pinned `anchor` and the file
     it `accepted` before (None: none); a TrustError if it must not take it (module docstring)."""
     if offered.anchor != raw_text(anchor):
-        raise TrustError(f"its history starts at key {key_id(raw_public_key(offered.anchor, 'anchor'))}, this board "
-                         f"pins {key_id(anchor)} (a trust file of another fleet); refused")  # fmt: skip
+        raise TrustError(
+            f"its history starts at key {key_id(raw_public_key(offered.anchor, 'anchor'))}, this board "
+            f"pins {key_id(anchor)} (a trust file of another fleet); refused"
+        )
     if accepted is not None and offered.rotations[: len(accepted.rotations)] != accepted.rotations:
-        raise TrustError(f"its key history ({len(offered.rotations)} rotations) does not extend the one this board "
-                         f"took ({len(accepted.rotations)} rotations): a forked or older history; refused")
+        raise TrustError(
+            f"its key history ({len(offered.rotations)} rotations) does not extend the one this board "
+            f"took ({len(accepted.rotations)} rotations): a forked or older history; refused"
+        )
     history = artifact_history(offered)
     newest = history[-1]
     revocations = read_revocations(offered.revocations, newest) if offered.revocations else None
     taken = accepted_revocation_serial(accepted)
     if (revocations.serial if revocations else 0) < taken:
-        raise TrustError(f"its revocations (serial {revocations.serial if revocations else 0}) are older than the "
-                         f"ones this board took (serial {taken}); refused")
+        raise TrustError(
+            f"its revocations (serial {revocations.serial if revocations else 0}) are older than the "
+            f"ones this board took (serial {taken}); refused"
+        )
     decision = read_statement(offered.decision, newest, DECISION, "decision") if offered.decision else None
     trusted = Trusted(newest, (), decision, revocations)
     trusted.refuse_revoked(key_id(newest), "artifact key", now)

@@ -54,9 +54,24 @@ EXIT_CODES: dict[type[BaseException], int] = {
 
 # In the order of the flow: a model's entry, inventory, machines, tuning, artifacts, the whole job, delivery.
 VERBS = (
-    import_cmd, check_cmd, plan_cmd, sim_cmd, fleet_cmd, tune_cmd, keys_cmd, build_cmd, verify_cmd, profile_cmd,
-    tune_fleet_cmd, serve_cmd, pull_cmd, rollout_cmd, timer_cmd, regress_cmd, report_cmd,
-)  # fmt: skip
+    import_cmd,
+    check_cmd,
+    plan_cmd,
+    sim_cmd,
+    fleet_cmd,
+    tune_cmd,
+    keys_cmd,
+    build_cmd,
+    verify_cmd,
+    profile_cmd,
+    tune_fleet_cmd,
+    serve_cmd,
+    pull_cmd,
+    rollout_cmd,
+    timer_cmd,
+    regress_cmd,
+    report_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

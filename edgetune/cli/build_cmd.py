@@ -9,18 +9,24 @@ from edgetune.errors import ArtifactError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "build", help="build signed, versioned artifacts from the class tuning databases"
-    )
+    parser = subparsers.add_parser("build", help="build signed, versioned artifacts from the class tuning databases")
     add_fleet_argument(parser)
     parser.add_argument(
-        "--class", dest="classes", action="append", default=[], metavar="CLASS",
+        "--class",
+        dest="classes",
+        action="append",
+        default=[],
+        metavar="CLASS",
         help="only this device class (repeatable; default: all)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--model", dest="models", action="append", default=[], metavar="MODEL",
+        "--model",
+        dest="models",
+        action="append",
+        default=[],
+        metavar="MODEL",
         help="only this model (repeatable; default: all)",
-    )  # fmt: skip
+    )
     parser.set_defaults(func=drive_build)
 
 

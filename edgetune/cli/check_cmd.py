@@ -39,8 +39,7 @@ def check(fleet: Fleet) -> str:
         for c in plan.classes
     ]
     models = [
-        [m.name, m.builtin or str(m.onnx), " ".join(_input_text(i) for i in m.inputs), m.weight]
-        for m in fleet.models
+        [m.name, m.builtin or str(m.onnx), " ".join(_input_text(i) for i in m.inputs), m.weight] for m in fleet.models
     ]
     return "\n".join(
         [

@@ -9,14 +9,15 @@ from edgetune.inventory.schema import Board
 
 
 def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-f", "--fleet", default="fleet.yaml", help="the fleet inventory (default: fleet.yaml)"
-    )
+    parser.add_argument("-f", "--fleet", default="fleet.yaml", help="the fleet inventory (default: fleet.yaml)")
 
 
 def add_select_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--select", metavar="KEY=VALUE[,...]",
-                        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin,tier=field")  # fmt: skip
+    parser.add_argument(
+        "--select",
+        metavar="KEY=VALUE[,...]",
+        help="only the boards whose labels (or `class`, `board`) match every pair, e.g. site=berlin,tier=field",
+    )
 
 
 def selected_boards(fleet: Fleet, args: argparse.Namespace) -> tuple[Board, ...]:

@@ -28,12 +28,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust = actions.add_parser("trust", help="show a board's host key and record it in known_hosts")
     trust.add_argument("board", metavar="BOARD")
     trust.add_argument("--fingerprint", metavar="SHA256:...", help="refuse unless the board's key has this fingerprint")
-    trust.add_argument("--bastion-fingerprint", metavar="SHA256:...", action="append", default=[],
-                       help="a bastion's key fingerprint, for each bastion on the way not yet in known_hosts (repeatable)")
-    reset = actions.add_parser("reset-serial", help="restart signed decisions' serials from the clock, here and on the boards")
+    trust.add_argument(
+        "--bastion-fingerprint",
+        metavar="SHA256:...",
+        action="append",
+        default=[],
+        help="a bastion's key fingerprint, for each bastion on the way not yet in known_hosts (repeatable)",
+    )
+    reset = actions.add_parser(
+        "reset-serial", help="restart signed decisions' serials from the clock, here and on the boards"
+    )
     reset.add_argument("boards", metavar="BOARD", nargs="*", help="the boards to reset (default: every board)")
-    for action, func in ((up, drive_up), (status, drive_status), (down, drive_down), (trust, drive_trust),
-                         (reset, drive_reset_serial)):  # fmt: skip
+    for action, func in (
+        (up, drive_up),
+        (status, drive_status),
+        (down, drive_down),
+        (trust, drive_trust),
+        (reset, drive_reset_serial),
+    ):
         add_fleet_argument(action)
         action.set_defaults(func=func)
 
@@ -47,8 +59,12 @@ def drive_down(args: argparse.Namespace) -> int:
 
 
 def drive_trust(args: argparse.Namespace) -> int:
-    trust_board(load_checked_fleet(args), args.board, expected_fingerprint=args.fingerprint,
-                bastion_fingerprints=args.bastion_fingerprint)
+    trust_board(
+        load_checked_fleet(args),
+        args.board,
+        expected_fingerprint=args.fingerprint,
+        bastion_fingerprints=args.bastion_fingerprint,
+    )
     return 0
 
 
@@ -79,9 +95,25 @@ def drive_status(args: argparse.Namespace) -> int:
         classes = [dataclasses.astuple(row) for row in tracker_status(shown)]
         print(tabulate(classes, headers=["tracker", "address", "class", "registered", "free", "busy", "pending"]))
         print()
-        print(tabulate([_board_row(board) for board in boards],
-                       headers=["board", "class", "role", "address", "reachable", "registered", "python", "tvm", "runs",
-                                "reported", "firmware", "error"]))  # fmt: skip
+        print(
+            tabulate(
+                [_board_row(board) for board in boards],
+                headers=[
+                    "board",
+                    "class",
+                    "role",
+                    "address",
+                    "reachable",
+                    "registered",
+                    "python",
+                    "tvm",
+                    "runs",
+                    "reported",
+                    "firmware",
+                    "error",
+                ],
+            )
+        )
     return 0 if all(board.healthy for board in boards) else FleetError.exit_code
 
 
@@ -91,11 +123,31 @@ def _board_row(board) -> list:
         firmware += " (CHANGED)"
     error = (board.error or "").splitlines()[0] if board.error else ""
     if board.pull_errors:
-        error = "; ".join([*filter(None, [error]), *(f"pull of {m}: {e.splitlines()[0]}" for m, e in sorted(board.pull_errors.items()))])
-    deployed = ", ".join(f"{model} {'v' if isinstance(version, int) else ''}{version}" for model, version in sorted(board.deployed.items()))
+        error = "; ".join(
+            [
+                *filter(None, [error]),
+                *(f"pull of {m}: {e.splitlines()[0]}" for m, e in sorted(board.pull_errors.items())),
+            ]
+        )
+    deployed = ", ".join(
+        f"{model} {'v' if isinstance(version, int) else ''}{version}"
+        for model, version in sorted(board.deployed.items())
+    )
     registered = _yes(board.registered) if board.role == POOL or board.registered else "-"  # a target needs none
-    return [board.name, board.device_class, board.role, board.address, _yes(board.reachable), registered,
-            board.python_version or "", board.tvm_version or "", deployed, board.reported or "", firmware, error]  # fmt: skip
+    return [
+        board.name,
+        board.device_class,
+        board.role,
+        board.address,
+        _yes(board.reachable),
+        registered,
+        board.python_version or "",
+        board.tvm_version or "",
+        deployed,
+        board.reported or "",
+        firmware,
+        error,
+    ]
 
 
 def _yes(flag: bool) -> str:

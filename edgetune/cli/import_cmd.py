@@ -32,14 +32,19 @@ INPUT_SHAPE_FIELD = "models[].inputs[].shape"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "import", help="print the fleet.yaml models: entry of an ONNX model (inputs read from its graph) "
-                       "and a tuning time limit that fits it"
+        "import",
+        help="print the fleet.yaml models: entry of an ONNX model (inputs read from its graph) "
+        "and a tuning time limit that fits it",
     )
     parser.add_argument("onnx", type=Path, help="the ONNX file, as fleet.yaml will name it (relative to its folder)")
     parser.add_argument("--name", help="the model's name in the inventory (default: from the file name)")
-    parser.add_argument("-f", "--fleet", default="fleet.yaml",
-                        help="the inventory whose class target and measured trial rate size the suggested time "
-                             "limit (default: fleet.yaml, where it exists)")
+    parser.add_argument(
+        "-f",
+        "--fleet",
+        default="fleet.yaml",
+        help="the inventory whose class target and measured trial rate size the suggested time "
+        "limit (default: fleet.yaml, where it exists)",
+    )
     parser.set_defaults(func=drive_import)
 
 
@@ -67,8 +72,10 @@ def libraries_off_stdout(keep_warnings: bool = False) -> Iterator[None]:
     from edgetune.tune.native_log import NATIVE_LOG, native_warnings_to
 
     sys.stdout.flush()
-    with tempfile.TemporaryDirectory(prefix="edgetune-import-") as tmp, \
-            (nullcontext() if keep_warnings else native_warnings_to(Path(tmp) / NATIVE_LOG)):
+    with (
+        tempfile.TemporaryDirectory(prefix="edgetune-import-") as tmp,
+        nullcontext() if keep_warnings else native_warnings_to(Path(tmp) / NATIVE_LOG),
+    ):
         sys.stderr.flush()
         stdout = os.dup(1)
         os.dup2(2, 1)
@@ -169,12 +176,18 @@ def _task_count(onnx_path: Path, name: str, inputs, fleet) -> int:
 
     unfed = [i.describe() for i in inputs if i.dtype not in DTYPES]
     if unfed:
-        raise InventoryError(f"model {name!r} ({onnx_path}): input(s) of a dtype edgetune cannot feed "
-                             f"({', '.join(DTYPES)}): {'; '.join(unfed)}")
-    model = Model(name=name, onnx=onnx_path.resolve(),
-                  inputs=tuple(ModelInput(i.name, tuple(i.dims), i.dtype) for i in inputs))
-    target = (build_target(fleet.device_classes[0].profile) if fleet and fleet.device_classes
-              else tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1}))
+        raise InventoryError(
+            f"model {name!r} ({onnx_path}): input(s) of a dtype edgetune cannot feed "
+            f"({', '.join(DTYPES)}): {'; '.join(unfed)}"
+        )
+    model = Model(
+        name=name, onnx=onnx_path.resolve(), inputs=tuple(ModelInput(i.name, tuple(i.dims), i.dtype) for i in inputs)
+    )
+    target = (
+        build_target(fleet.device_classes[0].profile)
+        if fleet and fleet.device_classes
+        else tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})
+    )
     return len(class_tasks((model,), target).tasks)
 
 

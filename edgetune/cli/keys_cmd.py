@@ -25,34 +25,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("keys", help="manage the fleet's keys (artifact, decision, CA, server)")
     actions = parser.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
     init = actions.add_parser(
-        "init", help="make the signing key pair named by artifacts.signing_key / public_key, and beside it the "
+        "init",
+        help="make the signing key pair named by artifacts.signing_key / public_key, and beside it the "
         "decision key and trust file, the fleet CA and the server certificate for deploy.url (these whenever "
-        "missing or due, even with --if-missing)"
+        "missing or due, even with --if-missing)",
     )
     add_fleet_argument(init)
     existing = init.add_mutually_exclusive_group()
-    existing.add_argument("--force", action="store_true", help="replace an existing signing key (boards pinning "
-                          "it will refuse the new one: rotate instead)")
+    existing.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing signing key (boards pinning it will refuse the new one: rotate instead)",
+    )
     existing.add_argument(
         "--if-missing", action="store_true", help="keep an existing signing key and succeed (for scripts)"
     )
     init.set_defaults(func=drive_keys_init)
 
-    rotate = actions.add_parser("rotate", help="replace one key; boards take the new one at their next download "
-                                "or rollout (docs/keys.md)")
-    rotate.add_argument("role", choices=ROLES, help="artifact (offline signing key), decision (serve's), ca (the "
-                        "fleet CA), server (the TLS key)")
+    rotate = actions.add_parser(
+        "rotate", help="replace one key; boards take the new one at their next download or rollout (docs/keys.md)"
+    )
+    rotate.add_argument(
+        "role",
+        choices=ROLES,
+        help="artifact (offline signing key), decision (serve's), ca (the fleet CA), server (the TLS key)",
+    )
     add_fleet_argument(rotate)
-    rotate.add_argument("--refuse-old-in", type=_days, metavar="DAYS", default=None,
-                        help="artifact/decision: refuse the old key's signatures DAYS from now (decision: default "
-                        "0, at once; artifact: default never, the old key stays good for what it signed)")
+    rotate.add_argument(
+        "--refuse-old-in",
+        type=_days,
+        metavar="DAYS",
+        default=None,
+        help="artifact/decision: refuse the old key's signatures DAYS from now (decision: default "
+        "0, at once; artifact: default never, the old key stays good for what it signed)",
+    )
     rotate.set_defaults(func=drive_keys_rotate)
 
     revoke = actions.add_parser("revoke", help="refuse a key's signatures on every board from a time on")
     revoke.add_argument("key_id", help="the key id (`edgetune keys list`)")
     add_fleet_argument(revoke)
-    revoke.add_argument("--in", dest="days", type=_days, default=0.0, metavar="DAYS",
-                        help="refuse it DAYS from now (default: at once)")
+    revoke.add_argument(
+        "--in", dest="days", type=_days, default=0.0, metavar="DAYS", help="refuse it DAYS from now (default: at once)"
+    )
     revoke.set_defaults(func=drive_keys_revoke)
 
     listing = actions.add_parser("list", help="the artifact key's history, the decision key and the revocations")
@@ -78,8 +92,9 @@ def drive_keys_init(args: argparse.Namespace) -> int:
     else:
         pair = init_keys(settings.signing_key, settings.public_key, settings.dir, force=args.force)
         KeyFiles.of(fleet).trust.unlink(missing_ok=True)  # a new anchor: a new history
-        print(f"signing key {pair.private_key} (mode 0600; keep it secret, keep it out of artifacts/ and off the "
-              "server)")  # fmt: skip
+        print(
+            f"signing key {pair.private_key} (mode 0600; keep it secret, keep it out of artifacts/ and off the server)"
+        )
         print(f"public key  {pair.public_key} (key id {pair.key_id}; give it to whoever verifies)")
     print(OfflineKeys(fleet).ensure_decision_key(time.time()))
     for line in ensure_tls(fleet):

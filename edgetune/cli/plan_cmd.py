@@ -11,7 +11,7 @@ import json
 from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
-from edgetune.compiler.layout import LayoutChoice
+from edgetune.compiler.relax.layout import LayoutChoice
 from edgetune.inventory.fleet_plan import FleetClassPlan, FleetPlan, plan_fleet
 from edgetune.inventory.schema import Fleet
 from edgetune.tune.budget import estimate, time_is_the_budget
@@ -33,7 +33,11 @@ def drive_plan(args: argparse.Namespace) -> int:
     times = {c.device_class: tuning_time(fleet, c) for c in plan.classes}
     layouts = model_layouts(fleet.models)
     if args.json:
-        print(json.dumps({**plan.to_json(), "tuning_time": times, "layouts": layouts_json(layouts)}, indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {**plan.to_json(), "tuning_time": times, "layouts": layouts_json(layouts)}, indent=2, sort_keys=True
+            )
+        )
     else:
         print(format_plan(plan, times))
         print("\n".join(layout_lines(layouts)))
@@ -54,8 +58,10 @@ def tuning_time(fleet: Fleet, plan: FleetClassPlan) -> str:
     is per task: the task count is known once the models are imported)."""
     measured = throughput(ClassDatabasePaths.of(fleet.workdir, plan.device_class))
     if time_is_the_budget(fleet.tuning, plan.device_class):
-        return (f"up to the time limit of {fleet.tuning.time_limit_s:g} s (its budget: a round per task, "
-                "then rounds by expected gain)")
+        return (
+            f"up to the time limit of {fleet.tuning.time_limit_s:g} s (its budget: a round per task, "
+            "then rounds by expected gain)"
+        )
     if plan.trials_per_task:
         return f"{estimate(plan.trials_per_task, measured)} per task"
     return estimate(plan.trials, measured)
@@ -63,8 +69,15 @@ def tuning_time(fleet: Fleet, plan: FleetClassPlan) -> str:
 
 def format_plan(plan: FleetPlan, times: dict[str, str]) -> str:
     rows = [
-        [c.device_class, c.tracker, c.boards_text(), b.model, b.weight,
-         f"{c.trials_per_task} per task" if c.trials_per_task else b.trials, c.borrows_from or ""]
+        [
+            c.device_class,
+            c.tracker,
+            c.boards_text(),
+            b.model,
+            b.weight,
+            f"{c.trials_per_task} per task" if c.trials_per_task else b.trials,
+            c.borrows_from or "",
+        ]
         for c in plan.classes
         for b in c.budgets
     ]

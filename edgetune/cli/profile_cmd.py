@@ -22,17 +22,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="a model of the inventory")
     add_fleet_argument(parser)
     parser.add_argument(
-        "--class", dest="device_class", metavar="CLASS",
+        "--class",
+        dest="device_class",
+        metavar="CLASS",
         help="the device class (default: the one class the model is built for)",
-    )  # fmt: skip
+    )
     parser.add_argument("--version", type=_positive, help="the artifact version (default: the latest)")
     parser.add_argument(
         "--board", help="the board to run on (default: the first of the class registered with the tracker)"
     )
     parser.add_argument(
-        "--repeat", type=_positive,
+        "--repeat",
+        type=_positive,
         help="samples per kernel (default: the class profile's measurement.repeat)",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="print the whole profile as JSON")
     parser.set_defaults(func=drive_profile)
 

@@ -15,8 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_fleet_argument(parser)
     add_select_argument(parser)
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
-                        help="write DIR/dashboard.html (default: the fleet's workdir, under reports/)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/dashboard.html (default: the fleet's workdir, under reports/)",
+    )
     parser.set_defaults(func=drive_report)
 
 

@@ -15,28 +15,55 @@ from edgetune.inventory import load_fleet
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("rollout", help="install a model's artifact on the boards: canary, then batches")
     parser.add_argument("--model", required=True, metavar="MODEL")
-    parser.add_argument("--class", dest="classes", action="append", default=[], metavar="CLASS",
-                        help="only the boards of this class (repeatable; default: all)")
+    parser.add_argument(
+        "--class",
+        dest="classes",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="only the boards of this class (repeatable; default: all)",
+    )
     parser.add_argument("--version", type=int, help="this version (default: each board's pin, else the newest)")
-    parser.add_argument("--canary", type=int, default=1,
-                        help="boards of each class tried first, one class after the other (default 1)")
+    parser.add_argument(
+        "--canary", type=int, default=1, help="boards of each class tried first, one class after the other (default 1)"
+    )
     add_select_argument(parser)
-    parser.add_argument("--batch", default="0", metavar="N|PCT%",
-                        help="boards per batch after the canaries, or a percentage of each class's other boards, e.g. 10%% "
-                             "(default: all in one batch)")
-    parser.add_argument("--parallel", type=int, metavar="N",
-                        help="boards installed on at once (default: fleet.yaml's deploy.parallel, else 16, growing by one per 20 boards beyond 320 to 128)")
-    parser.add_argument("--max-failed", type=float, default=0.0, metavar="PCT",
-                        help="stop and roll back once more than PCT %% of the boards failed (default 0)")
-    parser.add_argument("--count-pending", action="store_true",
-                        help="count boards that cannot be reached at their turn (pending) as failed: against the canaries "
-                             "and --max-failed (default: they are listed, keep their assigned version for their pull, and "
-                             "a pending canary is replaced by the next board of its class)")
-    parser.add_argument("--timeout-s", type=float, default=300.0,
-                        help="per board (default 300); the agent stops before its switch a quarter earlier, 30 s at most")
+    parser.add_argument(
+        "--batch",
+        default="0",
+        metavar="N|PCT%",
+        help="boards per batch after the canaries, or a percentage of each class's other boards, e.g. 10%% "
+        "(default: all in one batch)",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="boards installed on at once (default: fleet.yaml's deploy.parallel, else 16, growing by one per 20 boards beyond 320 to 128)",
+    )
+    parser.add_argument(
+        "--max-failed",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="stop and roll back once more than PCT %% of the boards failed (default 0)",
+    )
+    parser.add_argument(
+        "--count-pending",
+        action="store_true",
+        help="count boards that cannot be reached at their turn (pending) as failed: against the canaries "
+        "and --max-failed (default: they are listed, keep their assigned version for their pull, and "
+        "a pending canary is replaced by the next board of its class)",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=300.0,
+        help="per board (default 300); the agent stops before its switch a quarter earlier, 30 s at most",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the stages and versions; touch no board")
     parser.add_argument("--json", action="store_true", help="one JSON record per board")
-    add_fleet_argument(parser)  # fmt: skip
+    add_fleet_argument(parser)
     parser.set_defaults(func=drive_rollout)
 
 
@@ -46,8 +73,19 @@ def drive_rollout(args: argparse.Namespace) -> int:
 
     fleet = load_fleet(args.fleet)
     select = parse_selector(args.select) if args.select is not None else None
-    plan = plan_rollout(fleet, args.model, args.classes, args.version, args.canary, args.batch, args.max_failed, args.timeout_s,
-                        select=select, parallel=args.parallel, count_pending=args.count_pending)  # fmt: skip
+    plan = plan_rollout(
+        fleet,
+        args.model,
+        args.classes,
+        args.version,
+        args.canary,
+        args.batch,
+        args.max_failed,
+        args.timeout_s,
+        select=select,
+        parallel=args.parallel,
+        count_pending=args.count_pending,
+    )
     if args.dry_run:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
@@ -60,7 +98,9 @@ def drive_rollout(args: argparse.Namespace) -> int:
         if result.stopped:
             print(f"stopped: {result.stopped}")
         elif result.pending:
-            print(f"pending (not reachable at their turn; they pull their version when back): {', '.join(result.pending)}")
+            print(
+                f"pending (not reachable at their turn; they pull their version when back): {', '.join(result.pending)}"
+            )
     return 0 if result.ok else DeployError.exit_code
 
 

@@ -11,7 +11,9 @@ from edgetune.inventory import load_fleet
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="serve artifacts to the boards (HTTPS, per-board tokens, signed decisions)")
+    parser = subparsers.add_parser(
+        "serve", help="serve artifacts to the boards (HTTPS, per-board tokens, signed decisions)"
+    )
     add_fleet_argument(parser)
     parser.add_argument("--bind", metavar="ADDR:PORT", help="listen here (default: deploy.bind of the fleet)")
     parser.set_defaults(func=drive_serve)

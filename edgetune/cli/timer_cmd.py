@@ -10,9 +10,13 @@ from edgetune.inventory import load_fleet
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("timer", help="install or remove the boards' pull timers (a board catches up by itself)")
+    parser = subparsers.add_parser(
+        "timer", help="install or remove the boards' pull timers (a board catches up by itself)"
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    install = actions.add_parser("install", help="a timer on each board that installs its assigned versions and reports")
+    install = actions.add_parser(
+        "install", help="a timer on each board that installs its assigned versions and reports"
+    )
     install.add_argument("--every", type=float, default=300.0, metavar="S", help="the period in seconds (default 300)")
     remove = actions.add_parser("remove", help="stop and remove the boards' timers")
     for action in (install, remove):

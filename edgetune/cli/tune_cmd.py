@@ -11,21 +11,27 @@ from edgetune.errors import Interrupted, TuneError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "tune", help="tune the models per device class on the class's boards (resumable)"
-    )
+    parser = subparsers.add_parser("tune", help="tune the models per device class on the class's boards (resumable)")
     add_fleet_argument(parser)
-    parser.add_argument("--class", dest="classes", action="append", metavar="C",
-                        help="tune only this device class (repeatable)")
-    parser.add_argument("--model", dest="models", action="append", metavar="M",
-                        help="tune only this model (repeatable)")
-    parser.add_argument("--no-borrow", action="store_true",
-                        help="ignore tuning.borrow (do not seed from other classes)")
-    parser.add_argument("--measure-exclusively", action=argparse.BooleanOptionalAction, default=None,
-                        help="search and build nothing while a board measures (default: on for a class "
-                             "with a simulated board, as it shares the host's CPUs)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (boards, tasks, budgets) and measure nothing")
+    parser.add_argument(
+        "--class", dest="classes", action="append", metavar="C", help="tune only this device class (repeatable)"
+    )
+    parser.add_argument(
+        "--model", dest="models", action="append", metavar="M", help="tune only this model (repeatable)"
+    )
+    parser.add_argument(
+        "--no-borrow", action="store_true", help="ignore tuning.borrow (do not seed from other classes)"
+    )
+    parser.add_argument(
+        "--measure-exclusively",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="search and build nothing while a board measures (default: on for a class "
+        "with a simulated board, as it shares the host's CPUs)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (boards, tasks, budgets) and measure nothing"
+    )
     parser.add_argument("--json", action="store_true", help="print the plan or result as JSON")
     parser.set_defaults(func=drive_tune)
 
@@ -45,23 +51,31 @@ def drive_tune(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _print_plan(fleet, plan_tuning(fleet, classes, models), models, args.json)
     with stop_on_signals():
-        result = tune_fleet(fleet, TuneOptions(classes=classes, models=models, borrow=not args.no_borrow,
-                                                  measure_exclusively=args.measure_exclusively))
+        result = tune_fleet(
+            fleet,
+            TuneOptions(
+                classes=classes, models=models, borrow=not args.no_borrow, measure_exclusively=args.measure_exclusively
+            ),
+        )
         stopped = stop_requested()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
         for c in result.classes:
             status = f"error: {c.error}" if c.error else (f"stopped: {c.stopped}" if c.stopped else "done")
-            print(f"{c.device_class}: {c.trials_run} trials this run, {c.done_before} before, "
-                  f"budget {c.budget}, {c.tuning_time_s:.0f} s; {status}")
+            print(
+                f"{c.device_class}: {c.trials_run} trials this run, {c.done_before} before, "
+                f"budget {c.budget}, {c.tuning_time_s:.0f} s; {status}"
+            )
             for summary in c.summaries:
                 print(f"  report: {summary}")
     if stopped:
         raise Interrupted(stopped)
     if not result.ok:
-        print("some classes could not tune; fix the errors above and re-run `edgetune tune` "
-              "(finished trials are kept)", file=sys.stderr)
+        print(
+            "some classes could not tune; fix the errors above and re-run `edgetune tune` (finished trials are kept)",
+            file=sys.stderr,
+        )
     return 0 if result.ok else TuneError.exit_code
 
 

@@ -14,9 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tune-fleet", help="fleet up, tune every model per class, build and sign artifacts, fleet down"
     )
     add_fleet_argument(parser)
-    parser.add_argument("--ray", metavar="ADDRESS",
-                        help="tune on the Ray cluster at ADDRESS (HOST:PORT of its head) instead of fleet.yaml's "
-                             "`compute` (docs/compute.md)")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="tune on the Ray cluster at ADDRESS (HOST:PORT of its head) instead of fleet.yaml's "
+        "`compute` (docs/compute.md)",
+    )
     parser.set_defaults(func=drive_tune_fleet)
 
 
@@ -31,8 +34,10 @@ def drive_tune_fleet(args: argparse.Namespace) -> int:
     with stop_on_signals():
         result = run_pipeline(fleet)
     if result.nothing_to_do is not None:
-        print("nothing to do: every class's trial budget is spent and every artifact's inputs are its latest "
-              "version's; no board, simulated board or tracker was started")
+        print(
+            "nothing to do: every class's trial budget is spent and every artifact's inputs are its latest "
+            "version's; no board, simulated board or tracker was started"
+        )
     if result.build is not None:
         print()
         print(result.build.table())

@@ -31,9 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="refuse an artifact built for another model")
     parser.add_argument("--class", dest="device_class", help="refuse an artifact built for another device class")
     parser.add_argument("--min-version", type=int, help="refuse an artifact older than this version")
-    parser.add_argument(
-        "--public-key", type=Path, help="PEM public key (default: artifacts.public_key of the fleet)"
-    )
+    parser.add_argument("--public-key", type=Path, help="PEM public key (default: artifacts.public_key of the fleet)")
     add_fleet_argument(parser)
     parser.set_defaults(func=drive_verify)
 

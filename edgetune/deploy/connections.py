@@ -51,8 +51,13 @@ def descriptor_budget(max_connections: int) -> int:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return max_connections
     fitting = max(1, (soft - FD_RESERVE) // 2)
-    LOG.warning("deploy.max_connections is %d, but this process may open only %d files (ulimit -n): "
-                "serving at most %d connections at once", max_connections, soft, fitting)  # fmt: skip
+    LOG.warning(
+        "deploy.max_connections is %d, but this process may open only %d files (ulimit -n): "
+        "serving at most %d connections at once",
+        max_connections,
+        soft,
+        fitting,
+    )
     return fitting
 
 
@@ -68,26 +73,42 @@ class ConnectionGuard:
         self.waiting: dict[_Connection, None] = {}  # no request in progress, longest waiting first
         self.of_client: collections.Counter[str] = collections.Counter()
 
-    def protocol(self, config: Any, server_state: Any, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:  # fmt: skip
+    def protocol(
+        self, config: Any, server_state: Any, app_state: dict[str, Any], _loop: asyncio.AbstractEventLoop | None = None
+    ) -> asyncio.Protocol:
         """A `_Connection` for a socket just accepted (uvicorn calls this as its protocol class)."""
-        return _Connection(self, lambda connection: _Http(connection, config=config, server_state=server_state,
-                                                          app_state=app_state, _loop=_loop))  # fmt: skip
+        return _Connection(
+            self,
+            lambda connection: _Http(
+                connection, config=config, server_state=server_state, app_state=app_state, _loop=_loop
+            ),
+        )
 
     def admit(self, connection: _Connection) -> bool:
         client = connection.client
         if self.of_client[client] >= self.per_client:
-            LOG.warning("refused a connection from %s: %d open from that address (deploy.max_connections_per_client)",
-                        client, self.of_client[client])  # fmt: skip
+            LOG.warning(
+                "refused a connection from %s: %d open from that address (deploy.max_connections_per_client)",
+                client,
+                self.of_client[client],
+            )
             return False
         if len(self.open) >= self.max_connections:
             if not self.waiting:
-                LOG.warning("refused a connection from %s: %d open, each serving a request (deploy.max_connections)",
-                            client, len(self.open))  # fmt: skip
+                LOG.warning(
+                    "refused a connection from %s: %d open, each serving a request (deploy.max_connections)",
+                    client,
+                    len(self.open),
+                )
                 return False
             oldest = next(iter(self.waiting))
-            LOG.warning("closed a connection from %s, the longest waiting without a request, for one from %s: "
-                        "%d open (deploy.max_connections)", oldest.client, client, len(self.open))  # fmt: skip
+            LOG.warning(
+                "closed a connection from %s, the longest waiting without a request, for one from %s: "
+                "%d open (deploy.max_connections)",
+                oldest.client,
+                client,
+                len(self.open),
+            )
             oldest.close()
         self.open[connection] = self.waiting[connection] = None
         self.of_client[client] += 1
@@ -144,7 +165,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             tls = await asyncio.get_running_loop().start_tls(
-                transport, self, self.guard.tls, server_side=True, ssl_handshake_timeout=self.guard.header_timeout_s)
+                transport, self, self.guard.tls, server_side=True, ssl_handshake_timeout=self.guard.header_timeout_s
+            )
         except Exception:  # noqa: BLE001 (a failed, cut or timed-out handshake: start_tls closed the socket)
             self.connection_lost(None)
             return
@@ -195,8 +217,11 @@ class _Connection(asyncio.Protocol):
 
     def too_slow(self) -> None:
         self.deadline = None
-        LOG.warning("closed a connection from %s: no complete request head within %g s (deploy.header_timeout_s)",
-                    self.client, self.guard.header_timeout_s)  # fmt: skip
+        LOG.warning(
+            "closed a connection from %s: no complete request head within %g s (deploy.header_timeout_s)",
+            self.client,
+            self.guard.header_timeout_s,
+        )
         self.close()
 
     def close(self) -> None:

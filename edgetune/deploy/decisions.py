@@ -57,9 +57,11 @@ class SerialCounter:
             serial = max(int(now * 1000), self.last() + 1)
             problem = serial_lead_problem(serial, now)
             if problem:
-                raise DeployError(f"{self.path}: the next decision's {problem}: this host's clock was once ahead, or "
-                                  f"the file was changed; if the clock is right now, run `edgetune fleet reset-serial` "
-                                  "(it restarts serials from the clock, on this host and every board)")  # fmt: skip
+                raise DeployError(
+                    f"{self.path}: the next decision's {problem}: this host's clock was once ahead, or "
+                    f"the file was changed; if the clock is right now, run `edgetune fleet reset-serial` "
+                    "(it restarts serials from the clock, on this host and every board)"
+                )
             self._write(serial)
         return serial
 
@@ -89,15 +91,23 @@ class SerialCounter:
         except OSError as err:
             raise DeployError(f"{self.path}: unreadable ({err.strerror}); {_IF_REMOVED}") from None
         try:
-            state = load_versioned(SerialState, data, str(self.path), SerialState.SCHEMA, SerialState.VERSION,
-                                   error=DeployError, unversioned_is_current=True)
+            state = load_versioned(
+                SerialState,
+                data,
+                str(self.path),
+                SerialState.SCHEMA,
+                SerialState.VERSION,
+                error=DeployError,
+                unversioned_is_current=True,
+            )
         except DeployError as err:
             raise DeployError(f"{err}; {_IF_REMOVED}") from None
         return state.serial
 
 
-_IF_REMOVED = ("it keeps decision serials growing: if the host's clock is right, `edgetune fleet reset-serial` "
-               "writes it anew")
+_IF_REMOVED = (
+    "it keeps decision serials growing: if the host's clock is right, `edgetune fleet reset-serial` writes it anew"
+)
 
 
 class DecisionSigner:
@@ -112,11 +122,19 @@ class DecisionSigner:
         """The signed decision for `choice`, echoing the board's request's `nonce`."""
         stored, now = choice.stored, time.time()
         decision = new_decision(
-            board=choice.board.name, device_class=choice.board.device_class, model=stored.model,
-            version=stored.version, manifest_sha256=stored.manifest_sha256, tarball_size=choice.tarball_size,
-            pinned=choice.pinned, requested=choice.requested, serial=self.serials.next(now), issued_at=now,
-            ttl_s=self.ttl_s, nonce=nonce,
-        )  # fmt: skip
+            board=choice.board.name,
+            device_class=choice.board.device_class,
+            model=stored.model,
+            version=stored.version,
+            manifest_sha256=stored.manifest_sha256,
+            tarball_size=choice.tarball_size,
+            pinned=choice.pinned,
+            requested=choice.requested,
+            serial=self.serials.next(now),
+            issued_at=now,
+            ttl_s=self.ttl_s,
+            nonce=nonce,
+        )
         key, trust = self.keys.current()
         text, signature = sign_decision(key, decision)
         base = f"/v1/artifacts/{stored.model}/{stored.device_class}/v{stored.version}"

@@ -39,7 +39,7 @@ from edgetune.artifact_format.trust import (
     read_revocations,
     read_statement,
     revocations_statement,
-)  # fmt: skip
+)
 from edgetune.durable import write_atomic
 from edgetune.errors import DeployError
 from edgetune.inventory.schema import Fleet
@@ -76,8 +76,9 @@ def read_trust(path: Path) -> TrustFile:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise DeployError(f"no trust file at {path}: run `edgetune keys init --if-missing` where the artifact key "
-                          "is kept") from None  # fmt: skip
+        raise DeployError(
+            f"no trust file at {path}: run `edgetune keys init --if-missing` where the artifact key is kept"
+        ) from None
     except OSError as err:
         raise DeployError(f"cannot read the trust file {path}: {err.strerror}") from None
     try:
@@ -114,9 +115,11 @@ class OfflineKeys:
         trust = read_trust(self.files.trust)
         newest = key_id(artifact_history(trust)[-1])
         if newest != key_id(self.artifact.public_key()):
-            raise DeployError(f"the signing key {self.files.signing_key} (key {key_id(self.artifact.public_key())}) is "
-                              f"not the newest artifact key of {self.files.trust} ({newest}): the keys directory "
-                              "mixes two fleets' files, or a rotation was undone by hand")  # fmt: skip
+            raise DeployError(
+                f"the signing key {self.files.signing_key} (key {key_id(self.artifact.public_key())}) is "
+                f"not the newest artifact key of {self.files.trust} ({newest}): the keys directory "
+                "mixes two fleets' files, or a rotation was undone by hand"
+            )
         return trust
 
     def _finish_rotation(self) -> None:
@@ -163,8 +166,10 @@ class OfflineKeys:
         if not self.files.decision_key.exists():
             _write_private(self.files.decision_key, Ed25519PrivateKey.generate())
         self._certify(load_private_key(self.files.decision_key), now)
-        return (f"decision key {self.files.decision_key} (mode 0600; `serve` signs decisions with it) certified "
-                f"for {DECISION_CERT_DAYS} days in {self.files.trust}")  # fmt: skip
+        return (
+            f"decision key {self.files.decision_key} (mode 0600; `serve` signs decisions with it) certified "
+            f"for {DECISION_CERT_DAYS} days in {self.files.trust}"
+        )
 
     def _certify(self, decision: Ed25519PrivateKey, now: float) -> None:
         if key_id(decision.public_key()) == key_id(self.artifact.public_key()) or _same_file(
@@ -184,8 +189,11 @@ class OfflineKeys:
         _write_private(self.files.decision_key, Ed25519PrivateKey.generate())
         self._certify(load_private_key(self.files.decision_key), now)
         new = key_id(load_private_key(self.files.decision_key).public_key())
-        return [f"new decision key {new} in {self.files.decision_key}, certified for {DECISION_CERT_DAYS} days; "
-                "a running `serve` takes it at its next request", *lines]  # fmt: skip
+        return [
+            f"new decision key {new} in {self.files.decision_key}, certified for {DECISION_CERT_DAYS} days; "
+            "a running `serve` takes it at its next request",
+            *lines,
+        ]
 
     # -- the artifact key
 
@@ -203,13 +211,17 @@ class OfflineKeys:
         trust = replace(trust, revocations=self._revocations(revoked, now))
         if self.files.decision_key.exists():
             decision = load_private_key(self.files.decision_key)
-            trust = replace(trust, decision=key_statement(new, DECISION, decision.public_key(), now,
-                                                          now + DECISION_CERT_DAYS * DAY_S))  # fmt: skip
+            trust = replace(
+                trust,
+                decision=key_statement(new, DECISION, decision.public_key(), now, now + DECISION_CERT_DAYS * DAY_S),
+            )
         self._save(trust)
         self._install_artifact_key(new)
-        lines = [f"artifact key {key_id(old.public_key())} -> {key_id(new.public_key())} (in {self.files.signing_key}; "
-                 f"public {self.files.public_key}); the store is signed again by it; boards take it at their next "
-                 "download or rollout"]  # fmt: skip
+        lines = [
+            f"artifact key {key_id(old.public_key())} -> {key_id(new.public_key())} (in {self.files.signing_key}; "
+            f"public {self.files.public_key}); the store is signed again by it; boards take it at their next "
+            "download or rollout"
+        ]
         if old_refused_from is not None:
             lines.append(f"artifact key {key_id(old.public_key())} refused from {utc_text(old_refused_from)}")
         return lines
@@ -218,8 +230,9 @@ class OfflineKeys:
 
     def revoke(self, kid: str, refused_from: float, now: float) -> str:
         if kid == key_id(self.artifact.public_key()):
-            raise DeployError(f"{kid} is the newest artifact key: rotate it first (`edgetune keys rotate artifact "
-                              "--revoke-old`)")  # fmt: skip
+            raise DeployError(
+                f"{kid} is the newest artifact key: rotate it first (`edgetune keys rotate artifact --revoke-old`)"
+            )
         self._revoke(kid, refused_from, now)
         return f"key {kid} refused from {utc_text(refused_from)} (in {self.files.trust}; boards take it at their next download or rollout)"
 
@@ -269,14 +282,18 @@ class OnlineKeys:
     def _load(self) -> tuple[Ed25519PrivateKey, TrustFile]:
         hint = KEYS_INIT_HINT.format(fleet=self.fleet.path)
         if _same_file(self.files.decision_key, self.files.signing_key):
-            raise DeployError(f"the decision key {self.files.decision_key} is the artifact signing key: `serve` "
-                              f"must not hold the key that signs code; {hint}")  # fmt: skip
+            raise DeployError(
+                f"the decision key {self.files.decision_key} is the artifact signing key: `serve` "
+                f"must not hold the key that signs code; {hint}"
+            )
         if not self.files.decision_key.exists():
             raise DeployError(f"no decision key at {self.files.decision_key}: {hint}")
         decision, trust = load_private_key(self.files.decision_key), read_trust(self.files.trust)
         history = artifact_history(trust)
         if key_id(decision.public_key()) in {key_id(k) for k in history}:
-            raise DeployError(f"the decision key {self.files.decision_key} is an artifact key: they must differ; {hint}")
+            raise DeployError(
+                f"the decision key {self.files.decision_key} is an artifact key: they must differ; {hint}"
+            )
         try:
             cert = read_statement(trust.decision, history[-1], DECISION, "decision") if trust.decision else None
         except TrustError as err:
@@ -287,7 +304,9 @@ class OnlineKeys:
         if left_days <= 0:
             raise DeployError(f"the decision key's certificate ended at {cert.expires}; {hint}")
         if left_days < WARN_BELOW_DAYS:
-            log.warning("warning: the decision key's certificate ends at %s (%.1f days): %s", cert.expires, left_days, hint)
+            log.warning(
+                "warning: the decision key's certificate ends at %s (%.1f days): %s", cert.expires, left_days, hint
+            )
         return decision, trust
 
 

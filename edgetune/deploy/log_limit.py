@@ -86,8 +86,15 @@ def _log_summaries(windows: list[_Window], now: float) -> None:
     for window in windows:
         first = window.first
         text = first.getMessage().partition("\n")[0][:300]
-        summary = logging.LogRecord(first.name, first.levelno, first.pathname, first.lineno, _SUMMARY,
-                                    (window.repeats, now - window.started, text), None)  # fmt: skip
+        summary = logging.LogRecord(
+            first.name,
+            first.levelno,
+            first.pathname,
+            first.lineno,
+            _SUMMARY,
+            (window.repeats, now - window.started, text),
+            None,
+        )
         summary.repeat_summary = True
         logging.getLogger(first.name).handle(summary)
 

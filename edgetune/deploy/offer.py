@@ -88,15 +88,23 @@ def offer(fleet: Fleet, store: ArtifactStore, board: Board, model: str, version:
         wanted = available[-1]
     elif wanted not in available:
         what = "pinned version" if pinned is not None else "version"
-        raise OfferError(404, f"{what} v{wanted} of {model} does not exist for class {board.device_class} (available: "
-                         + ", ".join(f"v{v}" for v in available) + ")")  # fmt: skip
-    return _choice_of(board, listed_version(fleet, store, model, board.device_class, wanted), pinned is not None, version is not None)
+        raise OfferError(
+            404,
+            f"{what} v{wanted} of {model} does not exist for class {board.device_class} (available: "
+            + ", ".join(f"v{v}" for v in available)
+            + ")",
+        )
+    return _choice_of(
+        board, listed_version(fleet, store, model, board.device_class, wanted), pinned is not None, version is not None
+    )
 
 
 def _choice_of(board: Board, stored: StoredVersion, pinned: bool, requested: bool) -> Choice:
     size = stored.tarball.stat().st_size if stored.tarball.is_file() else 0
     if size == 0:
-        raise OfferError(404, f"{stored.tarball.name} of {stored.model} for {stored.device_class} is missing: run `edgetune build`")
+        raise OfferError(
+            404, f"{stored.tarball.name} of {stored.model} for {stored.device_class} is missing: run `edgetune build`"
+        )
     return Choice(board, stored, size, pinned, requested)
 
 
@@ -118,8 +126,11 @@ class SignedIndex:
         try:
             index = read_signed_index(self.root, load_public_key(self.public_key))
         except ArtifactError as err:
-            raise OfferError(503, f"the store's signed index cannot be used, so nothing is offered ({err}): "
-                                  "`edgetune verify` says why; `edgetune build` rewrites it") from None  # fmt: skip
+            raise OfferError(
+                503,
+                f"the store's signed index cannot be used, so nothing is offered ({err}): "
+                "`edgetune verify` says why; `edgetune build` rewrites it",
+            ) from None
         return {StorePlace(e.model, e.device_class, e.version): e.manifest_sha256 for e in index.versions}
 
 
@@ -143,7 +154,9 @@ def listed_version(fleet: Fleet, store: ArtifactStore, model: str, device_class:
     listed_sha256 = signed_index(fleet).listed().get(StorePlace(model, device_class, version))
     stored = store.servable(model, device_class, version) if listed_sha256 else None
     if stored is None or stored.manifest_sha256 != listed_sha256:
-        raise OfferError(404, f"no version v{version} of {model} for class {device_class} is listed in the signed index")
+        raise OfferError(
+            404, f"no version v{version} of {model} for class {device_class} is listed in the signed index"
+        )
     return stored
 
 

@@ -43,8 +43,9 @@ def read_operator_token(fleet: Fleet) -> str | None:
     if token is None:
         return None
     if len(token) < TOKEN_BYTES or not all("!" <= c <= "~" for c in token):
-        raise DeployError(f"the operator token {path} is not a usable secret (at least {TOKEN_BYTES} printable "
-                          f"characters); {_REMAKE}")
+        raise DeployError(
+            f"the operator token {path} is not a usable secret (at least {TOKEN_BYTES} printable characters); {_REMAKE}"
+        )
     return token
 
 

@@ -46,7 +46,9 @@ def pull(fleet: Fleet, board_name: str, models: Sequence[str] = (), out_dir: Pat
     for model in names:
         chosen = offer(fleet, store, board, model)
         stored = store.get(model, board.device_class, chosen.version)
-        verify_artifact(stored.tarball, public_key, Expected.for_path(stored.tarball, model, board.device_class, chosen.version))
+        verify_artifact(
+            stored.tarball, public_key, Expected.for_path(stored.tarball, model, board.device_class, chosen.version)
+        )
         pulled.append(_write(stored, out_dir / board.name / model, board.name))
     return pulled
 

@@ -56,15 +56,19 @@ class TimerPlan:
         return [*self.sync_argv, "--every", f"{self.period_s:g}"]
 
     def systemd_service(self) -> str:
-        return (f"[Unit]\nDescription=edgetune pull: install the versions assigned to {self.board.name}\n"
-                "Wants=network-online.target\nAfter=network-online.target\n\n"
-                f"[Service]\nType=oneshot\nExecStart={shlex.join(self.sync_argv)}\n")  # fmt: skip
+        return (
+            f"[Unit]\nDescription=edgetune pull: install the versions assigned to {self.board.name}\n"
+            "Wants=network-online.target\nAfter=network-online.target\n\n"
+            f"[Service]\nType=oneshot\nExecStart={shlex.join(self.sync_argv)}\n"
+        )
 
     def systemd_timer(self) -> str:
-        return (f"[Unit]\nDescription=edgetune pull timer of {self.board.name}\n\n"
-                f"[Timer]\nOnBootSec=60\nOnUnitActiveSec={self.period_s:g}s\n"
-                f"RandomizedDelaySec={max(1, math.ceil(self.period_s / 10))}s\n\n"
-                "[Install]\nWantedBy=timers.target\n")  # fmt: skip
+        return (
+            f"[Unit]\nDescription=edgetune pull timer of {self.board.name}\n\n"
+            f"[Timer]\nOnBootSec=60\nOnUnitActiveSec={self.period_s:g}s\n"
+            f"RandomizedDelaySec={max(1, math.ceil(self.period_s / 10))}s\n\n"
+            "[Install]\nWantedBy=timers.target\n"
+        )
 
     def cron_line(self) -> str:
         minutes = min(59, max(1, round(self.period_s / 60)))
@@ -73,35 +77,45 @@ class TimerPlan:
     def install_script(self) -> str:
         """The board's side of `timer install`: the first method the board has; prints it."""
         root, unit, units = shlex.quote(agent_root(self.board)), self.unit, "/etc/systemd/system"
-        return "\n".join([
-            self.remove_script(),
-            'if [ -d /run/systemd/system ] && [ "$(id -u)" = 0 ] && command -v systemctl >/dev/null; then',
-            f"  printf %s {shlex.quote(self.systemd_service())} > {units}/{unit}.service",
-            f"  printf %s {shlex.quote(self.systemd_timer())} > {units}/{unit}.timer",
-            f"  systemctl daemon-reload && systemctl enable --now {unit}.timer >/dev/null && echo systemd",
-            "elif command -v crontab >/dev/null; then",
-            f"  {{ crontab -l 2>/dev/null | grep -v '# {unit}$'; echo {shlex.quote(self.cron_line())}; }} | crontab - && echo cron",
-            "else",
-            f"  cd {root}; setsid nohup {shlex.join(self.loop_argv)} > {root}/sync.log 2>&1 < /dev/null & echo $! > {root}/sync-loop.pid",
-            "  echo loop",
-            "fi",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                self.remove_script(),
+                'if [ -d /run/systemd/system ] && [ "$(id -u)" = 0 ] && command -v systemctl >/dev/null; then',
+                f"  printf %s {shlex.quote(self.systemd_service())} > {units}/{unit}.service",
+                f"  printf %s {shlex.quote(self.systemd_timer())} > {units}/{unit}.timer",
+                f"  systemctl daemon-reload && systemctl enable --now {unit}.timer >/dev/null && echo systemd",
+                "elif command -v crontab >/dev/null; then",
+                f"  {{ crontab -l 2>/dev/null | grep -v '# {unit}$'; echo {shlex.quote(self.cron_line())}; }} | crontab - && echo cron",
+                "else",
+                f"  cd {root}; setsid nohup {shlex.join(self.loop_argv)} > {root}/sync.log 2>&1 < /dev/null & echo $! > {root}/sync-loop.pid",
+                "  echo loop",
+                "fi",
+            ]
+        )
 
     def remove_script(self) -> str:
         """Stop and remove whichever of the three this board has (none: nothing to do)."""
         root, unit, units = shlex.quote(agent_root(self.board)), self.unit, "/etc/systemd/system"
-        return "\n".join([
-            f"if [ -f {units}/{unit}.timer ]; then systemctl disable --now {unit}.timer >/dev/null 2>&1; "
-            f"rm -f {units}/{unit}.timer {units}/{unit}.service; systemctl daemon-reload; fi",
-            f"if command -v crontab >/dev/null && crontab -l 2>/dev/null | grep -q '# {unit}$'; then "
-            f"crontab -l | grep -v '# {unit}$' | crontab -; fi",
-            f"if [ -f {root}/sync-loop.pid ]; then kill -- -\"$(cat {root}/sync-loop.pid)\" 2>/dev/null; rm -f {root}/sync-loop.pid; fi",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                f"if [ -f {units}/{unit}.timer ]; then systemctl disable --now {unit}.timer >/dev/null 2>&1; "
+                f"rm -f {units}/{unit}.timer {units}/{unit}.service; systemctl daemon-reload; fi",
+                f"if command -v crontab >/dev/null && crontab -l 2>/dev/null | grep -q '# {unit}$'; then "
+                f"crontab -l | grep -v '# {unit}$' | crontab -; fi",
+                f'if [ -f {root}/sync-loop.pid ]; then kill -- -"$(cat {root}/sync-loop.pid)" 2>/dev/null; rm -f {root}/sync-loop.pid; fi',
+            ]
+        )
 
 
 def check_period(period_s: float) -> float:
-    if isinstance(period_s, bool) or not isinstance(period_s, (int, float)) or not MIN_PERIOD_S <= period_s <= MAX_PERIOD_S:
-        raise DeployError(f"--every must be a number of seconds from {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g}, got {period_s!r}")
+    if (
+        isinstance(period_s, bool)
+        or not isinstance(period_s, (int, float))
+        or not MIN_PERIOD_S <= period_s <= MAX_PERIOD_S
+    ):
+        raise DeployError(
+            f"--every must be a number of seconds from {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g}, got {period_s!r}"
+        )
     return float(period_s)
 
 
@@ -117,7 +131,7 @@ def install_timers(fleet: Fleet, boards: Sequence[Board], period_s: float = DEFA
         with BoardSession(board) as session:
             agent = RemoteAgent(session, fleet)
             agent.provision(ensure_token(fleet, board), public_key)
-            agent.call("status")  # delivers the bundle, and proves the agent runs
+            agent.status()  # delivers the bundle, and proves the agent runs and answers
             method = session.run(TimerPlan(board, period_s).install_script()).stdout.strip().splitlines()[-1:]
         if method and method[0] in METHODS:
             return method[0]

@@ -9,14 +9,14 @@ root of every key the agent trusts; a different pinned key is never replaced),
 the history it took), `fleet-ca.pem` (the fleet CA, the only authority the agent trusts for an
 https:// server; replaced only where the board pins a CA the fleet had before) and `token`
 (mode 0600). Each verb runs the hash-checked bundle with the board's Python
-(`... --root ROOT VERB ... --json`); its JSON answer is returned as data (`status` and the
-changes decoded into the agent's own records), a failure to reach the board raised. On a board of the SSH transport a verb that downloads reaches the server
-through a forward of this very SSH connection (the agent's TLS checks unchanged).
+(`... --root ROOT VERB ... --json`); its answer, a versioned record (`agent.answer`), is decoded
+here into the agent's own record of the verb, and a failure to reach the board raised. On a
+board of the SSH transport a verb that downloads reaches the server through a forward of this
+very SSH connection (the agent's TLS checks unchanged).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,18 +25,18 @@ from urllib.parse import urlsplit
 
 import paramiko
 
+from edgetune.agent.answer import AgentAnswer, answer_record, last_json_object, read_answer
 from edgetune.agent.client import SERVER_VIA_ENV
 from edgetune.agent.config import AgentConfig, HealthCheck, ModelHooks, config_bytes
 from edgetune.agent.fetch import SerialReset
 from edgetune.agent.install import ChangeRecord
 from edgetune.agent.run_report import RunReport
 from edgetune.agent.status import InstallationStatus
-from edgetune.artifact_format.codec import from_json
 from edgetune.artifact_format.signing import key_id, public_key_id
 from edgetune.artifact_format.trust import anchor_pem, artifact_history
 from edgetune.deploy.keys import KeyFiles, read_trust
 from edgetune.deploy.tls import is_fleet_ca
-from edgetune.errors import ArtifactError, DeployError
+from edgetune.errors import DeployError
 from edgetune.fleet.agent_bundle import agent_argv, agent_root, ensure_bundle
 from edgetune.fleet.forward import RemoteForward
 from edgetune.fleet.on_board import firmware_command
@@ -88,6 +88,17 @@ def model_hooks(fleet: Fleet) -> dict[str, ModelHooks] | None:
     return hooks or None
 
 
+class UnreadableAnswer(DeployError):
+    """An agent's answer that is not what this edgetune's agent answers: nothing is taken from it."""
+
+    def __init__(self, problem: str):
+        super().__init__(
+            f"{problem[:1000]}; nothing is taken from it. Every verb runs this host's agent bundle, checked by its hash "
+            "on the board and sent again where the board's copy differs, so the board's python (`python:` in "
+            "fleet.yaml) ran another program: make it the board's plain Python, then run the command again"
+        )
+
+
 class RemoteAgent:
     """The agent of one board, over one SSH session."""
 
@@ -103,13 +114,19 @@ class RemoteAgent:
         trust = read_trust(files.trust)
         newest = key_id(artifact_history(trust)[-1])
         if public_key_id(public_key_pem) != newest:
-            raise DeployError(f"{files.public_key} is not the newest artifact key of {files.trust} ({newest}): the keys "
-                              "directory mixes two fleets' files, or a rotation was not finished (run it again)")
+            raise DeployError(
+                f"{files.public_key} is not the newest artifact key of {files.trust} ({newest}): the keys "
+                "directory mixes two fleets' files, or a rotation was not finished (run it again)"
+            )
         self._pin(PUBLIC_KEY_NAME, anchor_pem(trust), "fleet anchor key", lambda pinned: False)
         self.session.put_file(f"{self.root}/{OFFERED_TRUST_NAME}", trust.to_bytes(), mode=0o644)
         if self.fleet.deploy.tls:
-            self._pin(CA_NAME, self.fleet.deploy.tls.ca_cert.read_bytes(), "fleet CA",
-                      lambda pinned: is_fleet_ca(self.fleet, pinned))  # fmt: skip
+            self._pin(
+                CA_NAME,
+                self.fleet.deploy.tls.ca_cert.read_bytes(),
+                "fleet CA",
+                lambda pinned: is_fleet_ca(self.fleet, pinned),
+            )
         self.session.put_file(f"{self.root}/{TOKEN_NAME}", token.encode("ascii"), mode=0o600)
         self.session.put_file(f"{self.root}/agent.json", config_bytes(agent_config(self.fleet, self.board)), mode=0o644)
 
@@ -137,8 +154,10 @@ class RemoteAgent:
         try:
             forward = RemoteForward(transport, 0, server_address(self.fleet.deploy.url))
         except (paramiko.SSHException, OSError, EOFError) as err:
-            raise DeployError(f"{self.board.name}: the board's sshd refused a forward to the artifact server "
-                              f"(AllowTcpForwarding no?): {err}") from None  # fmt: skip
+            raise DeployError(
+                f"{self.board.name}: the board's sshd refused a forward to the artifact server "
+                f"(AllowTcpForwarding no?): {err}"
+            ) from None
         try:
             yield f"{SERVER_VIA_ENV}=127.0.0.1:{forward.port} "
         finally:
@@ -146,46 +165,60 @@ class RemoteAgent:
 
     def status(self) -> InstallationStatus:
         """The agent's `status`, decoded: a wrong type anywhere is this board's DeployError."""
-        return self._decoded(InstallationStatus, "status", self.call("status"))
+        return self._decoded(InstallationStatus, "status")
 
     def run(self, model: str, *args: str) -> RunReport:
         """The agent's `run` of the model's current release, its report decoded (outputs checked
         against the expected output, timing samples)."""
-        return self._decoded(RunReport, "run", self.call("run", "--model", model, *args))
+        return self._decoded(RunReport, "run", "--model", model, *args)
 
     def reset_serial(self, serial: int) -> SerialReset:
         """The agent's `reset-serial --to serial`, its record decoded."""
-        return self._decoded(SerialReset, "reset-serial", self.call("reset-serial", "--to", str(serial)))
+        return self._decoded(SerialReset, "reset-serial", "--to", str(serial))
 
     def change(self, verb: str, *args: str, timeout_s: float | None = None) -> ChangeRecord:
         """An `install` or `rollback`, its record decoded (an answer that does not decode raises,
         as a lost one does: what the board runs must then be read back)."""
-        return self._decoded(ChangeRecord, verb, self.call(verb, *args, timeout_s=timeout_s))
+        return self._decoded(ChangeRecord, verb, *args, timeout_s=timeout_s)
 
-    def _decoded(self, cls: type[T], verb: str, record: dict) -> T:
-        if set(record) == {"error"}:
-            raise DeployError(f"{self.board.name}: the agent's `{verb}` failed: {str(record['error'])[:2000]}")
-        try:
-            return from_json(cls, record)
-        except ArtifactError as err:
-            raise DeployError(f"{self.board.name}: the agent's answer to `{verb}` is not what an agent answers "
-                              f"({str(err)[:500]}); nothing is taken from it") from None  # fmt: skip
-
-    def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
-        """Run one agent verb; its JSON record (which may say the verb failed on the board)."""
+    def answer(self, verb: str, *args: str, timeout_s: float | None = None) -> AgentAnswer:
+        """Run one agent verb (its bundle delivered first, once per session); its answer, whose
+        schema, version and verb are checked. Every verb runs through here."""
         if not self._bundle_checked:
             ensure_bundle(self.session)
             self._bundle_checked = True
         argv = agent_argv(self.board, "--root", self.root, verb, *args, "--json")
         with self._server_route(verb) as env:
             result = self.session.run(env + shlex.join(argv), check=False, timeout=timeout_s)
-        for line in reversed(result.stdout.strip().splitlines()):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                return record
-        raise DeployError(
-            f"{self.board.name}: the agent gave no answer to `{verb}` (exit {result.exit_status}):\n{tail(result.stderr)}"
-        )
+        line = last_json_object(result.stdout)
+        if line is None:
+            raise DeployError(
+                f"{self.board.name}: the agent gave no answer to `{verb}` (exit {result.exit_status}):\n"
+                f"{tail(result.stderr)}"
+            )
+        return answer_of(self.board.name, verb, line)
+
+    def call(self, verb: str, *args: str, timeout_s: float | None = None) -> dict:
+        """Run one agent verb; its record as plain data, or `{"error": ...}` when the verb failed
+        on the board (the answer's version and verb checked, its record not decoded)."""
+        answer = self.answer(verb, *args, timeout_s=timeout_s)
+        return dict(answer.record or {}) if answer.error is None else {"error": answer.error}
+
+    def _decoded(self, cls: type[T], verb: str, *args: str, timeout_s: float | None = None) -> T:
+        return record_of(cls, self.board.name, verb, self.answer(verb, *args, timeout_s=timeout_s))
+
+
+def answer_of(board: str, verb: str, line: str) -> AgentAnswer:
+    """`line`, the last JSON object the agent of `board` printed, as its answer to `verb`."""
+    return read_answer(line, verb, _where(board, verb), UnreadableAnswer)
+
+
+def record_of(cls: type[T], board: str, verb: str, answer: AgentAnswer) -> T:
+    """The verb's record in `answer`, as `cls`; the verb's failure on the board is a DeployError."""
+    if answer.error is not None:
+        raise DeployError(f"{board}: the agent's `{verb}` failed: {answer.error[:2000]}")
+    return answer_record(cls, answer, _where(board, verb), UnreadableAnswer)
+
+
+def _where(board: str, verb: str) -> str:
+    return f"{board}: the agent's answer to `{verb}`"

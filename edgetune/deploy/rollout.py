@@ -117,13 +117,17 @@ def parse_batch(value: BatchSpec) -> BatchSize:
         except ValueError:
             percent = math.nan
         if not (0 < percent <= 100):  # NaN too
-            raise DeployError(f"--batch {text}: a percentage must be above 0% and at most 100% (of each class's boards "
-                              "after its canaries), e.g. --batch 10%")
+            raise DeployError(
+                f"--batch {text}: a percentage must be above 0% and at most 100% (of each class's boards "
+                "after its canaries), e.g. --batch 10%"
+            )
         return BatchSize(percent=percent)
     try:
         count = int(text)
     except ValueError:
-        raise DeployError(f"--batch {text}: must be a number of boards (0: one batch) or a percentage, e.g. --batch 10%") from None
+        raise DeployError(
+            f"--batch {text}: must be a number of boards (0: one batch) or a percentage, e.g. --batch 10%"
+        ) from None
     if count < 0:
         raise DeployError(f"--batch {text}: must be zero (one batch) or more boards, or a percentage, e.g. --batch 10%")
     return BatchSize(count=count)
@@ -163,11 +167,20 @@ class RolloutPlan:
         return self.timeout_s - min(AGENT_MARGIN_S, self.timeout_s / 4)
 
     def to_json(self) -> dict:
-        stages = [{"name": s.name, "boards": [{"board": t.board.name, "version": t.version} for t in s.targets]} for s in self.stages]
-        return {"model": self.model, "canary": self.canary, "max_failed_pct": self.max_failed_pct,
-                "timeout_s": self.timeout_s, "agent_deadline_s": self.agent_deadline_s, "parallel": self.parallel,
-                "count_pending": self.count_pending,
-                "stages": stages}  # fmt: skip
+        stages = [
+            {"name": s.name, "boards": [{"board": t.board.name, "version": t.version} for t in s.targets]}
+            for s in self.stages
+        ]
+        return {
+            "model": self.model,
+            "canary": self.canary,
+            "max_failed_pct": self.max_failed_pct,
+            "timeout_s": self.timeout_s,
+            "agent_deadline_s": self.agent_deadline_s,
+            "parallel": self.parallel,
+            "count_pending": self.count_pending,
+            "stages": stages,
+        }
 
 
 @dataclass(frozen=True)
@@ -206,8 +219,10 @@ class RolloutResult:
     def records(self) -> list[dict]:
         """One JSON record per board: board, class, model, from_version, to_version, result, error,
         downgrade, runs, and `hooks` where the agent ran any."""
-        return [{("class" if k == "device_class" else k): v for k, v in vars(o).items() if not (k == "hooks" and v is None)}
-                for o in self.outcomes]  # fmt: skip
+        return [
+            {("class" if k == "device_class" else k): v for k, v in vars(o).items() if not (k == "hooks" and v is None)}
+            for o in self.outcomes
+        ]
 
 
 def plan_rollout(
@@ -238,7 +253,9 @@ def plan_rollout(
     store = ArtifactStore(fleet.artifacts.dir)
     targets = [_target(fleet, store, b, model, version) for b in boards]
     parallel = _parallel(fleet, parallel, len(targets))
-    return RolloutPlan(model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s, parallel, count_pending)
+    return RolloutPlan(
+        model, _stages(targets, canary, batch), canary, max_failed_pct, timeout_s, parallel, count_pending
+    )
 
 
 def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
@@ -257,7 +274,9 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
             stage = replace(stage, targets=tuple(t for t in stage.targets if t.board.name not in outcomes))
             while stage is not None and stage.targets:  # a canary stage, then its replacements for pending canaries
                 outcomes.update(_run_stage(fleet, plan, stage, public_key, before, journal))
-                _unassign(fleet, plan, [t for t in stage.targets if _counted(plan, outcomes[t.board.name])], assigned_before)
+                _unassign(
+                    fleet, plan, [t for t in stage.targets if _counted(plan, outcomes[t.board.name])], assigned_before
+                )
                 stopped = _stop_reason(plan, stage, list(outcomes.values()))
                 stage = None if stopped else _replacement_canaries(plan, stage, outcomes)
             if stopped:
@@ -267,12 +286,20 @@ def rollout(fleet: Fleet, plan: RolloutPlan) -> RolloutResult:
                 break
         for target in plan.targets:
             if target.board.name not in outcomes:
-                outcomes[target.board.name] = _untouched(plan, target, before, "skipped", "the rollout stopped before this board")
+                outcomes[target.board.name] = _untouched(
+                    plan, target, before, "skipped", "the rollout stopped before this board"
+                )
         targeted = [t.board.name for t in plan.targets]
-        others = [name for name, entry in journal.boards.items() if entry.touched and name not in targeted and _has_board(fleet, name)]
+        others = [
+            name
+            for name, entry in journal.boards.items()
+            if entry.touched and name not in targeted and _has_board(fleet, name)
+        ]
         runs = _record_what_boards_run(fleet, plan, outcomes, others)
         listed = [*targeted, *(name for name in others if name in outcomes)]
-        result = RolloutResult(plan, tuple(replace(outcomes[name], runs=runs.get(name, outcomes[name].runs)) for name in listed), stopped)
+        result = RolloutResult(
+            plan, tuple(replace(outcomes[name], runs=runs.get(name, outcomes[name].runs)) for name in listed), stopped
+        )
         record_event(fleet, "rollout", model=plan.model, stopped=stopped, outcomes=result.records())
         journal.close()
     return result
@@ -287,10 +314,16 @@ def read_back_interrupted(fleet: Fleet) -> None:
                 if journal.interrupted is None:
                     continue  # it ended meanwhile
                 _read_back_interrupted(fleet, journal)
-                switched = [f"{name} (back to {_named(entry.previous)})" for name, entry in sorted(journal.boards.items()) if entry.switched]
+                switched = [
+                    f"{name} (back to {_named(entry.previous)})"
+                    for name, entry in sorted(journal.boards.items())
+                    if entry.switched
+                ]
                 rolls_back = f"; if it stops, it rolls back {', '.join(switched)}" if switched else ""
-                log.warning(f"run `edgetune rollout -f {fleet.path} --model {model}` (with the options it had) to finish it: it reads "
-                            f"these boards back first{rolls_back}")  # fmt: skip
+                log.warning(
+                    f"run `edgetune rollout -f {fleet.path} --model {model}` (with the options it had) to finish it: it reads "
+                    f"these boards back first{rolls_back}"
+                )
         except RolloutUnderWay as err:
             log.warning(str(err))
 
@@ -303,7 +336,9 @@ def check_server(fleet: Fleet) -> None:
             if json.loads(response.read()).get("ok") is True:
                 return
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise DeployError(f"the artifact server does not answer at {url} ({err}): start it with `edgetune serve -f {fleet.path}`") from None
+        raise DeployError(
+            f"the artifact server does not answer at {url} ({err}): start it with `edgetune serve -f {fleet.path}`"
+        ) from None
     raise DeployError(f"{url} is not an edgetune artifact server")
 
 
@@ -334,8 +369,14 @@ def _stages(targets: list[Target], canary: int, batch: BatchSpec) -> tuple[Stage
     every class's other boards (ceil(percent * its boards / 100) of them, at least 1)."""
     batch = parse_batch(batch)
     classes = dict.fromkeys(t.board.device_class for t in targets)
-    canaries = [Stage(f"canary {c}", tuple([t for t in targets if t.board.device_class == c][:canary]), canary=True)
-                for c in classes] if canary else []  # fmt: skip
+    canaries = (
+        [
+            Stage(f"canary {c}", tuple([t for t in targets if t.board.device_class == c][:canary]), canary=True)
+            for c in classes
+        ]
+        if canary
+        else []
+    )
     picked = {t.board.name for stage in canaries for t in stage.targets}
     rest = [t for t in targets if t.board.name not in picked]
     if batch.percent is None:
@@ -347,7 +388,9 @@ def _stages(targets: list[Target], canary: int, batch: BatchSpec) -> tuple[Stage
             of_class = [t for t in rest if t.board.device_class == c]
             size = batch.size_of(len(of_class))
             shares.append([of_class[i : i + size] for i in range(0, len(of_class), size)])
-        chunks = [[t for share in shares if n < len(share) for t in share[n]] for n in range(max(map(len, shares), default=0))]
+        chunks = [
+            [t for share in shares if n < len(share) for t in share[n]] for n in range(max(map(len, shares), default=0))
+        ]
     batches = [Stage(f"batch {n}", tuple(chunk), canary=False) for n, chunk in enumerate(chunks, 1)]
     return (*canaries, *batches)
 
@@ -369,8 +412,10 @@ def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal, workers: int =
     if record is None:
         return
     touched = {name: entry for name, entry in record.boards.items() if entry.touched}
-    log.warning(f"a rollout of {journal.model} (pid {record.pid}, started {record.started}) was interrupted; reading back the "
-                f"{len(touched)} board(s) it touched: {', '.join(sorted(touched)) or 'none'}")  # fmt: skip
+    log.warning(
+        f"a rollout of {journal.model} (pid {record.pid}, started {record.started}) was interrupted; reading back the "
+        f"{len(touched)} board(s) it touched: {', '.join(sorted(touched)) or 'none'}"
+    )
     boards = [b for b in fleet.boards if b.name in touched]
     for name in sorted(set(touched) - {b.name for b in boards}):
         log.warning(f"  {name}: no longer in {fleet.path}: not read back")
@@ -381,30 +426,38 @@ def _read_back_interrupted(fleet: Fleet, journal: RolloutJournal, workers: int =
             journal.read_back(board.name, runs)
         entry = journal.boards[board.name]
         found = "could not be read back" if runs == UNKNOWN else f"runs {_named(runs)}"
-        log.warning(f"  {board.name}: {found} (before the rollout: {_named(entry.previous)}; its target: v{entry.target})")
+        log.warning(
+            f"  {board.name}: {found} (before the rollout: {_named(entry.previous)}; its target: v{entry.target})"
+        )
 
 
 def _warn_of_a_long_health_check(fleet: Fleet, plan: RolloutPlan) -> None:
     model = next((m for m in fleet.models if m.name == plan.model), None)
     if model is not None and model.health is not None and model.health.timeout_s >= plan.agent_deadline_s:
-        log.warning(f"{plan.model}'s health check may take {model.health.timeout_s:g} s, not less than the agent's deadline "
-                    f"({plan.agent_deadline_s:g} s, from --timeout-s {plan.timeout_s:g}): a board whose check runs that "
-                    "long is switched back; give --timeout-s more room")  # fmt: skip
+        log.warning(
+            f"{plan.model}'s health check may take {model.health.timeout_s:g} s, not less than the agent's deadline "
+            f"({plan.agent_deadline_s:g} s, from --timeout-s {plan.timeout_s:g}): a board whose check runs that "
+            "long is switched back; give --timeout-s more room"
+        )
 
 
 def _has_board(fleet: Fleet, name: str) -> bool:
     return any(b.name == name for b in fleet.boards)
 
 
-def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before,
-               journal: RolloutJournal) -> dict[str, BoardOutcome]:  # fmt: skip
+def _run_stage(
+    fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes, before, journal: RolloutJournal
+) -> dict[str, BoardOutcome]:
     """Install on the stage's boards in parallel; a board no install reached is `failed`
     (`pending` if it could not be reached)."""
     log.info(f"{stage.name}: {', '.join(t.board.name for t in stage.targets)}")
     journal.plan_stage(stage.name, {t.board.name: t.version for t in stage.targets})
     targets = {t.board.name: t for t in stage.targets}
-    results = for_each_board([t.board for t in stage.targets],
-                             lambda board: _install(fleet, plan, targets[board.name], public_key, journal, before), plan.parallel)  # fmt: skip
+    results = for_each_board(
+        [t.board for t in stage.targets],
+        lambda board: _install(fleet, plan, targets[board.name], public_key, journal, before),
+        plan.parallel,
+    )
     outcomes = {}
     for name, target in targets.items():
         outcomes[name] = results.succeeded.get(name) or _untouched(plan, target, before, "failed", results.failed[name])
@@ -412,7 +465,9 @@ def _run_stage(fleet: Fleet, plan: RolloutPlan, stage: Stage, public_key: bytes,
     return outcomes
 
 
-def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, journal: RolloutJournal, before) -> BoardOutcome:
+def _install(
+    fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes, journal: RolloutJournal, before
+) -> BoardOutcome:
     """Provision the board, read its state, journal the change, then `agent install` under the
     agent's deadline; its answer (or, lost, a read-back) is recorded at once. A board that
     cannot be connected to is `pending`; an error after that but before the install leaves the
@@ -424,8 +479,14 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes,
             session.connect()
         except NOT_REACHED as err:
             record_assigned(fleet, board.name, plan.model, target.version)
-            return _untouched(plan, target, before, PENDING, f"not reachable at its turn ({_first_line(str(err))}); "
-                              f"untouched: it pulls v{target.version} when it is back, or the next rollout installs it")  # fmt: skip
+            return _untouched(
+                plan,
+                target,
+                before,
+                PENDING,
+                f"not reachable at its turn ({_first_line(str(err))}); "
+                f"untouched: it pulls v{target.version} when it is back, or the next rollout installs it",
+            )
         agent = RemoteAgent(session, fleet)
         agent.provision(ensure_token(fleet, board), public_key)
         entry = agent.status().models.get(plan.model)
@@ -433,15 +494,36 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes,
         running = None if entry is None else entry.version
         previous = journal.changing(board.name, running)
         record_assigned(fleet, board.name, plan.model, target.version)  # its pull may install it from now on
-        outcome = BoardOutcome(board.name, board.device_class, plan.model, previous, target.version,
-                               "unknown", downgrade=target.chosen_by is not None and target.version < highest)  # fmt: skip
+        outcome = BoardOutcome(
+            board.name,
+            board.device_class,
+            plan.model,
+            previous,
+            target.version,
+            "unknown",
+            downgrade=target.chosen_by is not None and target.version < highest,
+        )
         if outcome.downgrade:
-            log.warning("%s: v%d of %s is below v%d, the newest it has installed: a deliberate downgrade (%s)",
-                        board.name, target.version, plan.model, highest, target.chosen_by)  # fmt: skip
+            log.warning(
+                "%s: v%d of %s is below v%d, the newest it has installed: a deliberate downgrade (%s)",
+                board.name,
+                target.version,
+                plan.model,
+                highest,
+                target.chosen_by,
+            )
         allow = ["--allow-downgrade"] if outcome.downgrade else []
         try:
-            record = agent.change("install", "--model", plan.model, "--version", str(target.version), *allow,
-                                  *_guarded(plan), timeout_s=plan.timeout_s)  # fmt: skip
+            record = agent.change(
+                "install",
+                "--model",
+                plan.model,
+                "--version",
+                str(target.version),
+                *allow,
+                *_guarded(plan),
+                timeout_s=plan.timeout_s,
+            )
         except EdgetuneError as err:
             lost = str(err)
         else:
@@ -449,19 +531,32 @@ def _install(fleet: Fleet, plan: RolloutPlan, target: Target, public_key: bytes,
             runs = record.to_version if result != "failed" else record.from_version
             journal.read_back(board.name, runs)
             note = f"switched from {_named(previous)} by an interrupted rollout" if previous != running else None
-            return replace(outcome, result=result, error=record.error or note, runs=runs, hooks=_hook_runs(outcome, record))
-    return _after_lost_answer(fleet, journal, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed")
+            return replace(
+                outcome, result=result, error=record.error or note, runs=runs, hooks=_hook_runs(outcome, record)
+            )
+    return _after_lost_answer(
+        fleet, journal, board, outcome, lost, aimed_at=outcome.to_version, reached="installed", missed="failed"
+    )
 
 
-def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], journal: RolloutJournal) -> dict[str, BoardOutcome]:
+def _roll_back(
+    fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], journal: RolloutJournal
+) -> dict[str, BoardOutcome]:
     """Every board this rollout, or an interrupted one of the model, switched (read back running
     another version than before the rollout) goes back to the version it had; outcomes as data."""
     entries = journal.boards
     boards = [b for b in fleet.boards if b.name in entries and entries[b.name].switched]
     switched = {b.name: outcomes.get(b.name) or _switched_earlier(plan, b, entries[b.name]) for b in boards}
-    results = for_each_board(boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], journal), plan.parallel)
+    results = for_each_board(
+        boards, lambda board: _roll_back_board(fleet, plan, board, switched[board.name], journal), plan.parallel
+    )
     rolled = dict(results.succeeded)
-    rolled.update({name: replace(switched[name], result="rollback_failed", error=reason) for name, reason in results.failed.items()})
+    rolled.update(
+        {
+            name: replace(switched[name], result="rollback_failed", error=reason)
+            for name, reason in results.failed.items()
+        }
+    )
     for outcome in rolled.values():
         log.info(_line(outcome))
     return rolled
@@ -469,20 +564,39 @@ def _roll_back(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome
 
 def _switched_earlier(plan: RolloutPlan, board: Board, entry) -> BoardOutcome:
     """The outcome of a board outside this rollout's installs that an interrupted one switched."""
-    return BoardOutcome(board.name, board.device_class, plan.model, entry.previous, entry.target, "installed",
-                        f"switched from {_named(entry.previous)} by an interrupted rollout", runs=entry.runs)  # fmt: skip
+    return BoardOutcome(
+        board.name,
+        board.device_class,
+        plan.model,
+        entry.previous,
+        entry.target,
+        "installed",
+        f"switched from {_named(entry.previous)} by an interrupted rollout",
+        runs=entry.runs,
+    )
 
 
-def _roll_back_board(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome, journal: RolloutJournal) -> BoardOutcome:
+def _roll_back_board(
+    fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome, journal: RolloutJournal
+) -> BoardOutcome:
     to = "none" if outcome.from_version is None else str(outcome.from_version)
     journal.changing(board.name, outcome.runs if isinstance(outcome.runs, int) else None)
     try:
         with BoardSession(board) as session:
-            record = RemoteAgent(session, fleet).change("rollback", "--model", plan.model, "--to", to, *_guarded(plan),
-                                                        timeout_s=plan.timeout_s)  # fmt: skip
+            record = RemoteAgent(session, fleet).change(
+                "rollback", "--model", plan.model, "--to", to, *_guarded(plan), timeout_s=plan.timeout_s
+            )
     except EdgetuneError as err:
-        return _after_lost_answer(fleet, journal, board, outcome, str(err), aimed_at=outcome.from_version,
-                                  reached="rolled_back", missed="rollback_failed")  # fmt: skip
+        return _after_lost_answer(
+            fleet,
+            journal,
+            board,
+            outcome,
+            str(err),
+            aimed_at=outcome.from_version,
+            reached="rolled_back",
+            missed="rollback_failed",
+        )
     hooks = _hook_runs(outcome, record)
     if record.result in ("rolled_back", "deactivated", "unchanged"):
         journal.read_back(board.name, outcome.from_version)
@@ -502,12 +616,20 @@ def _hook_runs(outcome: BoardOutcome, record: ChangeRecord) -> tuple[dict, ...] 
 def _way_back(fleet: Fleet, plan: RolloutPlan, board: Board, outcome: BoardOutcome) -> str:
     if outcome.from_version is None:
         return f"to deactivate it, run the agent's `rollback --model {plan.model} --to none` on {board.name}"
-    return (f"to install v{outcome.from_version} again, run `edgetune rollout -f {fleet.path} --model {plan.model} "
-            f"--class {board.device_class} --version {outcome.from_version}`")  # fmt: skip
+    return (
+        f"to install v{outcome.from_version} again, run `edgetune rollout -f {fleet.path} --model {plan.model} "
+        f"--class {board.device_class} --version {outcome.from_version}`"
+    )
 
 
 def _after_lost_answer(
-    fleet: Fleet, journal: RolloutJournal, board: Board, outcome: BoardOutcome, reason: str, aimed_at: int | None, reached: str,
+    fleet: Fleet,
+    journal: RolloutJournal,
+    board: Board,
+    outcome: BoardOutcome,
+    reason: str,
+    aimed_at: int | None,
+    reached: str,
     missed: str,
 ) -> BoardOutcome:
     """A change whose answer was lost is `unknown` until the board is read back: then `reached`
@@ -524,8 +646,9 @@ def _after_lost_answer(
     return replace(outcome, result=result, error=f"its answer was lost ({reason}); {found}", runs=running)
 
 
-def _record_what_boards_run(fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome],
-                            others: Sequence[str] = ()) -> dict[str, int | str | None]:  # fmt: skip
+def _record_what_boards_run(
+    fleet: Fleet, plan: RolloutPlan, outcomes: dict[str, BoardOutcome], others: Sequence[str] = ()
+) -> dict[str, int | str | None]:
     """Read every targeted board but the pending ones, and the `others` (touched by an
     interrupted rollout), back and record that in the fleet state (UNKNOWN if unreadable)."""
     reached = [t.board for t in plan.targets if outcomes[t.board.name].result != PENDING]
@@ -551,14 +674,18 @@ def _replacement_canaries(plan: RolloutPlan, stage: Stage, outcomes: dict[str, B
     spare = [t for t in plan.targets if t.board.device_class == device_class and t.board.name not in outcomes]
     if not spare:
         return None
-    return Stage(f"canary {device_class} (for {', '.join(pending)}, pending)", tuple(spare[: len(pending)]), canary=True)
+    return Stage(
+        f"canary {device_class} (for {', '.join(pending)}, pending)", tuple(spare[: len(pending)]), canary=True
+    )
 
 
 def _unassign(fleet: Fleet, plan: RolloutPlan, targets: Sequence[Target], assigned_before: dict) -> None:
     """`targets` get back the assignment they had before the rollout (a failed or lost board's
     pull must not try the version again; a stopped rollout's boards keep what they had)."""
     for target in targets:
-        record_assigned(fleet, target.board.name, plan.model, assigned_before.get(target.board.name, {}).get(plan.model))
+        record_assigned(
+            fleet, target.board.name, plan.model, assigned_before.get(target.board.name, {}).get(plan.model)
+        )
 
 
 def _counted(plan: RolloutPlan, outcome: BoardOutcome) -> bool:
@@ -583,7 +710,9 @@ def _untouched(plan: RolloutPlan, target: Target, before, result: str, error: st
     """The outcome of a board no install reached (as last recorded, it ran `from_version`)."""
     current = before.get(target.board.name, {}).get(plan.model)
     from_version = current if isinstance(current, int) else None
-    return BoardOutcome(target.board.name, target.board.device_class, plan.model, from_version, target.version, result, error)
+    return BoardOutcome(
+        target.board.name, target.board.device_class, plan.model, from_version, target.version, result, error
+    )
 
 
 def _line(outcome: BoardOutcome) -> str:

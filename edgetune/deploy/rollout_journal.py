@@ -51,7 +51,9 @@ class JournalBoard:
 
     stage: str  # the stage it is in: "canary <class>", "batch <n>"
     target: int = rule(check=_version)  # the version the rollout installs on it
-    state: str = rule(PLANNED, allowed=(PLANNED, CHANGING, KNOWN))  # planned | unknown (a change started, not read back) | known
+    state: str = rule(
+        PLANNED, allowed=(PLANNED, CHANGING, KNOWN)
+    )  # planned | unknown (a change started, not read back) | known
     previous: int | None = rule(None, check=_version)  # what it ran before the rollout (None: no release)
     runs: int | None = rule(None, check=_version)  # what it runs, when `known` (None: no release)
 
@@ -95,8 +97,10 @@ def read_journal(fleet: Fleet, model: str) -> JournalRecord | None:
     try:
         return load_versioned(JournalRecord, data, str(path), JOURNAL_SCHEMA, JOURNAL_SCHEMA_VERSION, error=DeployError)
     except DeployError as err:
-        raise DeployError(f"{err}; edgetune replaces it atomically, so it was damaged or edited: read back what the boards "
-                          f"run (`edgetune fleet status`), then remove it") from None  # fmt: skip
+        raise DeployError(
+            f"{err}; edgetune replaces it atomically, so it was damaged or edited: read back what the boards "
+            f"run (`edgetune fleet status`), then remove it"
+        ) from None
 
 
 class RolloutUnderWay(DeployError):
@@ -128,8 +132,10 @@ class RolloutJournal:
             except BlockingIOError:
                 record = _quietly(read_journal, fleet, model)
                 by = f" (its journal last written by pid {record.pid})" if record else ""
-                raise RolloutUnderWay(f"a rollout of {model} is under way on this host{by}, or `fleet status` is reading "
-                                      f"its boards back: wait for it to end") from None  # fmt: skip
+                raise RolloutUnderWay(
+                    f"a rollout of {model} is under way on this host{by}, or `fleet status` is reading "
+                    f"its boards back: wait for it to end"
+                ) from None
             yield cls(fleet, model, read_journal(fleet, model))
 
     @property
@@ -142,8 +148,11 @@ class RolloutJournal:
         with self._lock:
             for name, version in targets.items():
                 entry = self._boards.get(name)
-                self._boards[name] = (replace(entry, stage=stage, target=version) if entry and entry.touched
-                                      else JournalBoard(stage, version))  # fmt: skip
+                self._boards[name] = (
+                    replace(entry, stage=stage, target=version)
+                    if entry and entry.touched
+                    else JournalBoard(stage, version)
+                )
             self._write()
 
     def changing(self, board: str, running: int | None) -> int | None:
@@ -164,7 +173,9 @@ class RolloutJournal:
         record_deployed(self.fleet, board, self.model, runs)
         with self._lock:
             entry = self._boards[board]
-            self._boards[board] = replace(entry, state=CHANGING, runs=None) if runs == UNKNOWN else replace(entry, state=KNOWN, runs=runs)
+            self._boards[board] = (
+                replace(entry, state=CHANGING, runs=None) if runs == UNKNOWN else replace(entry, state=KNOWN, runs=runs)
+            )
             self._write()
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ URL scheme (every request but /v1/health carries `Authorization: Bearer <board t
 - `GET /v1/boards/<board>/assigned`: `{"board", "models": {model: version}}`, the versions the
   last rollouts assigned the board (`state/assigned.json`): what its pull timer installs.
 - `POST /v1/boards/<board>/status`: the board's report after a pull (`agent.sync.PullReport`,
-  JSON, at most 64 kB), decoded and kept with the server's time in `state/reported/<board>.json`, and
+  schema `edgetune.pull-report` version 1, at most 64 kB), decoded and kept with the server's time in `state/reported/<board>.json`, and
   what it runs in `state/deployed.json` where that changed; `{"ok": true}`.
 - `GET /v1/artifacts/<model>/<class>/v<N>/manifest.json` and `.../manifest.sig`, and
   `GET /v1/artifacts/<model>/<class>/v<N>.tar.gz` (strong ETag = its sha256, `If-None-Match`,
@@ -53,9 +53,9 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Route
 from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
 
-from edgetune.agent.sync import PullReport
+from edgetune.agent.sync import REPORT_SCHEMA, REPORT_SCHEMA_VERSION, PullReport
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.codec import FrozenMap, from_json, to_json
+from edgetune.artifact_format.codec import FrozenMap, load_versioned, to_json
 from edgetune.artifact_format.decision import NONCE
 from edgetune.artifact_format.files import sha256_file
 from edgetune.artifact_format.manifest import MANIFEST_NAME, SIGNATURE_NAME
@@ -128,7 +128,9 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         version, nonce = request.path_params.get("version"), request.query_params.get("nonce")
         if nonce is not None and not NONCE.fullmatch(nonce):
             raise OfferError(400, "nonce: 32 lowercase hex digits, or none")
-        return JSONResponse(to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version), nonce)))
+        return JSONResponse(
+            to_json(signer.offer(offer(fleet, store, board, request.path_params["model"], version), nonce))
+        )
 
     def board_assigned(request: Request) -> Response:
         board = own_board(request)
@@ -162,8 +164,9 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         etag = f'"{digests.of(stored.tarball)}"'
         if _etag_matches(request.headers.get("if-none-match", ""), etag):
             return Response(status_code=304, headers={"etag": etag})
-        return FileResponse(stored.tarball, media_type="application/gzip", headers={"etag": etag},
-                            stat_result=os.lstat(stored.tarball))  # fmt: skip
+        return FileResponse(
+            stored.tarball, media_type="application/gzip", headers={"etag": etag}, stat_result=os.lstat(stored.tarball)
+        )
 
     async def on_error(request: Request, err: Exception) -> Response:
         request.state.error = str(err)
@@ -180,7 +183,9 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
         if refusal:
             request.state.error = refusal[1]
             return JSONResponse({"error": refusal[1]}, status_code=refusal[0], headers=DASHBOARD_CHALLENGE)
-        return HTMLResponse(dashboard(), headers={"cache-control": "no-store", "content-security-policy": DASHBOARD_CSP})
+        return HTMLResponse(
+            dashboard(), headers={"cache-control": "no-store", "content-security-policy": DASHBOARD_CSP}
+        )
 
     routes = [
         Route("/v1/health", lambda request: JSONResponse({"ok": True})),
@@ -200,8 +205,17 @@ def create_app(fleet: Fleet, dashboard: Callable[[], bytes] | None = None) -> St
 def decode_report(board: Board, body: bytes) -> BoardReport:
     """A board's `PullReport`, decoded and checked to be about `board`; a 400 otherwise."""
     try:
-        report = from_json(PullReport, json.loads(body.decode("utf-8")))
-    except (UnicodeDecodeError, ValueError, ArtifactError) as err:
+        report = load_versioned(
+            PullReport,
+            body,
+            "report",
+            REPORT_SCHEMA,
+            REPORT_SCHEMA_VERSION,
+            what="board's report",
+            error=ArtifactError,
+            reader="this server",
+        )
+    except ArtifactError as err:
         raise OfferError(400, f"not a board's report ({str(err)[:300]})") from None
     if report.status.board != board.name:
         raise OfferError(400, f"a report about board {report.status.board!r} sent as {board.name}'s")
@@ -305,17 +319,22 @@ class _AccessLog:
             await self.app(scope, receive, counting_send)
         finally:
             state = scope["state"]
-            ACCESS_LOG.info(json.dumps({
-                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "client": (scope.get("client") or ("", 0))[0],
-                "board": state.get("board"),
-                "method": scope["method"],
-                "path": scope.get("raw_path", b"").decode("latin-1") or scope["path"],
-                "status": sent["status"],
-                "bytes": sent["bytes"],
-                "ms": round((time.monotonic() - started) * 1e3, 2),
-                "error": state.get("error"),
-            }, sort_keys=True))  # fmt: skip
+            ACCESS_LOG.info(
+                json.dumps(
+                    {
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "client": (scope.get("client") or ("", 0))[0],
+                        "board": state.get("board"),
+                        "method": scope["method"],
+                        "path": scope.get("raw_path", b"").decode("latin-1") or scope["path"],
+                        "status": sent["status"],
+                        "bytes": sent["bytes"],
+                        "ms": round((time.monotonic() - started) * 1e3, 2),
+                        "error": state.get("error"),
+                    },
+                    sort_keys=True,
+                )
+            )
 
 
 class RenewingServer(uvicorn.Server):
@@ -346,8 +365,9 @@ class RenewingServer(uvicorn.Server):
             log.warning("made a new server certificate (%s): new connections use it", made)
 
 
-def build_server(fleet: Fleet, host: str | None = None, port: int | None = None,
-                 dashboard: Callable[[], bytes] | None = None) -> RenewingServer:
+def build_server(
+    fleet: Fleet, host: str | None = None, port: int | None = None, dashboard: Callable[[], bytes] | None = None
+) -> RenewingServer:
     """uvicorn serving `create_app(fleet, dashboard)` on `host`:`port` (default: deploy.bind),
     every connection through a `ConnectionGuard` holding deploy's connection limits and timeouts
     (TLS inside it); uvicorn's own access log off, repeated warnings limited (`log_limit`). A
@@ -360,21 +380,37 @@ def build_server(fleet: Fleet, host: str | None = None, port: int | None = None,
         if made:
             log.warning("made a new server certificate (%s)", made)
     tls_files = check_server_tls(fleet)
-    tls = create_ssl_context(tls_files["ssl_certfile"], tls_files["ssl_keyfile"], None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE,
-                             None, None) if tls_files else None  # fmt: skip
+    tls = (
+        create_ssl_context(
+            tls_files["ssl_certfile"], tls_files["ssl_keyfile"], None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE, None, None
+        )
+        if tls_files
+        else None
+    )
     guard = ConnectionGuard(settings, tls, descriptor_budget(settings.max_connections))
-    config = uvicorn.Config(create_app(fleet, dashboard), host=host or settings.bind_host, port=port or settings.port,
-                            http=guard.protocol, ws="none", timeout_keep_alive=settings.keepalive_timeout_s,
-                            access_log=False, log_level="warning", server_header=False)  # fmt: skip
+    config = uvicorn.Config(
+        create_app(fleet, dashboard),
+        host=host or settings.bind_host,
+        port=port or settings.port,
+        http=guard.protocol,
+        ws="none",
+        timeout_keep_alive=settings.keepalive_timeout_s,
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+    )
     limit_repeats()
     return RenewingServer(config, fleet, tls)
 
 
-def serve(fleet: Fleet, host: str | None = None, port: int | None = None,
-          dashboard: Callable[[], bytes] | None = None) -> None:
+def serve(
+    fleet: Fleet, host: str | None = None, port: int | None = None, dashboard: Callable[[], bytes] | None = None
+) -> None:
     """Run the server in the foreground until interrupted (`build_server`)."""
     server = build_server(fleet, host, port, dashboard)
     try:
         server.run()
     except OSError as err:
-        raise DeployError(f"cannot listen on {server.config.host}:{server.config.port}: {err.strerror or err}") from None
+        raise DeployError(
+            f"cannot listen on {server.config.host}:{server.config.port}: {err.strerror or err}"
+        ) from None

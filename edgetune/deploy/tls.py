@@ -110,8 +110,10 @@ def rotate_ca(fleet: Fleet) -> str:
     _append_history(files)
     ca_cert, ca_key = _load_ca(files)
     _make_server_certificate(files, server_names(fleet.deploy), ca_cert, ca_key)
-    return (f"new fleet CA {files.ca_cert} and server certificate: restart `serve`, then roll out (boards reached "
-            "over SSH take the new CA; until then they cannot reach the server)")  # fmt: skip
+    return (
+        f"new fleet CA {files.ca_cert} and server certificate: restart `serve`, then roll out (boards reached "
+        "over SSH take the new CA; until then they cannot reach the server)"
+    )
 
 
 def ca_history_file(files: TlsFiles) -> Path:
@@ -152,7 +154,9 @@ def _fingerprint(cert: x509.Certificate) -> bytes:
 
 def _tls_files(fleet: Fleet) -> TlsFiles:
     if fleet.deploy is None or fleet.deploy.tls is None:
-        raise DeployError(f"{fleet.path}: the fleet serves without TLS (deploy.tls: false): there is no CA or server key")
+        raise DeployError(
+            f"{fleet.path}: the fleet serves without TLS (deploy.tls: false): there is no CA or server key"
+        )
     return fleet.deploy.tls
 
 
@@ -165,11 +169,15 @@ def check_server_tls(fleet: Fleet) -> dict[str, str]:
     try:
         ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
     except (OSError, ValueError) as err:
-        raise DeployError(f"the fleet CA {files.ca_cert} cannot be read ({err}): {KEYS_INIT.format(fleet=fleet.path)}") from None
+        raise DeployError(
+            f"the fleet CA {files.ca_cert} cannot be read ({err}): {KEYS_INIT.format(fleet=fleet.path)}"
+        ) from None
     problem = server_certificate_problem(files, server_names(fleet.deploy), ca_cert)
     if problem:
-        raise DeployError(f"the server certificate {files.server_cert} cannot be used ({problem}): "
-                          + KEYS_INIT.format(fleet=fleet.path))  # fmt: skip
+        raise DeployError(
+            f"the server certificate {files.server_cert} cannot be used ({problem}): "
+            + KEYS_INIT.format(fleet=fleet.path)
+        )
     return {"ssl_certfile": str(files.server_cert), "ssl_keyfile": str(files.server_key)}
 
 
@@ -181,8 +189,9 @@ def host_client_context(fleet: Fleet) -> ssl.SSLContext | None:
     try:
         context.load_verify_locations(cafile=str(fleet.deploy.tls.ca_cert))
     except (OSError, ssl.SSLError) as err:
-        raise DeployError(f"the fleet CA {fleet.deploy.tls.ca_cert} cannot be read ({err}): "
-                          + KEYS_INIT.format(fleet=fleet.path)) from None  # fmt: skip
+        raise DeployError(
+            f"the fleet CA {fleet.deploy.tls.ca_cert} cannot be read ({err}): " + KEYS_INIT.format(fleet=fleet.path)
+        ) from None
     return context
 
 
@@ -230,9 +239,16 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, days: int) -> x5
 
 def _key_usage(cert_sign: bool) -> x509.KeyUsage:
     return x509.KeyUsage(
-        digital_signature=not cert_sign, content_commitment=False, key_encipherment=False, data_encipherment=False,
-        key_agreement=False, key_cert_sign=cert_sign, crl_sign=cert_sign, encipher_only=False, decipher_only=False,
-    )  # fmt: skip
+        digital_signature=not cert_sign,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def _general_name(host: str) -> x509.GeneralName:
@@ -255,8 +271,10 @@ def _load_ca(files: TlsFiles):
         cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
         key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
     except (OSError, ValueError) as err:
-        raise DeployError(f"the fleet CA {files.ca_cert} / {files.ca_key} cannot be used ({err}); boards pin it, so "
-                          "restore it from a backup (or remove both and roll out again to every board)") from None  # fmt: skip
+        raise DeployError(
+            f"the fleet CA {files.ca_cert} / {files.ca_key} cannot be used ({err}); boards pin it, so "
+            "restore it from a backup (or remove both and roll out again to every board)"
+        ) from None
     return cert, key
 
 

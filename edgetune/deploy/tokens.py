@@ -135,8 +135,10 @@ class TokenBook:
 
     def _shared_problem(self, names: list[str]) -> str:
         sources = ", ".join(f"{name}: {token_source(self._fleet, self._fleet.board(name))}" for name in names)
-        return (f"boards {' and '.join(names)} have the same token ({sources}): each is refused until it has its "
-                f"own; give all but one a new token (for a token file, {_REMAKE}; for a variable, set another value)")
+        return (
+            f"boards {' and '.join(names)} have the same token ({sources}): each is refused until it has its "
+            f"own; give all but one a new token (for a token file, {_REMAKE}; for a variable, set another value)"
+        )
 
     def _report(self, problems: dict[str, str]) -> None:
         for board in self._fleet.boards:
@@ -178,11 +180,15 @@ def _sharing(tokens: dict[str, str]) -> list[list[str]]:
 def _checked(token: str, where: str, remedy: str) -> str:
     """`token` if it can be a secret sent in an HTTP header; else why not, and `remedy`."""
     if not MIN_TOKEN_CHARS <= len(token) <= MAX_TOKEN_CHARS:
-        raise DeployError(f"the token in {where} is {len(token)} characters long, not {MIN_TOKEN_CHARS} to "
-                          f"{MAX_TOKEN_CHARS}: not a usable secret; {remedy}")
+        raise DeployError(
+            f"the token in {where} is {len(token)} characters long, not {MIN_TOKEN_CHARS} to "
+            f"{MAX_TOKEN_CHARS}: not a usable secret; {remedy}"
+        )
     if not all("!" <= c <= "~" for c in token):
-        raise DeployError(f"the token in {where} holds spaces or characters that are not printable ASCII "
-                          f"(unusable in an HTTP header); {remedy}")
+        raise DeployError(
+            f"the token in {where} holds spaces or characters that are not printable ASCII "
+            f"(unusable in an HTTP header); {remedy}"
+        )
     return token
 
 

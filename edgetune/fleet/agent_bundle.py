@@ -93,7 +93,10 @@ def agent_bundle() -> AgentBundle:
     """The bundle of this tree (built once per process; about 100 KB)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        entries = [(PurePosixPath("edgetune", *p.relative_to(PACKAGE).parts).as_posix(), p.read_bytes()) for p in board_side_sources()]
+        entries = [
+            (PurePosixPath("edgetune", *p.relative_to(PACKAGE).parts).as_posix(), p.read_bytes())
+            for p in board_side_sources()
+        ]
         for name, data in [*entries, ("__main__.py", _MAIN)]:
             info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED

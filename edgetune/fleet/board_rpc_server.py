@@ -5,18 +5,20 @@ TVM 0.27's rpc_server serves each session in a child process, and its listening 
 when that child exits non-zero, which is what a session whose client vanished does (the host
 killed mid-measurement, a network drop: the child's read fails with "connection reset by
 peer"). The process lives on but is no longer registered, so the board is lost to the fleet
-until someone restarts it. Here a watchdog asks the tracker every CHECK_PERIOD_S whether this
-server is registered and, after MISSING_CHECKS misses in a row, starts a fresh one.
+until someone restarts it (edgetune.tvm_compat.rpc_server). Here a watchdog asks the tracker
+every CHECK_PERIOD_S whether this server is registered and, after MISSING_CHECKS misses in a
+row, starts a fresh one.
 
-Besides TVM's own functions, a session can time the model's ONNX file with onnxruntime where
-the board's Python has it (`edgetune.onnxruntime.*`, below): the artifact build compares the
-tuned library against the runtime the board would otherwise run, on the board itself, timed the
-way TVM's `time_evaluator` times the libraries and in the same interleaved rounds. Each RPC
-session is a process of its own, so what a session loads is its own.
+Besides TVM's own functions, a session can time the model's ONNX file with onnxruntime and with
+OpenVINO where the board's Python has them (`edgetune.onnxruntime.*`, `edgetune.openvino.*`,
+below): the artifact build compares the tuned library against the runtimes the board would
+otherwise run, on the board itself, timed the way TVM's `time_evaluator` times the libraries and
+in the same interleaved rounds. Each RPC session is a process of its own, so what a session
+loads is its own.
 
 `board.start_server` uploads this file to the board and runs it as a script, so it uses only
-the standard library, numpy and the TVM runtime (and onnxruntime when the board has it),
-nothing of edgetune:
+the standard library, numpy and the TVM runtime (and onnxruntime and OpenVINO when the board has
+them), nothing of edgetune:
 
     python edgetune-rpc-server.py --tracker HOST:PORT --key KEY --host ADDR --custom-addr ADDR --port 9090
 
@@ -68,10 +70,18 @@ def wait_until_dropped(tracker: tuple[str, int], key: str, address: tuple[str, i
             missing = 0 if state else missing + 1
 
 
-def register_onnxruntime() -> None:
-    """Register `edgetune.onnxruntime.*` in this process. TVM's rpc.Server runs in a process of
-    its own (a PopenWorker), so this is its `server_init_callback`: TVM sends it there by value
-    (cloudpickle), and it must hold everything it uses."""
+def register_runtimes() -> None:
+    """Register `edgetune.onnxruntime.*` and `edgetune.openvino.*` in this process. TVM's
+    rpc.Server runs in a process of its own (a PopenWorker), so this is its
+    `server_init_callback`: TVM sends it there by value (cloudpickle), and it must hold
+    everything it uses.
+
+    Each runtime opens the uploaded ONNX file the way an application after one request's lowest
+    latency would, at this board's runtime threads (TVM_NUM_THREADS, as `fleet up` starts this server; else the
+    runtime's default), one request at a time: onnxruntime with its default graph optimizations
+    on its CPU provider, sequential; OpenVINO compiled for its CPU plugin with the LATENCY hint,
+    one stream and float32 precision (on CPUs with bfloat16 units its default precision is
+    bfloat16, which the tuned build does not compute in)."""
     import io
     import json
     import os
@@ -79,72 +89,99 @@ def register_onnxruntime() -> None:
 
     import tvm
 
-    loaded: dict[str, object] = {}  # this session's (a forked process): "session", "feed", "number"
+    loaded: dict[str, dict] = {}  # this session's (a forked process): runtime -> "run", "outputs", "number"
 
-    @tvm.register_global_func("edgetune.onnxruntime.version", override=True)
-    def version() -> str:
-        """The board's onnxruntime version; "" where its Python has none."""
-        try:
-            import onnxruntime
-        except ImportError:
-            return ""
-        return onnxruntime.__version__
-
-    @tvm.register_global_func("edgetune.onnxruntime.load", override=True)
-    def load(model_file: str, inputs_file: str) -> int:
-        """Open the uploaded ONNX file with the uploaded inputs (.npz, every input the graph
-        takes) as an application would (onnxruntime's default graph optimizations, its CPU
-        provider) at this board's runtime threads (TVM_NUM_THREADS, as `fleet up` starts this
-        server; else onnxruntime's default), one operator at a time; return that thread count."""
-        import numpy as np
+    def onnxruntime_open(model_path: str, feed: dict, threads: int) -> dict:
         import onnxruntime
 
-        workpath = tvm.get_global_func("tvm.rpc.server.workpath")
-        threads = int(os.environ.get("TVM_NUM_THREADS", "0"))
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3
-        session = onnxruntime.InferenceSession(workpath(model_file), options, providers=["CPUExecutionProvider"])
-        with np.load(workpath(inputs_file)) as inputs:
-            feed = {name: inputs[name] for name in inputs.files}
-        loaded.update(session=session, feed=feed, number=1)
-        return threads
+        session = onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
-    @tvm.register_global_func("edgetune.onnxruntime.outputs", override=True)
-    def outputs() -> bytearray:
-        """The loaded model's outputs on its inputs, as .npz bytes ("output0", "output1", ...)."""
-        import numpy as np
+        def run() -> list:
+            return session.run(None, feed)
 
-        values = loaded["session"].run(None, loaded["feed"])
-        buffer = io.BytesIO()
-        np.savez(buffer, **{f"output{i}": np.asarray(value) for i, value in enumerate(values)})
-        return bytearray(buffer.getvalue())
+        return {"run": run, "outputs": run}
 
-    @tvm.register_global_func("edgetune.onnxruntime.turn", override=True)
-    def turn(repeat: int, min_repeat_ms: float, cooldown_ms: float) -> str:
-        """One turn of the loaded model, as TVM's time_evaluator makes one: a discarded warm-up
-        call, then `repeat` samples, each the mean of as many calls as fill `min_repeat_ms`
-        (the count grown as time_evaluator grows it, and kept for the next turn), a pause of
-        `cooldown_ms` after each. A JSON list of seconds."""
-        session, feed = loaded["session"], loaded["feed"]
-        session.run(None, feed)
-        samples = []
-        for _ in range(repeat):
-            number = loaded["number"]
-            while True:
-                start = time.perf_counter()
-                for _ in range(number):
-                    session.run(None, feed)
-                elapsed_ms = (time.perf_counter() - start) * 1e3
-                if elapsed_ms >= min_repeat_ms:
-                    break
-                number = int(max(min_repeat_ms / (max(elapsed_ms, 1e-6) / number) + 1, number * 1.618))
-            loaded["number"] = number
-            samples.append(elapsed_ms / 1e3 / number)
-            time.sleep(cooldown_ms / 1e3)
-        return json.dumps(samples)
+    def openvino_open(model_path: str, feed: dict, threads: int) -> dict:
+        import openvino
+
+        config = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        compiled = openvino.Core().compile_model(model_path, "CPU", config)
+        request = compiled.create_infer_request()
+        request.infer(feed)  # sets the inputs, which every later call reuses
+
+        def outputs() -> list:
+            answer = request.infer()
+            return [answer[port] for port in compiled.outputs]
+
+        return {"run": lambda: request.infer(share_outputs=True), "outputs": outputs}
+
+    def register(name: str, open_model) -> None:
+        @tvm.register_global_func(f"edgetune.{name}.version", override=True)
+        def version() -> str:
+            """The runtime's version on this board; "" where its Python has none."""
+            try:
+                module = __import__(name)
+            except (ImportError, OSError):  # OSError: a wheel whose native libraries do not load here
+                return ""
+            return str(module.__version__).split("-")[0]  # OpenVINO's: "2026.4.1-<build>-<branch>"
+
+        @tvm.register_global_func(f"edgetune.{name}.load", override=True)
+        def load(model_file: str, inputs_file: str) -> int:
+            """Open the uploaded ONNX file with the uploaded inputs (.npz, every input the graph
+            takes); return the thread count it runs at (0: the runtime's default)."""
+            import numpy as np
+
+            workpath = tvm.get_global_func("tvm.rpc.server.workpath")
+            threads = int(os.environ.get("TVM_NUM_THREADS", "0"))
+            with np.load(workpath(inputs_file)) as inputs:
+                feed = {key: inputs[key] for key in inputs.files}
+            loaded[name] = dict(open_model(workpath(model_file), feed, threads), number=1)
+            return threads
+
+        @tvm.register_global_func(f"edgetune.{name}.outputs", override=True)
+        def outputs() -> bytearray:
+            """The loaded model's outputs on its inputs, as .npz bytes ("output0", "output1", ...)."""
+            import numpy as np
+
+            buffer = io.BytesIO()
+            values = loaded[name]["outputs"]()
+            np.savez(buffer, **{f"output{i}": np.asarray(value) for i, value in enumerate(values)})
+            return bytearray(buffer.getvalue())
+
+        @tvm.register_global_func(f"edgetune.{name}.turn", override=True)
+        def turn(repeat: int, min_repeat_ms: float, cooldown_ms: float) -> str:
+            """One turn of the loaded model, as TVM's time_evaluator makes one: a discarded
+            warm-up call, then `repeat` samples, each the mean of as many calls as fill
+            `min_repeat_ms` (the count grown as time_evaluator grows it, and kept for the next
+            turn), a pause of `cooldown_ms` after each. A JSON list of seconds."""
+            model = loaded[name]
+            run = model["run"]
+            run()
+            samples = []
+            for _ in range(repeat):
+                number = model["number"]
+                while True:
+                    start = time.perf_counter()
+                    for _ in range(number):
+                        run()
+                    elapsed_ms = (time.perf_counter() - start) * 1e3
+                    if elapsed_ms >= min_repeat_ms:
+                        break
+                    number = int(max(min_repeat_ms / (max(elapsed_ms, 1e-6) / number) + 1, number * 1.618))
+                model["number"] = number
+                samples.append(elapsed_ms / 1e3 / number)
+                time.sleep(cooldown_ms / 1e3)
+            return json.dumps(samples)
+
+    register("onnxruntime", onnxruntime_open)
+    register("openvino", openvino_open)
 
 
 def tracker_problem(tracker: tuple[str, int]) -> str | None:
@@ -164,12 +201,22 @@ def tracker_problem(tracker: tuple[str, int]) -> str | None:
 
 def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
     while True:
-        server = rpc.Server(args.host, args.port, args.port_end, key=args.key, tracker_addr=tracker,
-                            custom_addr=args.custom_addr, server_init_callback=register_onnxruntime)  # fmt: skip
+        server = rpc.Server(
+            args.host,
+            args.port,
+            args.port_end,
+            key=args.key,
+            tracker_addr=tracker,
+            custom_addr=args.custom_addr,
+            server_init_callback=register_runtimes,
+        )
         log.info("rpc_server on %s:%d registers with %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
         wait_until_dropped(tracker, args.key, (args.custom_addr, server.port))
-        log.warning("the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",
-                    MISSING_CHECKS, CHECK_PERIOD_S)  # fmt: skip
+        log.warning(
+            "the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",
+            MISSING_CHECKS,
+            CHECK_PERIOD_S,
+        )
         server.terminate()
 
 

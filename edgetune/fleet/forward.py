@@ -115,8 +115,9 @@ class LocalForward:
         try:
             if transport is None or not transport.is_active():
                 raise paramiko.SSHException("the SSH connection is down")
-            channel = transport.open_channel("direct-tcpip", ("127.0.0.1", self.board_port), sock.getpeername(),
-                                             timeout=CONNECT_TIMEOUT_S)  # fmt: skip
+            channel = transport.open_channel(
+                "direct-tcpip", ("127.0.0.1", self.board_port), sock.getpeername(), timeout=CONNECT_TIMEOUT_S
+            )
         except (paramiko.SSHException, OSError, EOFError) as err:
             log.warning("forward to the board's port %d failed: %s", self.board_port, err)
             _close(sock)

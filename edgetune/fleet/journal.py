@@ -32,8 +32,13 @@ def record_event(fleet: Fleet, kind: str, **fields: object) -> None:
     """Append one event of `kind` (its fields JSON values) to the fleet's journal."""
     if kind not in KINDS:
         raise ValueError(f"journal event kind {kind!r} is not one of {', '.join(KINDS)}")
-    event = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kind": kind,
-             "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **fields}  # fmt: skip
+    event = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **fields,
+    }
     path = journal_path(fleet)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

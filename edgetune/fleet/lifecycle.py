@@ -105,10 +105,12 @@ def _address_clashes(boards: list[Board]) -> dict[str, str]:
         by_address.setdefault(rpc_address(board), []).append(board.name)
     return {
         name: f"{name}: the tracker would list it under {address} as it would {', '.join(n for n in names if n != name)} "
-              "(boards of the SSH transport whose addresses differ only in the first number); give one of them "
-              "`ssh: {transport: direct}`"
-        for address, names in by_address.items() if len(names) > 1 for name in names
-    }  # fmt: skip
+        "(boards of the SSH transport whose addresses differ only in the first number); give one of them "
+        "`ssh: {transport: direct}`"
+        for address, names in by_address.items()
+        if len(names) > 1
+        for name in names
+    }
 
 
 def _ensure_trackers(fleet: Fleet, state: FleetState) -> dict[str, TrackerRecord]:
@@ -146,13 +148,25 @@ def _bring_up(
             on_board.stop_leftover_server(session)
             pid, place, tunnel = _start(fleet, session, tracker, board.threads or profile.runtime_threads, tunnelled)
     address = previous.rpc_address if place is None else place.custom_addr
-    record = BoardRecord(pid, tracker.address, board.device_class, facts.python_version, facts.tvm_version, facts.firmware,
-                         address, tunnel)  # fmt: skip
+    record = BoardRecord(
+        pid,
+        tracker.address,
+        board.device_class,
+        facts.python_version,
+        facts.tvm_version,
+        facts.firmware,
+        address,
+        tunnel,
+    )
     return record, place is not None
 
 
 def _still_serving(
-    session: BoardSession, tracker: TrackerRecord, summary: TrackerSummary, previous: BoardRecord | None, tunnelled: bool
+    session: BoardSession,
+    tracker: TrackerRecord,
+    summary: TrackerSummary,
+    previous: BoardRecord | None,
+    tunnelled: bool,
 ) -> bool:
     """Whether the recorded rpc_server is registered, runs, and has the transport asked for."""
     return (

@@ -20,7 +20,7 @@ from typing import Any
 import tvm
 from tvm.target.codegen import llvm_get_cpu_features
 
-from edgetune.compiler.schedule_rules.common import HALF_WIDTH_DATAPATH_CPUS
+from edgetune.compiler.tir.common import HALF_WIDTH_DATAPATH_CPUS
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.sim import sim_firmware_file_on_board
 from edgetune.fleet.ssh import BoardSession, tail
@@ -42,11 +42,37 @@ MIN_PYTHON = (3, 10)
 BOARD_MODULES = {"numpy": "numpy", "cryptography": "cryptography", "psutil": "psutil", "cloudpickle": "cloudpickle"}
 # x86 instruction sets a kernel may use, as LLVM names them; /proc/cpuinfo's flags name the same
 # without '.', '_' and '-' (sse4.1 / sse4_1, avx512vnni / avx512_vnni, amx-int8 / amx_int8).
-X86_INSTRUCTION_SETS = frozenset({
-    "ssse3", "sse4.1", "sse4.2", "popcnt", "movbe", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw",
-    "avx512cd", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512ifma", "avx512vbmi",
-    "avx512vbmi2", "avx512bitalg", "avx512vpopcntdq", "avxvnni", "amx-tile", "amx-int8", "amx-bf16",
-})  # fmt: skip
+X86_INSTRUCTION_SETS = frozenset(
+    {
+        "ssse3",
+        "sse4.1",
+        "sse4.2",
+        "popcnt",
+        "movbe",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "bmi2",
+        "avx512f",
+        "avx512bw",
+        "avx512cd",
+        "avx512dq",
+        "avx512vl",
+        "avx512vnni",
+        "avx512bf16",
+        "avx512fp16",
+        "avx512ifma",
+        "avx512vbmi",
+        "avx512vbmi2",
+        "avx512bitalg",
+        "avx512vpopcntdq",
+        "avxvnni",
+        "amx-tile",
+        "amx-int8",
+        "amx-bf16",
+    }
+)
 # x86 CPUs whose AVX-512 units are 256 bits wide, by /proc/cpuinfo's vendor_id and cpu family
 # (with the avx512f flag: family 25's Zen 3 has none): what to call them, and LLVM's name.
 HALF_WIDTH_AVX512_CPUS = {("AuthenticAMD", "25"): ("AMD Zen 4", "znver4")}
@@ -125,9 +151,17 @@ def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFac
     script = shlex.join([board.python, "-I", "-c", _PROBE, str(int(import_runtime)), *BOARD_MODULES])
     command = f"mkdir -p {workdir} && cd {workdir} && {script}"
     facts = json.loads(session.run(command).stdout.strip().splitlines()[-1])
-    return BoardFacts(facts["python"], facts.get("tvm"), facts.get("tvm_error"), int(facts["free_mb"]),
-                      read_firmware(session, fleet), tuple(facts.get("missing", ())), tuple(facts.get("cpu_flags", ())),
-                      facts.get("cpu_vendor", ""), facts.get("cpu_family", ""))  # fmt: skip
+    return BoardFacts(
+        facts["python"],
+        facts.get("tvm"),
+        facts.get("tvm_error"),
+        int(facts["free_mb"]),
+        read_firmware(session, fleet),
+        tuple(facts.get("missing", ())),
+        tuple(facts.get("cpu_flags", ())),
+        facts.get("cpu_vendor", ""),
+        facts.get("cpu_family", ""),
+    )
 
 
 def board_requirements() -> dict[str, tuple[str, ...]]:
@@ -170,10 +204,12 @@ def datapath_advice(board: Board, target: Mapping[str, Any], facts: BoardFacts) 
     if "avx512f" not in llvm_get_cpu_features(tvm.target.Target(dict(target))):
         return None
     name, llvm_cpu = cpu
-    return (f"{board.name}: its CPU is an {name} ({facts.cpu_vendor} family {facts.cpu_family}), whose AVX-512 units "
-            f"compute a 512-bit operation as two 256-bit ones; its class {board.device_class} targets "
-            f"{mcpu or 'a CPU'} with full-width units, so some convolutions are built padded to 512-bit vectors that "
-            f"are slower on this board; a profile with mcpu {llvm_cpu} (device_profiles/x86-zen4.yaml) builds for it")
+    return (
+        f"{board.name}: its CPU is an {name} ({facts.cpu_vendor} family {facts.cpu_family}), whose AVX-512 units "
+        f"compute a 512-bit operation as two 256-bit ones; its class {board.device_class} targets "
+        f"{mcpu or 'a CPU'} with full-width units, so some convolutions are built padded to 512-bit vectors that "
+        f"are slower on this board; a profile with mcpu {llvm_cpu} (device_profiles/x86-zen4.yaml) builds for it"
+    )
 
 
 def _isa_name(name: str) -> str:
@@ -247,17 +283,23 @@ def direct_place(board: Board, tracker: TrackerRecord) -> ServerPlace:
 def tunnelled_place(tunnel: TunnelRecord) -> ServerPlace:
     """The SSH transport: the server listens on the board's loopback only and reaches the
     tracker through the forward of its SSH connection (fleet/tunnel.py)."""
-    return ServerPlace(f"127.0.0.1:{tunnel.tracker_port}", "127.0.0.1", tunnel.address, tunnel.rpc_port, tunnel.rpc_port + 1)
+    return ServerPlace(
+        f"127.0.0.1:{tunnel.tracker_port}", "127.0.0.1", tunnel.address, tunnel.rpc_port, tunnel.rpc_port + 1
+    )
 
 
 def free_loopback_port(session: BoardSession) -> int:
     """The first port of RPC_SERVER_PORT.. free on the board's loopback."""
-    script = (f"import socket\nfor port in range({RPC_SERVER_PORT}, {RPC_SERVER_PORT_END}):\n"
-              "    with socket.socket() as s:\n        try:\n            s.bind(('127.0.0.1', port))\n"
-              "        except OSError:\n            continue\n    print(port)\n    break\n")  # fmt: skip
+    script = (
+        f"import socket\nfor port in range({RPC_SERVER_PORT}, {RPC_SERVER_PORT_END}):\n"
+        "    with socket.socket() as s:\n        try:\n            s.bind(('127.0.0.1', port))\n"
+        "        except OSError:\n            continue\n    print(port)\n    break\n"
+    )
     found = session.run(shlex.join([session.board.python, "-I", "-c", script])).stdout.split()
     if not found:
-        raise BoardNotReady(f"{session.board.name}: no free port in {RPC_SERVER_PORT}-{RPC_SERVER_PORT_END - 1} on its loopback")
+        raise BoardNotReady(
+            f"{session.board.name}: no free port in {RPC_SERVER_PORT}-{RPC_SERVER_PORT_END - 1} on its loopback"
+        )
     return int(found[0])
 
 
@@ -267,8 +309,22 @@ def start_server(session: BoardSession, place: ServerPlace, key: str, threads: i
     board = session.board
     script = f"{board.workdir}/{RPC_SERVER_SCRIPT}"
     session.put_file(script, resources.files("edgetune.fleet").joinpath("board_rpc_server.py").read_bytes())
-    argv = [board.python, script, "--tracker", place.tracker, "--key", key, "--host", place.listen,
-            "--custom-addr", place.custom_addr, "--port", str(place.port), "--port-end", str(place.port_end)]  # fmt: skip
+    argv = [
+        board.python,
+        script,
+        "--tracker",
+        place.tracker,
+        "--key",
+        key,
+        "--host",
+        place.listen,
+        "--custom-addr",
+        place.custom_addr,
+        "--port",
+        str(place.port),
+        "--port-end",
+        str(place.port_end),
+    ]
     checked = session.run(f"cd {shlex.quote(board.workdir)}; {shlex.join([*argv, '--check-only'])}", check=False)
     if checked.exit_status != 0:
         hint = "is the SSH transport's keeper running?" if tunnelled else "use `ssh: {transport: ssh}` for this board"

@@ -28,8 +28,19 @@ FIRMWARE_FILE = "/etc/edgetune-sim-firmware"  # inside the root: the version `si
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # What the rpc_server and the board agent import, at the host's versions (TVM refuses
 # executables built by another TVM version).
-WHEELS = ("apache-tvm", "apache-tvm-ffi", "numpy", "ml_dtypes", "typing_extensions", "psutil", "cloudpickle",
-          "tornado", "cryptography", "cffi", "pycparser")  # fmt: skip
+WHEELS = (
+    "apache-tvm",
+    "apache-tvm-ffi",
+    "numpy",
+    "ml_dtypes",
+    "typing_extensions",
+    "psutil",
+    "cloudpickle",
+    "tornado",
+    "cryptography",
+    "cffi",
+    "pycparser",
+)
 _COMPLETE = ".edgetune-root-complete"
 
 log = logging.getLogger(__name__)
@@ -40,22 +51,30 @@ def check_emulation(arch: str) -> None:
     if os.uname().machine == arch:
         return
     if not (BINFMT / "register").exists():
-        done = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True
+        )
         if done.returncode != 0:
-            raise SimError(f"binfmt_misc cannot be mounted at {BINFMT} ({done.stderr.strip()}): this host cannot run "
-                           f"{arch} boards under qemu-user (a container without that privilege, for example)")  # fmt: skip
+            raise SimError(
+                f"binfmt_misc cannot be mounted at {BINFMT} ({done.stderr.strip()}): this host cannot run "
+                f"{arch} boards under qemu-user (a container without that privilege, for example)"
+            )
     entry = BINFMT / f"qemu-{arch}"
     if not entry.exists() and shutil.which("update-binfmts"):
         subprocess.run(["update-binfmts", "--enable", f"qemu-{arch}"], capture_output=True)
     if not entry.exists():
-        raise SimError(f"qemu-user is not registered for {arch} in binfmt_misc: "
-                       "`apt-get install -y qemu-user-static binfmt-support` (or `make test-arm`) installs it")  # fmt: skip
+        raise SimError(
+            f"qemu-user is not registered for {arch} in binfmt_misc: "
+            "`apt-get install -y qemu-user-static binfmt-support` (or `make test-arm`) installs it"
+        )
     lines = entry.read_text().splitlines()
     if "enabled" not in lines:
         raise SimError(f"{entry} is disabled: `update-binfmts --enable qemu-{arch}` enables it")
     if not any(line.startswith("flags:") and "F" in line for line in lines):
-        raise SimError(f"{entry} lacks the F flag, so qemu cannot be found inside a board's root file system: "
-                       "use Debian's qemu-user-static, whose registration has it")  # fmt: skip
+        raise SimError(
+            f"{entry} lacks the F flag, so qemu cannot be found inside a board's root file system: "
+            "use Debian's qemu-user-static, whose registration has it"
+        )
 
 
 def cached_root(cache: Path, arch: str) -> Path:
@@ -70,8 +89,18 @@ def cached_root(cache: Path, arch: str) -> Path:
         root = Path(scratch) / "root"
         log.info(f"building the {arch} root file system once (about 10 min; cached as {tarball})")
         log.info(f"  debootstrap {DEBIAN_RELEASE} arm64 from {DEBIAN_MIRROR}")
-        _run(["debootstrap", "--arch=arm64", "--variant=minbase", "--include=python3,python3-venv",
-              DEBIAN_RELEASE, str(root), DEBIAN_MIRROR], "debootstrap")  # fmt: skip
+        _run(
+            [
+                "debootstrap",
+                "--arch=arm64",
+                "--variant=minbase",
+                "--include=python3,python3-venv",
+                DEBIAN_RELEASE,
+                str(root),
+                DEBIAN_MIRROR,
+            ],
+            "debootstrap",
+        )
         _install_tvm(root, arch)
         log.info(f"  packing {tarball.name}")
         _run(["tar", "-C", str(root), "-cf", str(Path(scratch) / "root.tar"), "."], "tar")
@@ -83,13 +112,46 @@ def _install_tvm(root: Path, arch: str) -> None:
     pins = [f"{name}=={version(name)}" for name in WHEELS]
     wheels = root / "tmp" / "wheels"
     log.info(f"  downloading the {arch} wheels of {', '.join(pins[:2])} and what they need")
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(wheels),
-          "--python-version", "3.11", *(f"--platform={tag}_{arch}" for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014")),
-          *pins], "pip download")  # fmt: skip
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            "--python-version",
+            "3.11",
+            *(f"--platform={tag}_{arch}" for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014")),
+            *pins,
+        ],
+        "pip download",
+    )
     log.info(f"  installing them into {BOARD_PYTHON} (under qemu)")
-    _run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", str(Path(BOARD_PYTHON).parent.parent)], "python3 -m venv")
-    _run(["chroot", str(root), BOARD_PYTHON, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-          "--find-links", "/tmp/wheels", *pins], "pip install")  # fmt: skip
+    _run(
+        ["chroot", str(root), "/usr/bin/python3", "-m", "venv", str(Path(BOARD_PYTHON).parent.parent)],
+        "python3 -m venv",
+    )
+    _run(
+        [
+            "chroot",
+            str(root),
+            BOARD_PYTHON,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--find-links",
+            "/tmp/wheels",
+            *pins,
+        ],
+        "pip install",
+    )
     shutil.rmtree(wheels)
     got = _run(["chroot", str(root), BOARD_PYTHON, "-c", "import tvm; print(tvm.__version__)"], "import tvm").strip()
     if got != version("apache-tvm"):
@@ -149,9 +211,11 @@ def check_chroot_path(folder: Path) -> None:
     for part in [folder.resolve(), *folder.resolve().parents]:
         status = part.stat()
         if status.st_uid != 0 or status.st_mode & 0o022:
-            raise SimError(f"{part} is not owned by root or is writable by others, so sshd will not chroot "
-                           f"into a board root below it: set sim.cache in the inventory to a folder such as "
-                           f"/var/cache/edgetune")  # fmt: skip
+            raise SimError(
+                f"{part} is not owned by root or is writable by others, so sshd will not chroot "
+                f"into a board root below it: set sim.cache in the inventory to a folder such as "
+                f"/var/cache/edgetune"
+            )
 
 
 def _run(argv: list[str], what: str) -> str:

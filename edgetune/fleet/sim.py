@@ -126,7 +126,9 @@ def sim_up(fleet: Fleet) -> GroupResult[int]:
     by_name = {sim.board.name: sim for sim in plan}
     # one board at a time: they share known_hosts; each takes a few ms
     result = for_each_board(
-        [sim.board for sim in plan], lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), roots), workers=1
+        [sim.board for sim in plan],
+        lambda board: _board_up(fleet, by_name[board.name], recorded.get(board.name), roots),
+        workers=1,
     )
     save_sim_pids(fleet, {**recorded, **result.succeeded})
     ready = for_each_board([sim.board for sim in plan if sim.board.name in result.succeeded], _await_sshd)
@@ -172,7 +174,9 @@ def check_prerequisites() -> None:
             "install them with `apt-get install -y openssh-server iproute2`"
         )
     if not cgroups.available():
-        raise SimError("no cgroup cpu controller under /sys/fs/cgroup: CPU quotas of simulated boards cannot be applied")
+        raise SimError(
+            "no cgroup cpu controller under /sys/fs/cgroup: CPU quotas of simulated boards cannot be applied"
+        )
 
 
 def _sim_board(fleet: Fleet, board: Board) -> SimBoard:
@@ -226,8 +230,10 @@ def _check_collisions(fleet: Fleet, plan: tuple[SimBoard, ...]) -> None:
     tag = owner_tag(fleet)
     bridge_owner = _link_owner(fleet.sim.bridge)
     if bridge_owner not in (None, tag):
-        raise SimError(f"interface {fleet.sim.bridge} exists and was not made by edgetune for fleet '{fleet.name}'; "
-                       "choose another sim.bridge in the inventory")  # fmt: skip
+        raise SimError(
+            f"interface {fleet.sim.bridge} exists and was not made by edgetune for fleet '{fleet.name}'; "
+            "choose another sim.bridge in the inventory"
+        )
     network = ipaddress.IPv4Interface(fleet.sim.host_address).network
     ours = {fleet.sim.bridge, *(sim.veth for sim in plan)}
     for link in json.loads(_ip("-j", "addr", "show").stdout):
@@ -261,8 +267,9 @@ def _ensure_client_key(key: Path) -> None:
 
 
 def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True, capture_output=True
+    )
 
 
 def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None, roots: dict[str, Path | SimError]) -> int:
@@ -325,8 +332,7 @@ def sshd_config(port: int, listen_address: str, host_key: Path, directory: Path,
         "UsePAM no\n"
         "PermitRootLogin prohibit-password\n"
         "StrictModes no\n"
-        "Subsystem sftp internal-sftp\n"
-        + (f"ChrootDirectory {chroot}\n" if chroot is not None else "")
+        "Subsystem sftp internal-sftp\n" + (f"ChrootDirectory {chroot}\n" if chroot is not None else "")
     )
 
 
@@ -351,8 +357,10 @@ def _trust_existing_host_key(board: Board, key: paramiko.PKey) -> None:
 def _await_sshd(board: Board) -> None:
     port = resolve_route(board).target.port
     if not wait_until(lambda: _ssh_banner(board.address, port), SSHD_READY_TIMEOUT_S):
-        raise SimError(f"{board.name}: sshd did not answer on {board.address}:{port} "
-                       f"within {SSHD_READY_TIMEOUT_S:g} s; see its sshd.log")  # fmt: skip
+        raise SimError(
+            f"{board.name}: sshd did not answer on {board.address}:{port} "
+            f"within {SSHD_READY_TIMEOUT_S:g} s; see its sshd.log"
+        )
 
 
 def _ssh_banner(address: str, port: int) -> bool:

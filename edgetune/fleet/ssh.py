@@ -162,7 +162,11 @@ def _connect(board: Board) -> list[paramiko.SSHClient]:
 
 
 def _through_bastions(
-    board: Board, route: Route, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey], clients: list[paramiko.SSHClient]
+    board: Board,
+    route: Route,
+    policy: type[_HostKeyPolicy],
+    agent: Sequence[paramiko.PKey],
+    clients: list[paramiko.SSHClient],
 ) -> paramiko.Channel | None:
     """Log in to each bastion (its client appended to `clients`) over a channel from the one
     before; return a channel from the last one to the board (None: no bastion, go direct)."""
@@ -232,7 +236,11 @@ class _OfferKeys(AuthStrategy):
 
 
 def _login(
-    board: Board, hop: Hop, sock: paramiko.Channel | None, policy: type[_HostKeyPolicy], agent: Sequence[paramiko.PKey],
+    board: Board,
+    hop: Hop,
+    sock: paramiko.Channel | None,
+    policy: type[_HostKeyPolicy],
+    agent: Sequence[paramiko.PKey],
     verified_key: paramiko.PKey | None = None,
 ) -> paramiko.SSHClient:
     """An authenticated client of `hop`, over `sock` (a channel from the bastion before it) or
@@ -246,10 +254,16 @@ def _login(
     timeout = board.ssh.connect_timeout_s
     try:
         client.connect(
-            hop.host, port=hop.port, username=hop.user, sock=sock or _tcp(board, hop), timeout=timeout,
-            banner_timeout=timeout, auth_timeout=timeout, auth_strategy=_OfferKeys(hop.user, keys),
+            hop.host,
+            port=hop.port,
+            username=hop.user,
+            sock=sock or _tcp(board, hop),
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            auth_strategy=_OfferKeys(hop.user, keys),
             transport_factory=_HopTransport,
-        )  # fmt: skip
+        )
     except (paramiko.SSHException, OSError, EOFError, FleetError) as err:
         transport = client.get_transport()
         spoke = transport is not None and bool(transport.remote_version)
@@ -268,7 +282,9 @@ def _login_failure(board: Board, hop: Hop, err: Exception, spoke: bool, offered:
         return SshAuthFailed(f"{where}: authentication failed with {offered}")
     if not spoke:
         return SshTimeout(f"{where}: no SSH banner within {timeout:g} s (not an SSH server, or overloaded)")
-    if isinstance(err, TimeoutError) or "No existing session" in str(err):  # paramiko's words for a key exchange cut short
+    if isinstance(err, TimeoutError) or "No existing session" in str(
+        err
+    ):  # paramiko's words for a key exchange cut short
         return SshTimeout(f"{where}: no answer within {timeout:g} s during the SSH handshake")
     return SshUnreachable(f"{where}: SSH handshake failed: {err}")
 
@@ -293,7 +309,9 @@ def _tcp(board: Board, hop: Hop) -> socket.socket:
     except TimeoutError:
         raise SshTimeout(f"{where}: no answer within {timeout:g} s ({hop.role} down or link down?)") from None
     except socket.gaierror as err:
-        raise SshUnreachable(f"{where}: cannot resolve {hop.host} ({err.strerror}); is it a Host alias of the ssh config?") from None
+        raise SshUnreachable(
+            f"{where}: cannot resolve {hop.host} ({err.strerror}); is it a Host alias of the ssh config?"
+        ) from None
     except OSError as err:
         if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
             raise SshUnreachable(f"{where}: unreachable ({os.strerror(err.errno)})") from None
@@ -305,8 +323,9 @@ def _tunnel(board: Board, bastion: Hop, client: paramiko.SSHClient, next_hop: Ho
     transport = client.get_transport()
     where = f"{_where(board, bastion)}: cannot reach the {next_hop.role} at {next_hop.host}:{next_hop.port}"
     try:
-        return transport.open_channel("direct-tcpip", (next_hop.host, next_hop.port), ("127.0.0.1", 0),
-                                      timeout=board.ssh.connect_timeout_s)  # fmt: skip
+        return transport.open_channel(
+            "direct-tcpip", (next_hop.host, next_hop.port), ("127.0.0.1", 0), timeout=board.ssh.connect_timeout_s
+        )
     except paramiko.ChannelException as err:
         raise _tunnel_failure(where, next_hop, err, transport.open_failure) from None
     except (paramiko.SSHException, OSError, EOFError) as err:
@@ -318,7 +337,9 @@ def _tunnel(board: Board, bastion: Hop, client: paramiko.SSHClient, next_hop: Ho
 def _tunnel_failure(where: str, next_hop: Hop, err: paramiko.ChannelException, reason: str) -> FleetError:
     """The bastion's refusal to open a channel, by the reason its sshd gave."""
     if err.code == OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
-        return SshUnreachable(f"{where}: the bastion does not forward connections (AllowTcpForwarding no?): {reason or err.text}")
+        return SshUnreachable(
+            f"{where}: the bastion does not forward connections (AllowTcpForwarding no?): {reason or err.text}"
+        )
     if "refused" in reason.lower():
         return SshConnectRefused(f"{where}: connection refused (is sshd running on the {next_hop.role}?)")
     if "timed out" in reason.lower():
@@ -333,7 +354,9 @@ def _agent_keys(board: Board) -> Iterator[tuple[paramiko.PKey, ...]]:
     try:
         agent = paramiko.Agent()
     except paramiko.SSHException as err:
-        raise SshAuthFailed(f"{board.name}: the ssh-agent at SSH_AUTH_SOCK does not answer as an ssh-agent: {err}") from None
+        raise SshAuthFailed(
+            f"{board.name}: the ssh-agent at SSH_AUTH_SOCK does not answer as an ssh-agent: {err}"
+        ) from None
     try:
         yield agent.get_keys()
     finally:
@@ -373,7 +396,9 @@ def _private_key(board: Board, path: Path) -> paramiko.PKey:
     except FileNotFoundError:
         raise SshAuthFailed(f"{board.name}: private key {path} does not exist") from None
     except (paramiko.PasswordRequiredException, TypeError):  # TypeError: from cryptography, same meaning
-        hint = f"set {ssh.passphrase_env}" if ssh.passphrase_env else "name the variable holding it in ssh.passphrase_env"
+        hint = (
+            f"set {ssh.passphrase_env}" if ssh.passphrase_env else "name the variable holding it in ssh.passphrase_env"
+        )
         raise SshAuthFailed(f"{board.name}: private key {path} is encrypted; {hint}") from None
     except (paramiko.SSHException, ValueError, OSError) as err:
         raise SshAuthFailed(f"{board.name}: cannot read private key {path} (wrong passphrase?): {err}") from None
@@ -474,11 +499,15 @@ def record_host_keys(board: Board, keys: Sequence[tuple[Hop, paramiko.PKey]]) ->
     already. A hop with any other key recorded, of any type, is refused (HostKeyMismatch)
     before anything is written: a recorded key is never replaced nor joined."""
     if board.ssh.known_hosts is None:
-        raise FleetError(f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards")
+        raise FleetError(
+            f"{board.name}: no known_hosts file is set (ssh.known_hosts in the fleet file): set one to trust boards"
+        )
     path = Path(board.ssh.known_hosts)
     known = _known_hosts(board, {hop.known_hosts_name for hop, _ in keys})
     new = [_is_new(board, known, hop, key) for hop, key in keys]
-    lines = [f"{hop.known_hosts_name} {key.get_name()} {key.get_base64()}\n" for (hop, key), fresh in zip(keys, new) if fresh]
+    lines = [
+        f"{hop.known_hosts_name} {key.get_name()} {key.get_base64()}\n" for (hop, key), fresh in zip(keys, new) if fresh
+    ]
     if lines:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:

@@ -45,7 +45,9 @@ MAX_INCLUDE_DEPTH = 16  # OpenSSH's own limit
 
 _INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.+)", re.IGNORECASE)
 _BLOCK = re.compile(r"^\s*(?:host|match)(?:\s*=\s*|\s+)", re.IGNORECASE | re.MULTILINE)
-_HOP = re.compile(r"(?:ssh://)?(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?")
+_HOP = re.compile(
+    r"(?:ssh://)?(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?"
+)
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,10 @@ class _Config:
         except (paramiko.SSHException, OSError, ValueError) as err:
             raise self.error(f"Host {alias}: {err}") from None
         if options.get("proxycommand"):
-            raise self.error(f"Host {alias}: ProxyCommand is not supported (edgetune checks every hop's host key "
-                             "itself); reach the board with ProxyJump instead")  # fmt: skip
+            raise self.error(
+                f"Host {alias}: ProxyCommand is not supported (edgetune checks every hop's host key "
+                "itself); reach the board with ProxyJump instead"
+            )
         return options
 
     def port(self, alias: str, value: str | None) -> int | None:
@@ -222,8 +226,10 @@ class _Config:
                 continue
             included = "\n".join(self._text(found, depth + 1) for found in _included_files(include[1]))
             if block != "Host *" and _BLOCK.search(included):
-                raise self.error(f"{path}: an Include inside '{block}' names a file with Host or Match blocks of its "
-                                 "own; edgetune follows those only from outside any block: move the Include up")  # fmt: skip
+                raise self.error(
+                    f"{path}: an Include inside '{block}' names a file with Host or Match blocks of its "
+                    "own; edgetune follows those only from outside any block: move the Include up"
+                )
             text += [included, block]
         return "\n".join(text)
 

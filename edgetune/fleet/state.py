@@ -100,7 +100,9 @@ class DeployedState:
     SCHEMA: ClassVar[str] = "edgetune.deployed"
     FILE: ClassVar[str] = "deployed"
 
-    boards: Mapping[str, Mapping[str, int | str]] = field(default_factory=FrozenMap)  # board -> model -> version or UNKNOWN
+    boards: Mapping[str, Mapping[str, int | str]] = field(
+        default_factory=FrozenMap
+    )  # board -> model -> version or UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,9 @@ class BoardReport:
 
     received: str  # UTC ISO 8601, by the server's clock
     firmware: str
-    models: Mapping[str, int | None] = field(default_factory=FrozenMap)  # model -> the version it runs (None: none active)
+    models: Mapping[str, int | None] = field(
+        default_factory=FrozenMap
+    )  # model -> the version it runs (None: none active)
     errors: Mapping[str, str] = field(default_factory=FrozenMap)  # model -> why its last pull did not install it
 
 
@@ -184,7 +188,10 @@ def record_reported(fleet: Fleet, board: str, report: BoardReport) -> None:
     runs what was recorded costs one small file, whatever the fleet's size)."""
     path = _reports_dir(fleet) / f"{board}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, canonical_bytes({"schema": REPORT_SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(report)}) + b"\n")
+    write_atomic(
+        path,
+        canonical_bytes({"schema": REPORT_SCHEMA, "schema_version": STATE_SCHEMA_VERSION, **to_json(report)}) + b"\n",
+    )
     recorded = _deployed_cached(fleet).get(board, {})
     for model, version in report.models.items():
         if recorded.get(model) != version:
@@ -253,11 +260,14 @@ def read_state(fleet: Fleet, kind: type[State]) -> State:
     except OSError as err:
         raise FleetError(f"{path}: cannot be read ({err.strerror})") from None
     try:
-        return load_versioned(kind, data, str(path), kind.SCHEMA, STATE_SCHEMA_VERSION, error=FleetError,
-                              unversioned_is_current=True)
+        return load_versioned(
+            kind, data, str(path), kind.SCHEMA, STATE_SCHEMA_VERSION, error=FleetError, unversioned_is_current=True
+        )
     except FleetError as err:
-        raise FleetError(f"{err}; edgetune replaces it atomically, so it was damaged or edited: repair it, "
-                         "or remove it (what it recorded is then forgotten)") from None
+        raise FleetError(
+            f"{err}; edgetune replaces it atomically, so it was damaged or edited: repair it, "
+            "or remove it (what it recorded is then forgotten)"
+        ) from None
 
 
 def write_state(fleet: Fleet, state: FleetState | SimState | DeployedState | AssignedState) -> None:

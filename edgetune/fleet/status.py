@@ -64,8 +64,12 @@ def fleet_status(fleet: Fleet) -> list[BoardStatus]:
         registered = summary is not None and summary.registered(board.device_class, rpc_address(board))
         found = _board_status(fleet, board, state.boards.get(board.name), registered)
         report = reported.get(board.name)
-        return replace(found, deployed=deployed.get(board.name, {}), reported=report.received if report else None,
-                       pull_errors=dict(report.errors) if report else {})  # fmt: skip
+        return replace(
+            found,
+            deployed=deployed.get(board.name, {}),
+            reported=report.received if report else None,
+            pull_errors=dict(report.errors) if report else {},
+        )
 
     result = for_each_board(fleet.boards, status)
     found = [result.succeeded[board.name] for board in fleet.boards]
@@ -80,7 +84,17 @@ def tracker_status(fleet: Fleet) -> list[ClassStatus]:
     for name, summary in sorted(_summaries(state).items()):
         for device_class in sorted({b.device_class for b in fleet.boards if b.tracker == name}):
             load = summary.load(device_class)
-            rows.append(ClassStatus(name, state.trackers[name].address, device_class, load.registered, load.free, load.busy, load.pending))
+            rows.append(
+                ClassStatus(
+                    name,
+                    state.trackers[name].address,
+                    device_class,
+                    load.registered,
+                    load.free,
+                    load.busy,
+                    load.pending,
+                )
+            )
     return rows
 
 
@@ -92,9 +106,19 @@ def _summaries(state: FleetState) -> dict[str, TrackerSummary]:
 def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, registered: bool) -> BoardStatus:
     """Never raises: an error becomes the status's `error` (and `reachable` says whether SSH got in)."""
     status = BoardStatus(
-        board.name, board.device_class, fleet.role(board), board.address, reachable=False, registered=registered,
-        server_running=None, python_version=None, tvm_version=None, firmware=None, firmware_changed=False, error=None,
-    )  # fmt: skip
+        board.name,
+        board.device_class,
+        fleet.role(board),
+        board.address,
+        reachable=False,
+        registered=registered,
+        server_running=None,
+        python_version=None,
+        tvm_version=None,
+        firmware=None,
+        firmware_changed=False,
+        error=None,
+    )
     with BoardSession(board) as session:
         try:
             session.connect()

@@ -7,9 +7,9 @@ an `RpcEndpoint` (tracker address and key: what MetaSchedule's `RPCConfig` needs
 To reach *every* board of a class (not just any free one), `board_sessions` asks the tracker
 for as many servers of the class as are registered and holds them all at once: each answer
 names the server's address (the board's `--custom-addr`: `ssh_route.rpc_address`), so each
-session is known to belong to one board. TVM's `TrackerSession.request` hides that address, so `_TrackerConnection`
-speaks TVM's tracker protocol (`tvm.rpc.base`) itself, for summaries too: TVM's client paid
-88 ms of TCP stalls per exchange (`_TrackerConnection._call`), twice per round of a class run.
+session is known to belong to one board. TVM's `TrackerSession.request` hides that address,
+and its client stalls on every exchange (edgetune.tvm_compat.tracker_client), so
+`_TrackerConnection` speaks TVM's tracker protocol (`tvm.rpc.base`) itself, for summaries too.
 """
 
 from __future__ import annotations
@@ -103,8 +103,17 @@ def tracker_alive(record: TrackerRecord | None) -> bool:
 def start_tracker(tracker: Tracker, log_dir: Path) -> TrackerRecord:
     """Start the tracker on the first free port of its range and wait until it answers."""
     port = _free_port(tracker)
-    argv = [sys.executable, "-m", TRACKER_MODULE, "--host", tracker.bind_host,
-            "--port", str(port), "--port-end", str(port + 1)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        TRACKER_MODULE,
+        "--host",
+        tracker.bind_host,
+        "--port",
+        str(port),
+        "--port-end",
+        str(port + 1),
+    ]
     log = log_dir / f"tracker-{tracker.name}.log"
     proc = spawn_detached(argv, log)
     record = TrackerRecord(tracker.name, tracker.public_address, port, proc.pid)
@@ -186,7 +195,9 @@ def board_sessions(
                 sessions[board.name] = rpc.connect(address, port, matchkey, session_timeout=SESSION_TIMEOUT_S)
         for board in by_address.values():
             if board.name not in sessions:
-                failed[board.name] = f"{board.name}: busy for more than {wait_s:g} s (another job holds it); retry later"
+                failed[board.name] = (
+                    f"{board.name}: busy for more than {wait_s:g} s (another job holds it); retry later"
+                )
         try:
             yield sessions, failed
         finally:
@@ -226,7 +237,9 @@ class _TrackerConnection:
             self._sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
             magic = struct.unpack("<i", base.recvall(self._sock, 4))[0]
         except OSError as err:
-            raise FleetError(f"tracker {self._address[0]}:{self._address[1]} does not answer ({err}): run `edgetune fleet up`") from None
+            raise FleetError(
+                f"tracker {self._address[0]}:{self._address[1]} does not answer ({err}): run `edgetune fleet up`"
+            ) from None
         if magic != base.RPC_TRACKER_MAGIC:
             raise FleetError(f"{self._address[0]}:{self._address[1]} is not a TVM tracker")
         return self
@@ -245,8 +258,8 @@ class _TrackerConnection:
     def _call(self, message: list) -> object:
         """One request and its answer. The request goes in one write, and the answer's parts
         are acknowledged at once: TVM's client writes a message's length and body apart, and the
-        tracker answers the same way, so Nagle's algorithm and delayed ACKs held each exchange
-        about 40 ms per direction (a summary took 88 ms on loopback, 0.2 ms so)."""
+        tracker answers the same way, so Nagle's algorithm and delayed ACKs would hold each
+        exchange (edgetune.tvm_compat.tracker_client)."""
         data = json.dumps(message).encode("utf-8")
         self._sock.sendall(struct.pack("<i", len(data)) + data)
         self._acknowledge_at_once()

@@ -33,13 +33,21 @@ def trust_board(
     board = fleet.board(board_name)
     keys = fetch_host_keys(board, bastion_fingerprints)
     target, key = keys[-1]
-    if expected_fingerprint is not None and expected_fingerprint.removeprefix("SHA256:") != fingerprint(key).removeprefix("SHA256:"):
+    if expected_fingerprint is not None and expected_fingerprint.removeprefix("SHA256:") != fingerprint(
+        key
+    ).removeprefix("SHA256:"):
         raise HostKeyMismatch(
             f"{board.name} ({target.known_hosts_name}) offers {key.get_name()} {fingerprint(key)}, not the expected "
             f"{expected_fingerprint}: refused, nothing recorded"
         )
     for (hop, hop_key), new in zip(keys, record_host_keys(board, keys)):
-        who = f"{board.name}: bastion {hop.known_hosts_name}" if hop.bastion else f"{board.name} ({hop.known_hosts_name})"
+        who = (
+            f"{board.name}: bastion {hop.known_hosts_name}" if hop.bastion else f"{board.name} ({hop.known_hosts_name})"
+        )
         shown = f"{hop_key.get_name()} {fingerprint(hop_key)}"
-        log.info(f"{who}: trusted {shown}; recorded in {board.ssh.known_hosts}" if new else f"{who}: {shown} was already trusted")
+        log.info(
+            f"{who}: trusted {shown}; recorded in {board.ssh.known_hosts}"
+            if new
+            else f"{who}: {shown} was already trusted"
+        )
     return fingerprint(key)

@@ -84,8 +84,21 @@ def start_tunnel(fleet: Fleet, board: Board, tracker: TrackerRecord, rpc_port: i
     stop_group(left if isinstance(left, int) else None, KEEPER_MODULE)  # one a killed `fleet up` left unrecorded
     status.parent.mkdir(parents=True, exist_ok=True)
     address = rpc_address(board)
-    argv = [sys.executable, "-c", KEEPER_START, "--fleet", str(fleet.path), "--board", board.name,
-            "--tracker", tracker.address, "--listen", f"{address}:{rpc_port}", "--status", str(status)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        KEEPER_START,
+        "--fleet",
+        str(fleet.path),
+        "--board",
+        board.name,
+        "--tracker",
+        tracker.address,
+        "--listen",
+        f"{address}:{rpc_port}",
+        "--status",
+        str(status),
+    ]
     write_atomic(status, b"{}")
     proc = spawn_detached(argv, Workdir(fleet.workdir).logs / f"tunnel-{board.name}.log")
     deadline = time.monotonic() + len(resolve_route(board).hops) * board.ssh.connect_timeout_s + START_MARGIN_S
@@ -126,8 +139,11 @@ class Keeper:
             local = LocalForward(self.settings.listen, self.settings.listen[1])
         except OSError as err:
             host, port = self.settings.listen
-            self._report("failed", error=f"this host's {host}:{port}, where the board's forward listens, is taken ({err}): "
-                                         "another fleet on this host with a board at the same address?")  # fmt: skip
+            self._report(
+                "failed",
+                error=f"this host's {host}:{port}, where the board's forward listens, is taken ({err}): "
+                "another fleet on this host with a board at the same address?",
+            )
             return 2
         backoff = 1.0
         try:
@@ -154,7 +170,9 @@ class Keeper:
             self.tracker_port = remote.port
             local.use(transport)
             self._report("up")
-            log.info("%s: forwards up (board port %d -> tracker %s:%d)", board.name, remote.port, *self.settings.tracker)
+            log.info(
+                "%s: forwards up (board port %d -> tracker %s:%d)", board.name, remote.port, *self.settings.tracker
+            )
             missed = 0
             while missed < MISSED_PINGS and not self.stopping.wait(PING_PERIOD_S) and transport.is_active():
                 missed = 0 if _answers(transport, PING_TIMEOUT_S) else missed + 1
@@ -173,7 +191,13 @@ class Keeper:
             session.close()
 
     def _report(self, state: str, error: str | None = None) -> None:
-        status = {"state": state, "pid": os.getpid(), "tracker_port": self.tracker_port, "error": error, "time": time.time()}
+        status = {
+            "state": state,
+            "pid": os.getpid(),
+            "tracker_port": self.tracker_port,
+            "error": error,
+            "time": time.time(),
+        }
         write_atomic(self.settings.status, json.dumps(status).encode())
 
 
@@ -205,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", required=True, type=Path)
     parser.add_argument("--board", required=True)
     parser.add_argument("--tracker", required=True, type=_address, help="HOST:PORT of the host's tracker")
-    parser.add_argument("--listen", required=True, type=_address, help="ADDR:PORT on this host; PORT is the board's too")
+    parser.add_argument(
+        "--listen", required=True, type=_address, help="ADDR:PORT on this host; PORT is the board's too"
+    )
     parser.add_argument("--status", required=True, type=Path, help="the JSON file to report the state in")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -218,4 +244,3 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, keeper.stop)
     signal.signal(signal.SIGINT, keeper.stop)
     return keeper.run()
-

@@ -1,5 +1,6 @@
-"""Checks of single inventory values, used as `rule(check=...)` in the schema: each returns
-what is wrong with a value (the message after `<file>: <path>: `), or None if it is fine."""
+"""Checks of single inventory values, used as `rule(check=...)` in the schema (and on a pin's or
+a label's key and value as the file writes them): each returns what is wrong with a value (the
+message after `<file>: <path>: `), or None if it is fine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import ipaddress
 import re
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTERFACE = re.compile(r"[A-Za-z0-9_-]{1,15}")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -48,12 +51,31 @@ def ray_address_problem(value: str) -> str | None:
     return address_problem(host) or port_problem(int(port))
 
 
+def bind_problem(value: str) -> str | None:
+    """ADDRESS:PORT a server listens on."""
+    host, _, port = value.rpartition(":")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        return f"'{value}' is not ADDRESS:PORT, e.g. 10.231.7.1:8470"
+    return address_problem(host)
+
+
+def url_problem(value: str) -> str | None:
+    """The URL of a server, as boards reach it: scheme and host, no path."""
+    if re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(:[0-9]{1,5})?/?", value):
+        return None
+    return f"'{value}' is not a server URL boards can reach, e.g. https://10.231.7.1:8470"
+
+
 def env_name_problem(value: str) -> str | None:
     return None if _ENV_NAME.fullmatch(value) else f"'{value}' is not an environment variable name"
 
 
 def interface_problem(value: str) -> str | None:
-    return None if _INTERFACE.fullmatch(value) else f"'{value}' is not a valid interface name (1-15 letters, digits, '-' or '_')"
+    return (
+        None
+        if _INTERFACE.fullmatch(value)
+        else f"'{value}' is not a valid interface name (1-15 letters, digits, '-' or '_')"
+    )
 
 
 def host_interface_problem(value: str) -> str | None:
@@ -64,6 +86,14 @@ def host_interface_problem(value: str) -> str | None:
         return f"'{value}' is not an IPv4 address with prefix, e.g. 10.231.7.1/24"
     if interface.network.prefixlen == 32:
         return "needs a prefix length that leaves room for boards, e.g. /24"
+    return None
+
+
+def pin_problem(model: object, version: object) -> str | None:
+    """A pin: a model name and the artifact version it is pinned to (the models are checked against
+    the declared ones once all are read)."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return f"must map a model name to an artifact version (an integer from 1), got {model!r}: {version!r}"
     return None
 
 
@@ -93,6 +123,8 @@ def _label_problem(text: str, what: str) -> str | None:
     if len(text) > MAX_LABEL_CHARS:
         return f"'{text[:70]}{'...' if len(text) > 70 else ''}' is too long for a label {what} ({len(text)} characters, at most {MAX_LABEL_CHARS})"
     if not _LABEL.fullmatch(text):
-        return (f"'{text}' is not a valid label {what} (1-{MAX_LABEL_CHARS} letters, digits, '.', '_' and '-', "
-                "starting with a letter or digit)")
+        return (
+            f"'{text}' is not a valid label {what} (1-{MAX_LABEL_CHARS} letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit)"
+        )
     return None

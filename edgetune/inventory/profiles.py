@@ -1,44 +1,44 @@
 """Load and validate a device profile (YAML) into a `schema.DeviceProfile`.
 
-The file is decoded against `documents.ProfileFile` (every key, type, range and allowed value);
-what stays here is what a schema cannot say: the retired cache-flush setting, the TVM target's
+The file is decoded straight into the record (every key, type, range and allowed value); what
+stays here is what a schema cannot say: the retired cache-flush setting, the TVM target's
 options (typed where edgetune reads them; TVM checks the rest when `edgetune check` builds the
 target) and the free-form `hardware` facts, kept few and shallow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from edgetune.artifact_format.codec import FrozenMap
-from edgetune.inventory.documents import MAX_THREADS, ProfileFile
 from edgetune.inventory.reader import Node, check_version, read_yaml
-from edgetune.inventory.schema import SCHEMA_VERSION, DeviceProfile
+from edgetune.inventory.schema import MAX_THREADS, SCHEMA_VERSION, DeviceProfile
 
 MAX_HARDWARE_VALUES = 256
 MAX_HARDWARE_DEPTH = 8
 _TARGET_STRINGS = ("kind", "mcpu", "mtriple", "mabi", "mfloat-abi", "model")
 _TARGET_COUNTS = {"num-cores": (1, MAX_THREADS), "opt-level": (0, 3)}
 _TARGET_INT_LIMIT = 2**31 - 1
+HOST_COMPILER = "host"  # `cross_compiler: host`
 
 
 def load_profile(path: Path) -> DeviceProfile:
     root = Node(read_yaml(path), path)
     check_version(root, SCHEMA_VERSION)
     _refuse_cache_flush(root.child("measurement"))
-    doc = root.decode(ProfileFile, path.parent)
-    return DeviceProfile(
-        name=doc.name,
+    data = {
+        key: value for key, value in root.value.items() if key != "version" and value is not None
+    }  # null: not given
+    profile = Node(data, path).decode(DeviceProfile, path.parent)
+    return dataclasses.replace(
+        profile,
         path=path,
-        description=doc.description,
-        target=_target(root.child("target"), doc.target),
-        cross_compiler=None if doc.cross_compiler == "host" else doc.cross_compiler,
-        runtime_threads=doc.runtime.threads,
-        measurement=doc.measurement,
-        firmware_command=doc.firmware_command,
-        hardware=_hardware(root.child("hardware"), doc.hardware),
+        target=_target(root.child("target"), profile.target),
+        cross_compiler=None if profile.cross_compiler == HOST_COMPILER else profile.cross_compiler,
+        hardware=_hardware(root.child("hardware"), profile.hardware),
     )
 
 

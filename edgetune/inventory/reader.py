@@ -8,17 +8,19 @@ plain JSON types (dates stay text), integers beyond 2**53, NaN and infinities, c
 characters, strings over `MAX_STRING_CHARS`, nesting deeper than `MAX_DEPTH`, and aliases
 that expand to more than `MAX_VALUES` values (a "billion laughs").
 
-The plain data is then decoded against the schema (`documents.py`, by `codec.decode`), which
+The plain data is then decoded into the schema's records (`schema.py`, by `codec.decode`), which
 names the file and the YAML path of any misfit; a `Node` is a place in the document for the
 errors of the checks that span fields.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -180,14 +182,16 @@ class _Builder:
                 return _MERGE
             tag = _TAG + "str"
         if tag not in _SCALAR_TAGS:
-            raise self._error(event, path, f"the tag {tag} is not allowed here (only strings, numbers, booleans and null)")
+            raise self._error(
+                event, path, f"the tag {tag} is not allowed here (only strings, numbers, booleans and null)"
+            )
         if tag == _TAG + "int" and len(event.value) > 64:
             raise self._error(event, path, f"the integer {event.value[:20]}... is too large")
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
         try:
             value = self.constructor.yaml_constructors[tag](self.constructor, node)
         except (ValueError, yaml.YAMLError):
-            raise self._error(event, path, f"{event.value[:40]!r} is not a valid {tag[len(_TAG):]}") from None
+            raise self._error(event, path, f"{event.value[:40]!r} is not a valid {tag[len(_TAG) :]}") from None
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
             raise self._error(event, path, f"the integer {value} is too large (at most 2**53)")
         if isinstance(value, float) and not math.isfinite(value):
@@ -198,10 +202,14 @@ class _Builder:
 
     def _check_string(self, event: yaml.Event, path: str, value: str) -> None:
         if len(value) > MAX_STRING_CHARS:
-            raise self._error(event, path, f"a string of {len(value)} characters is too long (at most {MAX_STRING_CHARS})")
+            raise self._error(
+                event, path, f"a string of {len(value)} characters is too long (at most {MAX_STRING_CHARS})"
+            )
         bad = _CONTROL_CHARS.search(value)
         if bad:
-            raise self._error(event, path, f"holds the control character or invalid code point U+{ord(bad.group()):04X}")
+            raise self._error(
+                event, path, f"holds the control character or invalid code point U+{ord(bad.group()):04X}"
+            )
 
     def _alias(self, event: yaml.AliasEvent) -> None:
         path = self._next_path()
@@ -245,7 +253,9 @@ class _Builder:
     def _deliver(self, event: yaml.Event, value: Any, height: int) -> None:
         """Put a finished value where it belongs: the root, a list, a mapping key or value."""
         if len(self.stack) + height > MAX_DEPTH:
-            raise self._error(event, self._next_path(), f"is nested too deeply (more than {MAX_DEPTH} levels, aliases expanded)")
+            raise self._error(
+                event, self._next_path(), f"is nested too deeply (more than {MAX_DEPTH} levels, aliases expanded)"
+            )
         if not self.stack:
             self.root = value
             return
@@ -272,7 +282,9 @@ class _Builder:
         line = event.start_mark.line + 1
         if key in parent.key_lines:
             raise self._error(
-                event, join_path(parent.path, key), f"duplicate key (first on line {parent.key_lines[key]}; the last would silently win)"
+                event,
+                join_path(parent.path, key),
+                f"duplicate key (first on line {parent.key_lines[key]}; the last would silently win)",
             )
         parent.key_lines[key] = line
         parent.key = key
@@ -288,7 +300,9 @@ class _Builder:
         self.values += values
         if self.values > MAX_VALUES:
             raise self._error(
-                event, self._next_path(), f"the document expands to more than {MAX_VALUES} values (through YAML aliases?)"
+                event,
+                self._next_path(),
+                f"the document expands to more than {MAX_VALUES} values (through YAML aliases?)",
             )
 
     def _expecting_key(self) -> bool:
@@ -324,6 +338,33 @@ class Node:
         except SchemaError as err:
             raise InventoryError(f"{display_path(self.file)}: {err}") from None
 
+    def check_keys(self, allowed: list[str]) -> None:
+        """This value is a mapping (or nothing) with keys of `allowed` only (which one was meant, where one is close)."""
+        if self.value is not None and not isinstance(self.value, dict):
+            raise self.error(f"must be a mapping with keys {', '.join(allowed)}, got {describe(self.value)}")
+        for key in self.value or ():
+            if key not in allowed:
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise self.child(key).error(f"unknown key{suggestion}; allowed here: {', '.join(allowed)}")
+
+    def items(self) -> list[Node]:
+        """The places of this list's items (none if it is not a list: the decoder says what it must be)."""
+        return [self.child(index) for index in range(len(self.value))] if isinstance(self.value, list) else []
+
+    def each(self, change: Callable[[Node], Any]) -> Any:
+        """This list with `change` of each item's place in place of the item (anything else as it is)."""
+        return [change(item) for item in self.items()] if isinstance(self.value, list) else self.value
+
+    def with_(self, *withheld: str, **derived: Any) -> Any:
+        """This mapping without the keys `withheld` and with the `derived` values in place of the
+        file's (a key the file leaves out stays out unless a value is derived for it); anything
+        else as it is, for the decoder to refuse."""
+        if not isinstance(self.value, dict):
+            return self.value
+        kept = {k: v for k, v in self.value.items() if k not in withheld}
+        return {**kept, **{k: v for k, v in derived.items() if v is not None or k in self.value}}
+
     def child(self, key: str | int) -> Node:
         """The place of `key` inside this mapping or list (its value None if absent)."""
         value = self.value.get(key) if isinstance(self.value, dict) else None
@@ -336,7 +377,9 @@ def check_version(root: Node, supported: int) -> None:
     if not isinstance(root.value, dict):
         raise root.error(f"must be a YAML mapping, got {describe(root.value)}")
     if "version" not in root.value:
-        raise InventoryError(f"{display_path(root.file)}: version: required field is missing (this edgetune reads version: {supported})")
+        raise InventoryError(
+            f"{display_path(root.file)}: version: required field is missing (this edgetune reads version: {supported})"
+        )
     version = root.value["version"]
     if type(version) is not int or version != supported:
         raise InventoryError(

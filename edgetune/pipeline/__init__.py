@@ -59,8 +59,10 @@ def run_pipeline(fleet: Fleet) -> PipelineResult:
     the current versions as the build's table; nothing is started or stopped."""
     work = _work(fleet)
     if work is not None and work.nothing:
-        log.info("== nothing to do: every class's trial budget is spent and every artifact's inputs are its "
-                 "latest version's; no board is started")
+        log.info(
+            "== nothing to do: every class's trial budget is spent and every artifact's inputs are its "
+            "latest version's; no board is started"
+        )
         _ensure_keys(fleet)
         return PipelineResult(build=work.unchanged_report(), nothing_to_do=work)
     if stop_requested():
@@ -82,8 +84,10 @@ def run_pipeline(fleet: Fleet) -> PipelineResult:
         for line in _tuning_lines(result.tuning):
             log.info(line)
         if stop_requested():
-            raise Interrupted("stopped on request during tuning: every measured trial is kept and nothing was "
-                              "built; run `make tune-fleet` again to go on from there")
+            raise Interrupted(
+                "stopped on request during tuning: every measured trial is kept and nothing was "
+                "built; run `make tune-fleet` again to go on from there"
+            )
         _ensure_keys(fleet)
         log.info("== build: artifacts, measured on the boards, signed")
         result.build = build_artifacts(fleet)
@@ -111,8 +115,9 @@ def _work(fleet: Fleet) -> Work | None:
 
 def _tuning_lines(tuning: TuneResult) -> list[str]:
     return [
-        f"{c.device_class}: {c.error}" if c.error else
-        f"{c.device_class}: {c.trials_run} trials this run ({c.done_before} of {c.budget} were already "
+        f"{c.device_class}: {c.error}"
+        if c.error
+        else f"{c.device_class}: {c.trials_run} trials this run ({c.done_before} of {c.budget} were already "
         f"in the database), {c.tuning_time_s:.0f} s" + (f"; stopped: {c.stopped}" if c.stopped else "")
         for c in tuning.classes
     ]

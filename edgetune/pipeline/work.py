@@ -59,11 +59,15 @@ class ClassWork:
     @property
     def line(self) -> str:
         if self.time_is_the_budget and self.to_do:
-            return (f"{self.device_class}: its time limit is its budget: about {self.remaining} trials to tune "
-                    f"({self.done} in the database)")
+            return (
+                f"{self.device_class}: its time limit is its budget: about {self.remaining} trials to tune "
+                f"({self.done} in the database)"
+            )
         if self.to_do:
             return f"{self.device_class}: {self.remaining} trials left to tune ({self.done} of {self.budget} in the database)"
-        return f"{self.device_class}: its trial budget is spent ({self.done} trials in the database, budget {self.budget})"
+        return (
+            f"{self.device_class}: its trial budget is spent ({self.done} trials in the database, budget {self.budget})"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,17 +98,24 @@ class Work:
         return not any(c.to_do for c in self.classes) and bool(self.pairs) and not any(p.to_do for p in self.pairs)
 
     def lines(self) -> list[str]:
-        pairs = [p.line for p in self.pairs] if self.pairs else ["the artifacts: built after the tuning, where their inputs changed"]
+        pairs = (
+            [p.line for p in self.pairs]
+            if self.pairs
+            else ["the artifacts: built after the tuning, where their inputs changed"]
+        )
         return [c.line for c in self.classes] + pairs
 
     def unchanged_report(self) -> BuildReport:
         """The table `build` would print: each pair's latest version, unchanged."""
         if not self.nothing:
             raise ValueError("there is work to do: only `build` can report it")
-        return BuildReport(tuple(
-            BuildOutcome.from_manifest("unchanged", p.latest.manifest, p.latest.path, layout=p.layout)
-            for p in self.pairs if p.latest is not None
-        ))
+        return BuildReport(
+            tuple(
+                BuildOutcome.from_manifest("unchanged", p.latest.manifest, p.latest.path, layout=p.layout)
+                for p in self.pairs
+                if p.latest is not None
+            )
+        )
 
 
 def find_work(
@@ -137,8 +148,11 @@ def _pairs_work(fleet: Fleet) -> list[PairWork]:
             if device_class.name not in snapshots:
                 into = Path(tmp) / device_class.name / DATABASE_DIR
                 snapshots[device_class.name] = _attempt(lambda: snapshot_database(fleet, device_class.name, into))
-            work.append(_pair_work(fleet, store, model, device_class, imported[model.name],
-                                   snapshots[device_class.name], Path(tmp)))
+            work.append(
+                _pair_work(
+                    fleet, store, model, device_class, imported[model.name], snapshots[device_class.name], Path(tmp)
+                )
+            )
     return work
 
 
@@ -154,8 +168,9 @@ def _attempt(make):
         return err
 
 
-def _pair_work(fleet: Fleet, store: ArtifactStore, model: Model, device_class: DeviceClass,
-               imported, snapshot, tmp: Path) -> PairWork:
+def _pair_work(
+    fleet: Fleet, store: ArtifactStore, model: Model, device_class: DeviceClass, imported, snapshot, tmp: Path
+) -> PairWork:
     name, cls = model.name, device_class.name
     for failed in (imported, snapshot):
         if isinstance(failed, Exception):
@@ -171,11 +186,21 @@ def _pair_work(fleet: Fleet, store: ArtifactStore, model: Model, device_class: D
     if latest.manifest.inputs_sha256 == inputs.digest():
         return PairWork(name, cls, False, f"unchanged since v{latest.version}", latest, layout, inputs)
     changed = changed_inputs(latest.manifest.inputs, inputs)
-    return PairWork(name, cls, True, f"to build: {', '.join(changed) or 'its inputs'} changed since v{latest.version}",
-                    latest, layout, inputs)
+    return PairWork(
+        name,
+        cls,
+        True,
+        f"to build: {', '.join(changed) or 'its inputs'} changed since v{latest.version}",
+        latest,
+        layout,
+        inputs,
+    )
 
 
 def changed_inputs(before: BuildInputs, now: BuildInputs) -> list[str]:
     """The names of the build inputs that differ ('database_sha256' reads 'database')."""
-    return [f.name.removesuffix("_sha256") for f in dataclasses.fields(BuildInputs)
-            if getattr(before, f.name) != getattr(now, f.name)]
+    return [
+        f.name.removesuffix("_sha256")
+        for f in dataclasses.fields(BuildInputs)
+        if getattr(before, f.name) != getattr(now, f.name)
+    ]

@@ -33,7 +33,13 @@ from edgetune.fleet.parallel import MAX_WORKERS, for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.inventory.schema import Board, CompareSettings, Fleet
 
-OK, WRONG_OUTPUT, LOAD_FAILED, UNREACHABLE, NOT_DEPLOYED = "ok", "wrong_output", "load_failed", "unreachable", "not_deployed"
+OK, WRONG_OUTPUT, LOAD_FAILED, UNREACHABLE, NOT_DEPLOYED = (
+    "ok",
+    "wrong_output",
+    "load_failed",
+    "unreachable",
+    "not_deployed",
+)
 REGRESSIONS = (SLOWER, WRONG_OUTPUT, LOAD_FAILED)
 
 log = logging.getLogger(__name__)
@@ -103,20 +109,31 @@ def regress(
     targets = select_boards(fleet, boards, classes)
     # Boards sharing this machine's cores are timed one at a time, or they slow each other down.
     workers = 1 if any(b.shares_host_cpus for b in targets) else MAX_WORKERS
-    results = for_each_board(targets, lambda board: _check_board(fleet, store, board, models, changed_only), workers=workers)
+    results = for_each_board(
+        targets, lambda board: _check_board(fleet, store, board, models, changed_only), workers=workers
+    )
     verdicts: list[Verdict] = []
     for board in targets:
         found = results.succeeded.get(board.name)
         if found is None:
-            found = [_unreachable(board, model, results.failed[board.name]) for model in (models or [m.name for m in fleet.models])]
+            found = [
+                _unreachable(board, model, results.failed[board.name])
+                for model in (models or [m.name for m in fleet.models])
+            ]
         verdicts += found
     for v in verdicts:
-        log.info(f"{v.board} {v.model}: {v.verdict}" + (f" {v.ratio:.2f}x" if v.ratio else "") + (f" ({v.detail})" if v.detail else ""))
+        log.info(
+            f"{v.board} {v.model}: {v.verdict}"
+            + (f" {v.ratio:.2f}x" if v.ratio else "")
+            + (f" ({v.detail})" if v.detail else "")
+        )
     record_event(fleet, "regress", verdicts=[v.to_json() for v in verdicts])
     return RegressReport(tuple(verdicts))
 
 
-def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Sequence[str], changed_only: bool) -> list[Verdict]:
+def _check_board(
+    fleet: Fleet, store: ArtifactStore, board: Board, models: Sequence[str], changed_only: bool
+) -> list[Verdict]:
     """The board's verdicts; with `changed_only`, none for a model whose firmware is unchanged
     since its baseline (that model is not timed)."""
     compare_settings = fleet.device_class(board.device_class).profile.measurement.compare
@@ -128,15 +145,22 @@ def _check_board(fleet: Fleet, store: ArtifactStore, board: Board, models: Seque
             entry = status.models.get(model)
             version = None if entry is None else entry.version
             if version is None:
-                verdicts.append(_verdict(board, model, None, NOT_DEPLOYED, None, detail="no release of it is active: roll one out"))
+                verdicts.append(
+                    _verdict(board, model, None, NOT_DEPLOYED, None, detail="no release of it is active: roll one out")
+                )
                 continue
             try:
                 baseline = _baseline(store, board, model, version, status.firmware, entry.firmware)
             except (OSError, ArtifactError) as err:
-                verdicts.append(_verdict(board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})"))
+                verdicts.append(
+                    _verdict(
+                        board, model, version, NOT_DEPLOYED, None, detail=f"v{version} is not in the store here ({err})"
+                    )
+                )
                 continue
             if changed_only and not baseline.firmware_changed:
                 continue
+
             def timed() -> Verdict:
                 return _judge(fleet, board, model, version, baseline, _time_release(agent, model, compare_settings))
 
@@ -151,8 +175,15 @@ def _time_release(agent: RemoteAgent, model: str, compare_settings: CompareSetti
     """`agent run` of the active release: its outputs checked and timed as the build timed it;
     why it could not run (the library did not load, the agent died running it: e.g. SIGSEGV)."""
     try:
-        return agent.run(model, "--number", "1", "--repeat", str(compare_settings.rounds * compare_settings.repeat),
-                         "--min-repeat-ms", str(compare_settings.min_repeat_ms))  # fmt: skip
+        return agent.run(
+            model,
+            "--number",
+            "1",
+            "--repeat",
+            str(compare_settings.rounds * compare_settings.repeat),
+            "--min-repeat-ms",
+            str(compare_settings.min_repeat_ms),
+        )
     except DeployError as err:
         return str(err)
 
@@ -174,8 +205,9 @@ class _Baseline:
     firmware_changed: bool  # since the build measured the board (or since the install)
 
 
-def _baseline(store: ArtifactStore, board: Board, model: str, version: int, firmware_now: str,
-              firmware_at_install: str | None) -> _Baseline:  # fmt: skip
+def _baseline(
+    store: ArtifactStore, board: Board, model: str, version: int, firmware_now: str, firmware_at_install: str | None
+) -> _Baseline:
     manifest = store.get(model, board.device_class, version).manifest
     own = [b for b in manifest.boards if b.board == board.name]
     firmware_then = own[0].firmware if own else firmware_at_install
@@ -191,16 +223,32 @@ def _judge(fleet: Fleet, board: Board, model: str, version: int, baseline: _Base
         return _verdict(board, model, version, WRONG_OUTPUT, firmware_changed, detail=run.detail)
     samples_ms = [s * 1e3 for s in run.samples_s if s > 0]
     if not samples_ms:
-        return _verdict(board, model, version, LOAD_FAILED, firmware_changed, detail="the agent returned no timing samples")
+        return _verdict(
+            board, model, version, LOAD_FAILED, firmware_changed, detail="the agent returned no timing samples"
+        )
     comparison = compare(baseline.samples_ms, samples_ms, fleet.regress.threshold, fleet.regress.confidence)
     estimate = comparison.estimate
     verdict = comparison.verdict if comparison.verdict in (SLOWER, FASTER) else OK
-    return Verdict(board.name, board.device_class, model, version, verdict, estimate.ratio, (estimate.low, estimate.high),
-                   summarize(samples_ms).median, summarize(baseline.samples_ms).median, firmware_changed)  # fmt: skip
+    return Verdict(
+        board.name,
+        board.device_class,
+        model,
+        version,
+        verdict,
+        estimate.ratio,
+        (estimate.low, estimate.high),
+        summarize(samples_ms).median,
+        summarize(baseline.samples_ms).median,
+        firmware_changed,
+    )
 
 
-def _verdict(board: Board, model: str, version: int | None, verdict: str, firmware_changed: bool | None, detail: str = "") -> Verdict:
-    return Verdict(board.name, board.device_class, model, version, verdict, None, None, None, None, firmware_changed, detail)
+def _verdict(
+    board: Board, model: str, version: int | None, verdict: str, firmware_changed: bool | None, detail: str = ""
+) -> Verdict:
+    return Verdict(
+        board.name, board.device_class, model, version, verdict, None, None, None, None, firmware_changed, detail
+    )
 
 
 def _unreachable(board: Board, model: str, reason: str) -> Verdict:

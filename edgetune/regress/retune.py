@@ -34,22 +34,37 @@ class RetuneRow:
     error: str | None = None
 
 
-def retune(fleet: Fleet, report: RegressReport, models: Sequence[str] = (), extra_trials: int | None = None) -> list[RetuneRow]:
+def retune(
+    fleet: Fleet, report: RegressReport, models: Sequence[str] = (), extra_trials: int | None = None
+) -> list[RetuneRow]:
     """Re-tune and rebuild every class with a `slower` verdict; one row per (class, model)."""
     rows = []
     for device_class in report.slower_classes():
-        tuned = tune_class(_with_more_budget(fleet, device_class, extra_trials), device_class, TuneOptions(models=tuple(models) or None))
+        tuned = tune_class(
+            _with_more_budget(fleet, device_class, extra_trials),
+            device_class,
+            TuneOptions(models=tuple(models) or None),
+        )
         build = build_artifacts(fleet, classes=[device_class], models=models)
         for outcome in build.outcomes:
-            slower = [v for v in report.verdicts if v.device_class == device_class and v.model == outcome.model and v.verdict == SLOWER]
-            rows.append(RetuneRow(
-                device_class, outcome.model,
-                slower[0].version if slower else None,
-                slower[0].baseline_ms if slower else None,
-                statistics.median(v.median_ms for v in slower) if slower else None,
-                outcome.version, outcome.tuned_ms, outcome.status,
-                tuned.error or outcome.error,
-            ))  # fmt: skip
+            slower = [
+                v
+                for v in report.verdicts
+                if v.device_class == device_class and v.model == outcome.model and v.verdict == SLOWER
+            ]
+            rows.append(
+                RetuneRow(
+                    device_class,
+                    outcome.model,
+                    slower[0].version if slower else None,
+                    slower[0].baseline_ms if slower else None,
+                    statistics.median(v.median_ms for v in slower) if slower else None,
+                    outcome.version,
+                    outcome.tuned_ms,
+                    outcome.status,
+                    tuned.error or outcome.error,
+                )
+            )
     return rows
 
 
@@ -63,6 +78,9 @@ def _with_more_budget(fleet: Fleet, device_class: str, extra_trials: int | None)
     extra = extra_trials or (trials * tasks if rule == "per_task" else trials)
     cap = policy.max_trials_per_task
     overrides = {**policy.trials_per_class_override, device_class: spent + extra}
-    tuning = replace(policy, trials_per_class_override=overrides,
-                     max_trials_per_task=None if cap is None else cap + math.ceil(extra / tasks))  # fmt: skip
+    tuning = replace(
+        policy,
+        trials_per_class_override=overrides,
+        max_trials_per_task=None if cap is None else cap + math.ceil(extra / tasks),
+    )
     return fleet.replace(tuning=tuning)

@@ -21,6 +21,7 @@ from edgetune.report.views import (
     history_rows,
     version_rows,
 )
+from edgetune.tune.report import TuningSummary
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 BOARD_NAMES_SHOWN = 8  # a version run by more boards lists the rest behind "and N more"
@@ -71,12 +72,16 @@ def render_page(sources: Sources, generated: str) -> bytes:
     fleet = sources.fleet
     history = history_rows(sources)
     parts = [
-        (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>edgetune: {escape(fleet.name)}</title><style>{_STYLE}</style></head><body>"),
-        (f"<h1>Fleet {escape(fleet.name)}</h1><p>Drawn from the files of {escape(str(fleet.path))} at {escape(generated)}.</p>"
-        '<nav><a href="#fleet">the fleet</a><a href="#versions">artifacts</a><a href="#tuning">tuning</a>'
-        '<a href="#history">history</a></nav>'),
+        (
+            f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f"<title>edgetune: {escape(fleet.name)}</title><style>{_STYLE}</style></head><body>"
+        ),
+        (
+            f"<h1>Fleet {escape(fleet.name)}</h1><p>Drawn from the files of {escape(str(fleet.path))} at {escape(generated)}.</p>"
+            '<nav><a href="#fleet">the fleet</a><a href="#versions">artifacts</a><a href="#tuning">tuning</a>'
+            '<a href="#history">history</a></nav>'
+        ),
         _problems(sources.problems),
         _fleet_section(sources, board_rows(sources)),
         _versions_section(version_rows(sources)),
@@ -91,7 +96,7 @@ def _problems(problems: list[str]) -> str:
     if not problems:
         return ""
     items = "".join(f"<li>{escape(p)}</li>" for p in problems)
-    return f'<div class=problems id=problems><b>Files that could not be read (left out of this page):</b><ul>{items}</ul></div>'
+    return f"<div class=problems id=problems><b>Files that could not be read (left out of this page):</b><ul>{items}</ul></div>"
 
 
 def _fleet_section(sources: Sources, rows: list[BoardRow]) -> str:
@@ -100,16 +105,21 @@ def _fleet_section(sources: Sources, rows: list[BoardRow]) -> str:
     classes = ", ".join(f"{escape(c.name)} ({_class_boards(fleet, c.name)})" for c in fleet.device_classes)
     online = sum(1 for r in rows if r.online == "online")
     checked = next((r.checked for r in rows if r.checked), None)
-    status = (f"{online} of {len(rows)} boards online at the last <code>fleet status</code> ({escape(checked)})"
-              if checked else '<span class=missing>no <code>fleet status</code> recorded yet</span>')
+    status = (
+        f"{online} of {len(rows)} boards online at the last <code>fleet status</code> ({escape(checked)})"
+        if checked
+        else "<span class=missing>no <code>fleet status</code> recorded yet</span>"
+    )
     headers = ["board", "class", "role", "status", "firmware", "firmware changed", "last report"]
     headers += [h for m in models for h in (f"{m}: runs", f"{m}: since", f"{m}: last regress")]
     body = "".join(_board_tr(row, models) for row in rows)
-    return (f"<section id=fleet><h2>The fleet</h2><p>Device classes: {classes}. {status}.</p>"
-            f"{_class_summary(sources, rows)}"
-            '<p><label>Show the boards whose row holds: <input id=board-filter type=search '
-            'placeholder="e.g. slower, offline, gw-fast"></label></p>'
-            f"<div class=scroll>{_table('boards', headers, body)}</div></section>")
+    return (
+        f"<section id=fleet><h2>The fleet</h2><p>Device classes: {classes}. {status}.</p>"
+        f"{_class_summary(sources, rows)}"
+        "<p><label>Show the boards whose row holds: <input id=board-filter type=search "
+        'placeholder="e.g. slower, offline, gw-fast"></label></p>'
+        f"<div class=scroll>{_table('boards', headers, body)}</div></section>"
+    )
 
 
 def _class_boards(fleet: Fleet, device_class: str) -> str:
@@ -129,21 +139,36 @@ def _class_summary(sources: Sources, rows: list[BoardRow]) -> str:
         verdicts = [v.verdict for r in mine for v in r.verdicts.values()]
         verdict_text = count_text(verdicts) if verdicts else "no regress run yet"
         changed = sum(1 for r in mine if r.firmware_changed)
-        body += (f"<tr>{_td(c.name)}{_num(str(len(mine)), len(mine))}{_num(str(count['online']), count['online'])}"
-                 f"<td class=\"num{' offline' if count['offline'] else ''}\">{count['offline']}</td>"
-                 f"{_num(str(count['not checked']), count['not checked'])}"
-                 f"<td class=\"num{' changed' if changed else ''}\">{changed}</td>{_td(verdict_text)}</tr>")
+        body += (
+            f"<tr>{_td(c.name)}{_num(str(len(mine)), len(mine))}{_num(str(count['online']), count['online'])}"
+            f'<td class="num{" offline" if count["offline"] else ""}">{count["offline"]}</td>'
+            f"{_num(str(count['not checked']), count['not checked'])}"
+            f'<td class="num{" changed" if changed else ""}">{changed}</td>{_td(verdict_text)}</tr>'
+        )
     return _table("classes", headers, body)
 
 
 def _board_tr(row: BoardRow, models: list[str]) -> str:
     changed = {True: "<td class=changed>changed</td>", False: "<td>same</td>", None: "<td class=missing>unknown</td>"}
-    cells = [_td(row.name), _td(row.device_class), _td(row.role), f"<td class={_css(row.online)}>{escape(row.online)}</td>",
-             _firmware_td(row.firmware), changed[row.firmware_changed], _td(row.reported or "-")]  # fmt: skip
+    cells = [
+        _td(row.name),
+        _td(row.device_class),
+        _td(row.role),
+        f"<td class={_css(row.online)}>{escape(row.online)}</td>",
+        _firmware_td(row.firmware),
+        changed[row.firmware_changed],
+        _td(row.reported or "-"),
+    ]
     for model in models:
         running = row.running.get(model)
-        version = "none" if running is None else (f"v{running.version}" if isinstance(running.version, int) else str(running.version))
-        cells.append(f'<td class=running data-model="{escape(model)}" data-sort="{_sort_key(running)}">{escape(version)}</td>')
+        version = (
+            "none"
+            if running is None
+            else (f"v{running.version}" if isinstance(running.version, int) else str(running.version))
+        )
+        cells.append(
+            f'<td class=running data-model="{escape(model)}" data-sort="{_sort_key(running)}">{escape(version)}</td>'
+        )
         cells.append(_td(running.since if running and running.since else "-"))
         cells.append(_verdict_td(row.verdicts.get(model)))
     return f'<tr data-board="{escape(row.name)}">{"".join(cells)}</tr>'
@@ -170,21 +195,39 @@ def _verdict_td(verdict) -> str:
         if verdict.interval:
             text += f" [{verdict.interval[0]:.2f}, {verdict.interval[1]:.2f}]"
     sort = f"{verdict.ratio:.4f}" if verdict.ratio is not None else "0"
-    return (f'<td class="verdict verdict-{_css(verdict.verdict)}" data-sort={sort} '
-            f'title="{escape(verdict.time)}">{escape(text)}</td>')
+    return (
+        f'<td class="verdict verdict-{_css(verdict.verdict)}" data-sort={sort} '
+        f'title="{escape(verdict.time)}">{escape(text)}</td>'
+    )
 
 
 def _versions_section(rows: list[VersionRow]) -> str:
     if not rows:
         return "<section id=versions><h2>Artifacts</h2><p class=missing>no artifact version built yet</p></section>"
-    headers = ["model", "class", "version", "created", "tuned ms", "untuned ms", "speed-up [interval]",
-               "vs onnxruntime", "library MB", "trials", "signing key", "boards running it"]  # fmt: skip
+    headers = [
+        "model",
+        "class",
+        "version",
+        "created",
+        "tuned ms",
+        "untuned ms",
+        "speed-up [interval]",
+        "vs onnxruntime",
+        "vs best runtime",
+        "library MB",
+        "trials",
+        "signing key",
+        "boards running it",
+    ]
     body = "".join(_version_tr(r) for r in rows)
-    return (f"<section id=versions><h2>Artifacts per model and class</h2>"
-            f"<p>Speed-up: untuned / tuned time, the median over the class's boards; in brackets the lowest and "
-            f"highest bound of the boards' 95 % intervals (the build's gate). Against onnxruntime: onnxruntime / tuned "
-            f"time, the same way, over the boards whose Python has onnxruntime (timed on the board, in the same "
-            f"rounds); above 1, the tuned build is faster.</p>{_table('versions', headers, body)}</section>")
+    return (
+        f"<section id=versions><h2>Artifacts per model and class</h2>"
+        f"<p>Speed-up: untuned / tuned time, the median over the class's boards; in brackets the lowest and "
+        f"highest bound of the boards' 95 % intervals (the build's gate). Against onnxruntime: onnxruntime / tuned "
+        f"time, the same way, over the boards whose Python has onnxruntime (timed on the board, in the same "
+        f"rounds); against the best runtime: the faster of onnxruntime and OpenVINO on each board that has one, "
+        f"named; above 1, the tuned build is faster.</p>{_table('versions', headers, body)}</section>"
+    )
 
 
 def _ratio_text(ratio: float | None, interval: tuple[float, float] | None) -> str:
@@ -192,12 +235,18 @@ def _ratio_text(ratio: float | None, interval: tuple[float, float] | None) -> st
     return text + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
-def _onnxruntime_td(r: VersionRow) -> str:
-    if r.vs_onnxruntime is None:
-        return "<td class=missing title=\"no board of the class has onnxruntime, or the model is no ONNX file\">" \
-               "not measured</td>"
-    return (f'<td class="num vs-onnxruntime" data-sort="{r.vs_onnxruntime}" title="{escape(r.onnxruntime)}">'
-            f"{escape(_ratio_text(r.vs_onnxruntime, r.vs_onnxruntime_interval))}</td>")
+def _runtime_td(
+    css: str, ratio: float | None, interval: tuple[float, float] | None, ran: str, runtime: str = ""
+) -> str:
+    """A ratio against a runtime ('1.21x [1.18, 1.25] openvino'), what ran it on hover; 'not
+    measured' where no board ran it."""
+    if ratio is None:
+        return (
+            '<td class=missing title="no board of the class has the runtime, or the model is no ONNX file">'
+            "not measured</td>"
+        )
+    text = _ratio_text(ratio, interval) + (f" {runtime}" if runtime else "")
+    return f'<td class="num {css}" data-sort="{ratio}" title="{escape(ran)}">{escape(text)}</td>'
 
 
 def _version_tr(r: VersionRow) -> str:
@@ -205,19 +254,31 @@ def _version_tr(r: VersionRow) -> str:
     boards = ", ".join(r.boards[:BOARD_NAMES_SHOWN])
     if len(r.boards) > BOARD_NAMES_SHOWN:
         boards += f" and {len(r.boards) - BOARD_NAMES_SHOWN} more"
-    cells = [_td(r.model), _td(r.device_class), _num(f"v{r.version}", r.version), _td(r.created),
-             _num(_ms(r.tuned_ms), r.tuned_ms), _num(_ms(r.untuned_ms), r.untuned_ms), _num(speedup, r.speedup),
-             _onnxruntime_td(r),
-             _num("-" if r.library_mb is None else f"{r.library_mb:.2f}", r.library_mb), _num(str(r.trials), r.trials),
-             _td(r.key_id or "unreadable"), f"<td data-sort={len(r.boards)}>{len(r.boards)}: {escape(boards)}</td>"]  # fmt: skip
+    cells = [
+        _td(r.model),
+        _td(r.device_class),
+        _num(f"v{r.version}", r.version),
+        _td(r.created),
+        _num(_ms(r.tuned_ms), r.tuned_ms),
+        _num(_ms(r.untuned_ms), r.untuned_ms),
+        _num(speedup, r.speedup),
+        _runtime_td("vs-onnxruntime", r.vs_onnxruntime, r.vs_onnxruntime_interval, r.onnxruntime),
+        _runtime_td("vs-best-runtime", r.vs_best_runtime, r.vs_best_runtime_interval, r.runtimes, r.best_runtime or ""),
+        _num("-" if r.library_mb is None else f"{r.library_mb:.2f}", r.library_mb),
+        _num(str(r.trials), r.trials),
+        _td(r.key_id or "unreadable"),
+        f"<td data-sort={len(r.boards)}>{len(r.boards)}: {escape(boards)}</td>",
+    ]
     return f"<tr>{''.join(cells)}</tr>"
 
 
 def _tuning_section(classes: list[ClassTuning]) -> str:
     parts = ["<section id=tuning><h2>Tuning per class</h2>"]
     for c in classes:
-        parts.append(f"<h3>{escape(c.device_class)}</h3><p>Trials spent: {c.trials}. Budget: {escape(c.budget)}. "
-                     f"Runs: {escape(c.runs)}.</p>")
+        parts.append(
+            f"<h3>{escape(c.device_class)}</h3><p>Trials spent: {c.trials}. Budget: {escape(c.budget)}. "
+            f"Runs: {escape(c.runs)}.</p>"
+        )
         if not c.models:
             parts.append("<p class=missing>no tuning report yet</p>")
             continue
@@ -229,46 +290,50 @@ def _tuning_section(classes: list[ClassTuning]) -> str:
     return "".join(parts)
 
 
-def _curve_figure(model: str, device_class: str, summary: dict) -> str:
-    try:
-        uri = plots.curve_png(f"{model} on {device_class}", summary)
-    except (TypeError, ValueError, KeyError) as err:  # a summary.json whose curve is not [[trials, seconds], ...]
-        return f"<p class=problems>the tuning curve of {escape(model)} on {escape(device_class)} cannot be drawn: " \
-               f"its summary.json's curve is damaged ({escape(str(err))})</p>"
-    return (f'<figure><img class=curve alt="tuning curve of {escape(model)} on {escape(device_class)}" src="{uri}">'
-            f"<figcaption>{escape(_summary_line(summary))}</figcaption></figure>")
+def _curve_figure(model: str, device_class: str, summary: TuningSummary) -> str:
+    uri = plots.curve_png(f"{model} on {device_class}", summary)
+    return (
+        f'<figure><img class=curve alt="tuning curve of {escape(model)} on {escape(device_class)}" src="{uri}">'
+        f"<figcaption>{escape(_summary_line(summary))}</figcaption></figure>"
+    )
 
 
-def _summary_line(s: dict) -> str:
-    estimate = s.get("estimated_latency_s")
-    knee = s.get("knee")
-    line = f"{s.get('trials')} trials, {s.get('tasks_tuned')} of {s.get('tasks_total')} tasks measured"
-    line += f", estimate {estimate * 1e3:.3f} ms" if isinstance(estimate, (int, float)) else ", no whole-model estimate yet"
-    line += f", knee at {knee['trials']} trials" if isinstance(knee, dict) and "trials" in knee else ""
-    return line + (f"; run stopped: {s['stopped']}" if s.get("stopped") else "")
+def _summary_line(s: TuningSummary) -> str:
+    line = f"{s.trials} trials, {s.tasks_tuned} of {s.tasks_total} tasks measured"
+    estimate = s.estimated_latency_s
+    line += f", estimate {estimate * 1e3:.3f} ms" if estimate is not None else ", no whole-model estimate yet"
+    line += f", knee at {s.knee.trials} trials" if s.knee else ""
+    return line + (f"; run stopped: {s.stopped}" if s.stopped else "")
 
 
-def _tasks_table(summary: dict) -> str:
+def _tasks_table(summary: TuningSummary) -> str:
     headers = ["task", "calls", "trials", "failed", "best us", "GFLOP/s", "why it stopped"]
     body = "".join(
-        f"<tr>{_td(t.get('name'))}{_num(str(t.get('calls')), t.get('calls'))}{_num(str(t.get('trials')), t.get('trials'))}"
-        f"{_num(str(t.get('failed_trials')), t.get('failed_trials'))}"
-        f"{_num(_us(t.get('best_latency_s')), t.get('best_latency_s'))}{_num(_float(t.get('gflops')), t.get('gflops'))}"
-        f"{_td(t.get('stopped') or 'not stopped early')}</tr>"
-        for t in summary.get("tasks", []) if isinstance(t, dict)
+        f"<tr>{_td(t.name)}{_num(str(t.calls), t.calls)}{_num(str(t.trials), t.trials)}"
+        f"{_num(str(t.failed_trials), t.failed_trials)}"
+        f"{_num(_us(t.best_latency_s), t.best_latency_s)}{_num(_float(t.gflops), t.gflops)}"
+        f"{_td(t.stopped or 'not stopped early')}</tr>"
+        for t in summary.tasks
     )
     return _table("tasks", headers, body)
 
 
 def _history_section(rows: list[HistoryRow]) -> str:
     if not rows:
-        return ("<section id=history><h2>History</h2><p class=missing>no rollout, regress run or fleet status "
-                "recorded yet</p></section>")
+        return (
+            "<section id=history><h2>History</h2><p class=missing>no rollout, regress run or fleet status "
+            "recorded yet</p></section>"
+        )
     timeline = plots.timeline_png(rows)
-    body = "".join(f"<tr class=event-{r.kind}>{_td(r.time)}<td class={'changed' if r.kind == 'firmware' else r.kind}>"
-                   f"{escape(r.kind)}</td>{_td(r.what)}</tr>" for r in reversed(rows))  # fmt: skip
-    return (f'<section id=history><h2>History</h2><img class=timeline alt="history timeline" src="{timeline}">'
-            f"{_table('history', ['time (UTC)', 'event', 'what'], body)}</section>")
+    body = "".join(
+        f"<tr class=event-{r.kind}>{_td(r.time)}<td class={'changed' if r.kind == 'firmware' else r.kind}>"
+        f"{escape(r.kind)}</td>{_td(r.what)}</tr>"
+        for r in reversed(rows)
+    )
+    return (
+        f'<section id=history><h2>History</h2><img class=timeline alt="history timeline" src="{timeline}">'
+        f"{_table('history', ['time (UTC)', 'event', 'what'], body)}</section>"
+    )
 
 
 def _table(name: str, headers: list[str], body: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from datetime import datetime
 
 import matplotlib
@@ -14,17 +13,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after selecting the backend
 
 from edgetune.report.views import HistoryRow
-from edgetune.tune.report import CurvePoint, EarlyPoint, curve_figure
+from edgetune.tune.report import CurvePoint, TuningSummary, curve_figure
 
 CURVES_KEPT = 256
-_drawn_curves: dict[str, str] = {}  # by what the curve is drawn from, oldest first
+_drawn_curves: dict[tuple, str] = {}  # by what the curve is drawn from, oldest first
 _MARKERS = {"rollout": ("o", "tab:blue"), "regress": ("s", "tab:green"), "status": (".", "tab:gray")}
 
 
-def curve_png(title: str, summary: dict) -> str:
+def curve_png(title: str, summary: TuningSummary) -> str:
     """The tuning curve of a `summary.json` (its early part dashed), as a PNG data URI; drawn
     again only when the summary's curve changed (a served page is redrawn on any file's change)."""
-    key = json.dumps([title, summary.get("curve"), summary.get("early_curve"), summary.get("knee")])
+    key = (title, summary.curve, summary.early_curve, summary.knee)
     if key not in _drawn_curves:
         if len(_drawn_curves) >= CURVES_KEPT:
             _drawn_curves.pop(next(iter(_drawn_curves)))
@@ -32,13 +31,10 @@ def curve_png(title: str, summary: dict) -> str:
     return _drawn_curves[key]
 
 
-def _curve_png(title: str, summary: dict) -> str:
-    curve = [CurvePoint(int(t), float(s)) for t, s in summary.get("curve") or []]
-    early = [EarlyPoint(int(p[0]), float(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0)  # 3 before untuned times
-             for p in summary.get("early_curve") or []]
-    knee = summary.get("knee")
-    knee_point = CurvePoint(int(knee["trials"]), float(knee["latency_s"])) if knee else None
-    return _data_uri(curve_figure(title, curve, knee_point, early))
+def _curve_png(title: str, summary: TuningSummary) -> str:
+    knee = summary.knee
+    knee_point = CurvePoint(knee.trials, knee.latency_s) if knee else None
+    return _data_uri(curve_figure(title, summary.curve_points(), knee_point, summary.early_points()))
 
 
 def timeline_png(rows: list[HistoryRow]) -> str | None:

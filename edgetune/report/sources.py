@@ -20,7 +20,7 @@ from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
 from edgetune.tune.database import ClassDatabasePaths, throughput
-from edgetune.tune.report import read_summary
+from edgetune.tune.report import TuningSummary, read_summary
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Sources:
     reported: dict[str, BoardReport] = field(default_factory=dict)  # board -> what its pull timer last reported
     fleet_state: FleetState = field(default_factory=FleetState)
     journal: Journal = field(default_factory=lambda: Journal((), ()))
-    summaries: dict[tuple[str, str], dict] = field(default_factory=dict)  # (class, model) -> summary.json
+    summaries: dict[tuple[str, str], TuningSummary] = field(default_factory=dict)  # (class, model) -> summary.json
     throughputs: dict[str, Throughput | None] = field(default_factory=dict)  # class -> its runs' rate
     versions: list[Version] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -87,16 +87,32 @@ def _stored_versions(fleet: Fleet, sources: Sources) -> list[Version]:
     found = []
     for model in fleet.models:
         for device_class in fleet.device_classes:
-            numbers = _attempt(sources, store.class_dir(model.name, device_class.name), [],
-                               store.versions, model.name, device_class.name)
+            numbers = _attempt(
+                sources,
+                store.class_dir(model.name, device_class.name),
+                [],
+                store.versions,
+                model.name,
+                device_class.name,
+            )
             for number in numbers:
-                stored = _attempt(sources, f"{model.name}/{device_class.name}/v{number}", None,
-                              store.get, model.name, device_class.name, number)
+                stored = _attempt(
+                    sources,
+                    f"{model.name}/{device_class.name}/v{number}",
+                    None,
+                    store.get,
+                    model.name,
+                    device_class.name,
+                    number,
+                )
                 if stored is None:
                     continue
                 signature = _attempt(sources, stored.path / SIGNATURE_NAME, None, _signature, stored)
-                found.append(Version(model.name, device_class.name, number, stored.manifest,
-                                     signature.key_id if signature else None))  # fmt: skip
+                found.append(
+                    Version(
+                        model.name, device_class.name, number, stored.manifest, signature.key_id if signature else None
+                    )
+                )
     return found
 
 

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgetune.artifact.release import board_speedups, onnxruntime_ratios, over_boards
+from edgetune.artifact.measure import ONNXRUNTIME, RUNTIMES
+from edgetune.artifact.release import (
+    best_runtime_names,
+    best_runtime_ratios,
+    board_runtimes,
+    board_speedups,
+    over_boards,
+    runtime_ratios,
+)
 from edgetune.artifact_format.manifest import LIBRARY_NAME
 from edgetune.report.sources import Sources, Version
 from edgetune.tune.budget import time_is_the_budget
 from edgetune.tune.plan import class_budget
+from edgetune.tune.report import TuningSummary
 
 
 @dataclass(frozen=True)
@@ -55,13 +64,15 @@ def board_rows(sources: Sources) -> list[BoardRow]:
     for board in sources.fleet.boards:
         seen = status.get(board.name)
         row = BoardRow(
-            board.name, board.device_class, sources.fleet.role(board),
+            board.name,
+            board.device_class,
+            sources.fleet.role(board),
             online="not checked" if seen is None else ("online" if seen.get("reachable") else "offline"),
             checked=last_status.get("time") if seen else None,
             firmware=_one_line(seen.get("firmware")) if seen else None,
             firmware_changed=_firmware_changed(seen, regress_firmware.get(board.name, [])),
             reported=sources.reported[board.name].received if board.name in sources.reported else None,
-        )  # fmt: skip
+        )
         for model, version in sources.deployed.get(board.name, {}).items():
             at = since.get((board.name, model))
             row.running[model] = Running(version, at[1] if at and at[0] == version else None)
@@ -88,7 +99,12 @@ def _last_verdicts(sources: Sources) -> dict[tuple[str, str], LastVerdict]:
         for v in event.get("verdicts", []):
             interval = v.get("interval")
             found[(v.get("board"), v.get("model"))] = LastVerdict(
-                str(v.get("verdict")), v.get("ratio"), tuple(interval) if interval else None, event["time"], v.get("version"))
+                str(v.get("verdict")),
+                v.get("ratio"),
+                tuple(interval) if interval else None,
+                event["time"],
+                v.get("version"),
+            )
     return found
 
 
@@ -123,6 +139,10 @@ class VersionRow:
     vs_onnxruntime: float | None  # onnxruntime / tuned, the median over the boards that ran it
     vs_onnxruntime_interval: tuple[float, float] | None  # as speedup_interval
     onnxruntime: str  # what ran it on how many boards, "" where no board did
+    vs_best_runtime: float | None  # the faster runtime / tuned per board, the median over the boards that ran one
+    vs_best_runtime_interval: tuple[float, float] | None  # as speedup_interval
+    best_runtime: str | None  # which runtime was the faster ("openvino"; "onnxruntime, openvino" where boards differ)
+    runtimes: str  # every runtime that ran it and on how many boards, "" where none did
     library_mb: float | None
     key_id: str | None
     trials: int
@@ -136,16 +156,40 @@ def version_rows(sources: Sources) -> list[VersionRow]:
 def _version_row(sources: Sources, v: Version) -> VersionRow:
     m = v.manifest
     of_class = {b.name for b in sources.fleet.boards if b.device_class == v.device_class}
-    running = tuple(sorted(board for board, models in sources.deployed.items()
-                           if board in of_class and models.get(v.model) == v.version))  # fmt: skip
-    runtimes = sorted({b.onnxruntime.runtime for b in m.boards if b.onnxruntime is not None})
-    ran_ort = sum(b.onnxruntime is not None for b in m.boards)
+    running = tuple(
+        sorted(
+            board
+            for board, models in sources.deployed.items()
+            if board in of_class and models.get(v.model) == v.version
+        )
+    )
+    ran = {name: _ran_text(m.boards, name) for name in RUNTIMES}
     return VersionRow(
-        v.model, v.device_class, v.version, m.created, m.tuned_median_ms(), m.untuned_median_ms(),
-        *over_boards(board_speedups(m.boards)), *over_boards(onnxruntime_ratios(m.boards)),
-        f"{'; '.join(runtimes)} on {ran_ort} of {len(m.boards)} boards" if ran_ort else "",
-        next((f.size / 1e6 for f in m.files if f.path == LIBRARY_NAME), None), v.key_id, m.tuning.trials, running,
-    )  # fmt: skip
+        v.model,
+        v.device_class,
+        v.version,
+        m.created,
+        m.tuned_median_ms(),
+        m.untuned_median_ms(),
+        *over_boards(board_speedups(m.boards)),
+        *over_boards(runtime_ratios(m.boards, ONNXRUNTIME)),
+        ran[ONNXRUNTIME],
+        *over_boards(best_runtime_ratios(m.boards)),
+        best_runtime_names(m.boards),
+        "; ".join(t for t in ran.values() if t),
+        next((f.size / 1e6 for f in m.files if f.path == LIBRARY_NAME), None),
+        v.key_id,
+        m.tuning.trials,
+        running,
+    )
+
+
+def _ran_text(boards, runtime: str) -> str:
+    """'onnxruntime 1.32.0, 1 thread on 2 of 2 boards': what ran `runtime` on how many boards."""
+    runs = [run for b in boards if (run := board_runtimes(b).get(runtime)) is not None]
+    if not runs:
+        return ""
+    return f"{'; '.join(sorted({run.runtime for run in runs}))} on {len(runs)} of {len(boards)} boards"
 
 
 @dataclass(frozen=True)
@@ -154,18 +198,24 @@ class ClassTuning:
     budget: str  # the budget and what is left of it, in words
     trials: int  # spent on the class's tasks (all its models, deduplicated)
     runs: str  # the runs logged in runs.jsonl, in words
-    models: dict[str, dict]  # model -> its summary.json
+    models: dict[str, TuningSummary]  # model -> its summary.json
 
 
 def class_tunings(sources: Sources) -> list[ClassTuning]:
     found = []
     for device_class in sources.fleet.device_classes:
         summaries = {m: s for (c, m), s in sources.summaries.items() if c == device_class.name}
-        tasks = {t["workload_hash"]: t.get("trials", 0) for s in summaries.values() for t in s.get("tasks", [])
-                 if isinstance(t, dict) and "workload_hash" in t}  # fmt: skip
+        tasks = {t.workload_hash: t.trials for s in summaries.values() for t in s.tasks}
         spent = sum(tasks.values())
-        found.append(ClassTuning(device_class.name, _budget_text(sources, device_class.name, len(tasks), spent),
-                                 spent, _runs_text(sources, device_class.name), summaries))  # fmt: skip
+        found.append(
+            ClassTuning(
+                device_class.name,
+                _budget_text(sources, device_class.name, len(tasks), spent),
+                spent,
+                _runs_text(sources, device_class.name),
+                summaries,
+            )
+        )
     return found
 
 
@@ -183,7 +233,9 @@ def _runs_text(sources: Sources, device_class: str) -> str:
     rate = sources.throughputs.get(device_class)
     if rate is None:
         return "no run has measured a trial"
-    return f"{rate.runs} run(s), {rate.trials} trials in {rate.seconds:.0f} s ({rate.seconds_per_trial:.2f} s per trial)"
+    return (
+        f"{rate.runs} run(s), {rate.trials} trials in {rate.seconds:.0f} s ({rate.seconds_per_trial:.2f} s per trial)"
+    )
 
 
 @dataclass(frozen=True)

@@ -54,13 +54,18 @@ def seed_from_donor(
         if not schedules:
             continue
         workload = database.commit_workload(mod)
-        candidates = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
-                      for sch in schedules]
+        candidates = [
+            ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+            for sch in schedules
+        ]
         run_secs = _measure(schedules, target, builder, runner)
         for candidate, secs in zip(candidates, run_secs):
             database.commit_tuning_record(
                 ms.database.TuningRecord(
-                    trace=candidate.sch.trace, workload=workload, run_secs=secs, target=target,
+                    trace=candidate.sch.trace,
+                    workload=workload,
+                    run_secs=secs,
+                    target=target,
                     args_info=candidate.args_info,
                 )
             )

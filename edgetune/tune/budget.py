@@ -28,8 +28,9 @@ UNBOUNDED_TRIALS = 1_000_000
 def time_is_the_budget(policy: TuningPolicy, device_class: str) -> bool:
     """Whether the class's run is budgeted by `time_limit_s` alone (no trials_per_task,
     trials_per_class or override is set): it measures until the time is spent."""
-    return (policy.time_limit_s is not None and policy.trials_per_task is None
-            and policy.trials_for(device_class) is None)
+    return (
+        policy.time_limit_s is not None and policy.trials_per_task is None and policy.trials_for(device_class) is None
+    )
 
 
 def first_rounds(done: list[int], remaining: int, per_iter: int, cap: int) -> list[int]:
@@ -120,10 +121,12 @@ def estimate(trials: int, throughput: Throughput | None) -> str:
         return "nothing to run"
     if throughput is None:
         return "unknown: no run of this class has been measured yet (the first run measures it)"
-    return (f"about {_duration(trials * throughput.seconds_per_trial)} "
-            f"({throughput.seconds_per_trial:.2f} s per trial measured over {throughput.trials} trials "
-            f"in {throughput.runs} run{'s' if throughput.runs > 1 else ''}, {throughput.boards} "
-            f"board{'s' if throughput.boards != 1 else ''})")
+    return (
+        f"about {_duration(trials * throughput.seconds_per_trial)} "
+        f"({throughput.seconds_per_trial:.2f} s per trial measured over {throughput.trials} trials "
+        f"in {throughput.runs} run{'s' if throughput.runs > 1 else ''}, {throughput.boards} "
+        f"board{'s' if throughput.boards != 1 else ''})"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -165,14 +168,17 @@ def stop_at_knee(ledger: TaskLedger, early_stop: EarlyStop | None) -> bool:
     """Stop a task measured this run that has reached its knee; True if it was stopped now."""
     if ledger.stopped or ledger.rounds == 0 or not reached_knee(ledger.history, early_stop):
         return False
-    ledger.stopped = (f"knee: best improved less than {early_stop.min_gain:.0%} over its last "
-                      f"{early_stop.window} trials")
+    ledger.stopped = f"knee: best improved less than {early_stop.min_gain:.0%} over its last {early_stop.window} trials"
     return True
 
 
 def choose_task(
-    ledgers: list[TaskLedger], alive: list[bool], in_flight: dict[int, int], budget_left: int,
-    per_iter: int, window: int,
+    ledgers: list[TaskLedger],
+    alive: list[bool],
+    in_flight: dict[int, int],
+    budget_left: int,
+    per_iter: int,
+    window: int,
 ) -> int | None:
     """The next task to measure a round of: among tasks with room left in their share, the one
     with the fewest rounds this run (so every task gets a round before any gets a second);
@@ -250,12 +256,16 @@ class TimeLimitSuggestion:
         return max(math.ceil(self.round_each_s * _SUGGESTION_MARGIN / _SUGGESTION_STEP_S), 1) * _SUGGESTION_STEP_S
 
     def explain(self) -> str:
-        rate = (f"{self.seconds_per_trial:.2f} s per trial measured over {self.measured.trials} trials in this workdir"
-                if self.measured else
-                f"{self.seconds_per_trial:.2f} s per trial (a stated default: no run in this workdir measured one)")
-        return (f"{self.tasks} tasks x a round of {self.trials_per_iter} trials at {rate}: "
-                f"about {_duration(self.round_each_s)}; with a tenth more, rounded up to whole minutes: "
-                f"{_duration(self.time_limit_s)}")
+        rate = (
+            f"{self.seconds_per_trial:.2f} s per trial measured over {self.measured.trials} trials in this workdir"
+            if self.measured
+            else f"{self.seconds_per_trial:.2f} s per trial (a stated default: no run in this workdir measured one)"
+        )
+        return (
+            f"{self.tasks} tasks x a round of {self.trials_per_iter} trials at {rate}: "
+            f"about {_duration(self.round_each_s)}; with a tenth more, rounded up to whole minutes: "
+            f"{_duration(self.time_limit_s)}"
+        )
 
 
 def suggest_time_limit(tasks: int, trials_per_iter: int, measured: Throughput | None) -> TimeLimitSuggestion:

@@ -14,10 +14,9 @@ Layout under `<fleet.workdir>/databases/<class>/`:
   that is faster than its best record (`open_for_build`);
 - `logs/`: MetaSchedule's per-task logs.
 
-TVM appends each line with one write, so a crash (SIGKILL, power loss) can at worst leave the
-last line torn. `repair_lines` drops it before TVM reads the file (TVM would refuse it), and
-drops blank lines: TVM 0.27 segfaults (exit 139) loading a record file with an empty or
-whitespace-only line. Nothing else is ever removed: the database only grows.
+A crash can leave the last line of a file torn, which TVM would refuse, and TVM crashes on a
+blank line: `repair_lines` (edgetune.tvm_compat.database_lines) drops both before TVM reads a
+file. Nothing else is ever removed: the database only grows.
 
 One process at a time tunes or repairs a class database: it holds `exclusive(paths)`, an
 flock on `<class dir>/.lock` (which holds its PID), so a repair never cuts a line that another
@@ -48,13 +47,13 @@ from typing import TypeVar
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.artifact_format.codec import SchemaError, decode, rule
-from edgetune.compiler import intrinsics  # noqa: F401  (registers VNNI_DOT, which records may name)
 from edgetune.compiler.prepare import kernel_hash
-from edgetune.durable import write_atomic
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.budget import Throughput
+from edgetune.tvm_compat import vnni  # noqa: F401  (registers VNNI_DOT, which records may name)
+from edgetune.tvm_compat.database_lines import parses_as_json, repair_lines
 
 RUNS_VERSION = 1
 UNTUNED_VERSION = 1
@@ -107,24 +106,6 @@ class TrialRecord:
 
     workload_hash: str
     latency_s: float | None  # mean of the measured repeats; None for a failed trial
-
-
-def repair_lines(path: Path) -> int:
-    """Make a database file loadable by TVM: drop blank lines and a last line that a crash left
-    incomplete (a complete last line that only lacks its newline gets one: TVM would join the
-    next record onto it). Returns the number of bytes dropped. The file is replaced atomically;
-    on a live class database, call it under `exclusive`."""
-    if not path.exists():
-        return 0
-    data = path.read_bytes()
-    *lines, tail = data.split(b"\n")
-    kept = [line for line in lines if line.strip()]
-    tail_complete = bool(tail.strip()) and _parses(tail)
-    repaired = b"".join(line + b"\n" for line in kept + ([tail] if tail_complete else []))
-    if repaired != data:
-        write_atomic(path, repaired)
-    blank = sum(len(line) + 1 for line in lines if not line.strip())
-    return blank + (0 if tail_complete else len(tail))
 
 
 @contextmanager
@@ -234,8 +215,9 @@ def faster_untuned(paths: ClassDatabasePaths) -> frozenset[str]:
     for trial in read_trials(paths):
         if trial.latency_s is not None:
             best[trial.workload_hash] = min(trial.latency_s, best.get(trial.workload_hash, trial.latency_s))
-    return frozenset(h for h, seconds in untuned_times(paths).items()
-                     if seconds is not None and h in best and seconds < best[h])
+    return frozenset(
+        h for h, seconds in untuned_times(paths).items() if seconds is not None and h in best and seconds < best[h]
+    )
 
 
 def read_trials(paths: ClassDatabasePaths) -> list[TrialRecord]:
@@ -273,7 +255,9 @@ class RunLine:
 def append_run(paths: ClassDatabasePaths, trials: int, seconds: float, boards: int) -> None:
     """Log a run that measured trials (one write per line: a crash leaves at worst a torn
     last line, which `throughput` skips)."""
-    line = json.dumps({"schema_version": RUNS_VERSION, "trials": trials, "seconds": round(seconds, 3), "boards": boards})
+    line = json.dumps(
+        {"schema_version": RUNS_VERSION, "trials": trials, "seconds": round(seconds, 3), "boards": boards}
+    )
     with open(paths.runs, "a") as log:
         log.write(line + "\n")
 
@@ -302,8 +286,10 @@ def append_untuned(paths: ClassDatabasePaths, times: dict[str, float | None]) ->
     """Record kernels' untuned times, a line each (a torn last line is skipped when read)."""
     with open(paths.untuned, "a") as log:
         for workload_hash, seconds in times.items():
-            log.write(json.dumps({"schema_version": UNTUNED_VERSION, "workload_hash": workload_hash,
-                                  "seconds": seconds}) + "\n")
+            log.write(
+                json.dumps({"schema_version": UNTUNED_VERSION, "workload_hash": workload_hash, "seconds": seconds})
+                + "\n"
+            )
 
 
 def untuned_times(paths: ClassDatabasePaths) -> dict[str, float | None]:
@@ -329,12 +315,4 @@ def _json_lines(path: Path) -> list:
     if not path.exists():
         return []
     lines = path.read_bytes().split(b"\n")
-    return [json.loads(line) for line in lines if line.strip() and _parses(line)]
-
-
-def _parses(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
+    return [json.loads(line) for line in lines if line.strip() and parses_as_json(line)]

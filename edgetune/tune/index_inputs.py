@@ -146,8 +146,10 @@ class InRangeArguments:
         bounds = self.bounds.get(signature(args_info), (None,) * len(args_info))
         rng = np.random.default_rng(self.seed)
         return [
-            [self._allocate(device, dtype, shape, bound, random_fill, rng)
-             for (_kind, dtype, shape), bound in zip(args_info, bounds)]
+            [
+                self._allocate(device, dtype, shape, bound, random_fill, rng)
+                for (_kind, dtype, shape), bound in zip(args_info, bounds)
+            ]
             for _ in range(alloc_repeat)
         ]
 

@@ -28,8 +28,10 @@ from edgetune.tune.report import progress_line
 log = logging.getLogger(__name__)
 
 BOARD_RETURN_GRACE_S = 60.0  # how long a class without a registered board waits for one to come back
-NO_BOARDS = ("no board of the class left (none came back to the tracker in time): "
-             "see `edgetune fleet status`, restart them with `edgetune fleet up`, and re-run `edgetune tune` to resume")
+NO_BOARDS = (
+    "no board of the class left (none came back to the tracker in time): "
+    "see `edgetune fleet status`, restart them with `edgetune fleet up`, and re-run `edgetune tune` to resume"
+)
 
 
 @derived_object
@@ -61,7 +63,11 @@ class BoardGuardRunner(PyRunner):
     a board timed while the host compiles measures the contention (2x on 2 cores, see docs/measurement.md)."""
 
     def __init__(
-        self, endpoint: RpcEndpoint, boards: int, runner: ms.runner.RPCRunner, exclusive: bool,
+        self,
+        endpoint: RpcEndpoint,
+        boards: int,
+        runner: ms.runner.RPCRunner,
+        exclusive: bool,
         return_grace_s: float = BOARD_RETURN_GRACE_S,
     ) -> None:
         super().__init__()
@@ -75,8 +81,10 @@ class BoardGuardRunner(PyRunner):
     def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
         if not self._a_board_is_registered():
             self.boards_lost = True
-            message = (f"no board of class {self.endpoint.key} registered with the tracker {self.endpoint.address} "
-                       f"within {self.return_grace_s:g} s")
+            message = (
+                f"no board of class {self.endpoint.key} registered with the tracker {self.endpoint.address} "
+                f"within {self.return_grace_s:g} s"
+            )
             return [DoneFuture(RunnerResult(run_secs=None, error_msg=message)) for _ in runner_inputs]
         futures = self.runner.run(runner_inputs)
         if not self.exclusive:
@@ -87,8 +95,12 @@ class BoardGuardRunner(PyRunner):
         """Whether a board of the class is registered, waiting up to `return_grace_s` for one."""
         if class_load(self.endpoint).registered > 0:
             return True
-        log.warning("[%s] no board of the class is registered with the tracker %s; waiting up to %g s for one "
-                    "to come back", self.endpoint.key, self.endpoint.address, self.return_grace_s)
+        log.warning(
+            "[%s] no board of the class is registered with the tracker %s; waiting up to %g s for one to come back",
+            self.endpoint.key,
+            self.endpoint.address,
+            self.return_grace_s,
+        )
         started = time.monotonic()
         if wait_for_servers(self.endpoint, self.return_grace_s) == 0:
             return False
@@ -160,8 +172,7 @@ class RunState:
 
     def estimates(self) -> dict[str, float | None]:
         return {
-            model: (sum(n * self.best[h] for h, n in calls.items())
-                    if all(h in self.best for h in calls) else None)
+            model: (sum(n * self.best[h] for h, n in calls.items()) if all(h in self.best for h in calls) else None)
             for model, calls in self.task_calls.items()
         }
 
@@ -178,7 +189,10 @@ class RunMonitor(PyMeasureCallback):
     when the class has lost all its boards (the scheduler then ends the run)."""
 
     def __init__(
-        self, state: RunState, runner: BoardGuardRunner, cost_model: ms.cost_model.XGBModel,
+        self,
+        state: RunState,
+        runner: BoardGuardRunner,
+        cost_model: ms.cost_model.XGBModel,
         cost_model_path: Path,
     ) -> None:
         super().__init__()
@@ -193,11 +207,19 @@ class RunMonitor(PyMeasureCallback):
         if self.runner.boards_lost and self.state.stopped is None:
             self.state.stopped = NO_BOARDS
         busy, state = class_load(self.runner.endpoint).busy, self.state
-        log.info(progress_line(
-            state.device_class, state.spent, None if state.time_is_the_budget else state.run_budget,
-            len(state.best), len(state.ledgers), state.estimates(), busy, self.runner.boards,
-            None if state.time_limit_s is None else (state.searched_s(), state.time_limit_s),
-        ))
+        log.info(
+            progress_line(
+                state.device_class,
+                state.spent,
+                None if state.time_is_the_budget else state.run_budget,
+                len(state.best),
+                len(state.ledgers),
+                state.estimates(),
+                busy,
+                self.runner.boards,
+                None if state.time_limit_s is None else (state.searched_s(), state.time_limit_s),
+            )
+        )
 
 
 # TVM names the booster file `model.bin`, so xgboost warns on every save and load that it

@@ -1,10 +1,11 @@
 """The warnings TVM's and onnxruntime's C++ code prints during a tuning run go to the class's
 log file (`<database>/logs/native.log`), not the console.
 
-Both write straight to file descriptor 2, past Python's logging, and what they warn about
-means nothing to a user: MetaSchedule's `Unknown schedule rule "meta_schedule.pool_max"` for
-every pooling kernel (it falls back to its default rules, as meant), onnxruntime's `Removing
-initializer ...` for every initializer its constant folding leaves unused. While
+Both write straight to file descriptor 2, past Python's logging (edgetune.tvm_compat.native_warnings),
+and what they warn about means nothing to a user: MetaSchedule's `Unknown schedule rule
+"meta_schedule.pool_max"` for every pooling kernel (it falls back to its default rules, as
+meant), onnxruntime's `Removing initializer ...` for every initializer its constant folding
+leaves unused. While
 `native_warnings_to(path)` is open, descriptor 2 is a pipe: a thread passes every line on to
 the console, except those warnings (and the indented lines that continue one), which it
 appends to `path`. Their errors, Python's output and everything else reach the console as before.
@@ -24,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from edgetune.tvm_compat.native_warnings import is_tvm_warning
+
 NATIVE_LOG = "native.log"
-# `[02:26:14] /project/src/.../apply_custom_rule.cc:64: Warning: ...` (TVM's LOG(WARNING))
-_TVM_WARNING = re.compile(rb"^\[\d\d:\d\d:\d\d\] \S+:\d+: Warning: ")
 # `\x1b[0;93m2026-12-02 02:21:30.04 [W:onnxruntime:, graph.cc:5809 ...] ...` (verbose, info, warning)
 _ORT_WARNING = re.compile(rb"\[[VIW]:onnxruntime:")
 _ROUTER_EXIT_S = 2.0
@@ -34,7 +35,7 @@ _DRAINED = b"\x00edgetune: native log drained\n"  # written last in the block: t
 
 
 def _is_native_warning(line: bytes) -> bool:
-    return bool(_TVM_WARNING.match(line) or _ORT_WARNING.search(line))
+    return is_tvm_warning(line) or bool(_ORT_WARNING.search(line))
 
 
 @contextmanager
@@ -47,8 +48,9 @@ def native_warnings_to(path: Path) -> Iterator[None]:
     console = os.dup(2)
     read_end, write_end = os.pipe()
     drained = threading.Event()
-    router = threading.Thread(target=_route, args=(read_end, os.dup(console), log, drained), name="native-warnings",
-                              daemon=True)
+    router = threading.Thread(
+        target=_route, args=(read_end, os.dup(console), log, drained), name="native-warnings", daemon=True
+    )
     router.start()
     os.dup2(write_end, 2)
     os.close(write_end)

@@ -117,13 +117,12 @@ def model_budgets(policy: TuningPolicy, device_class: str, models: tuple[Model, 
 
 def order_tasks(tasks: tuple[KernelTask, ...], done: Mapping[str, int]) -> tuple[KernelTask, ...]:
     """Never-measured tasks first, then largest weighted cost first (stable by name)."""
-    return tuple(
-        sorted(tasks, key=lambda t: (done.get(t.workload_hash, 0) > 0, -t.cost, t.name))
-    )
+    return tuple(sorted(tasks, key=lambda t: (done.get(t.workload_hash, 0) > 0, -t.cost, t.name)))
 
 
-def class_budget(policy: TuningPolicy, device_class: str, models: tuple[Model, ...],
-                 all_models: tuple[Model, ...], tasks: int) -> tuple[int, int, str]:
+def class_budget(
+    policy: TuningPolicy, device_class: str, models: tuple[Model, ...], all_models: tuple[Model, ...], tasks: int
+) -> tuple[int, int, str]:
     """(budget, trials a task's share may reach, the rule in words) for `tasks` tasks."""
     rule, trials = policy.task_budget_rule(device_class)
     if rule == "per_task":
@@ -133,8 +132,14 @@ def class_budget(policy: TuningPolicy, device_class: str, models: tuple[Model, .
     one_round = tasks * policy.trials_per_iter
     cap = policy.max_trials_per_task or max(class_wide, one_round)
     if 0 < class_wide < one_round:
-        return one_round, cap, (f"{class_wide} trials per class, raised to {one_round} so that each of "
-                                f"{tasks} tasks gets a round of {policy.trials_per_iter}")
+        return (
+            one_round,
+            cap,
+            (
+                f"{class_wide} trials per class, raised to {one_round} so that each of "
+                f"{tasks} tasks gets a round of {policy.trials_per_iter}"
+            ),
+        )
     return class_wide, cap, f"{class_wide} trials per class over {tasks} tasks"
 
 
@@ -154,8 +159,10 @@ def plan_class(
     by_time = time_is_the_budget(policy, device_class)
     ordered = order_tasks(tasks, done)
     already = [done.get(t.workload_hash, 0) for t in ordered]  # every trial spent counts, even past the cap
-    knee = [reached_knee([r.latency_s for r in trials if r.workload_hash == t.workload_hash], policy.early_stop)
-            for t in ordered]
+    knee = [
+        reached_knee([r.latency_s for r in trials if r.workload_hash == t.workload_hash], policy.early_stop)
+        for t in ordered
+    ]
     per_iter = policy.trials_per_iter
     if by_time:
         budget, rule, planned, by_gain, per_iter = _time_budget(policy, already, knee, measured)
@@ -176,7 +183,9 @@ def plan_class(
         target=profile.target_json(),
         boards=tuple(b.name for b in fleet.pool_of(device_class)),
         models=tuple(m.name for m in models),
-        model_budgets=tuple((m.name, shares) for m, shares in _model_shares(policy, device_class, models, fleet.models)),
+        model_budgets=tuple(
+            (m.name, shares) for m, shares in _model_shares(policy, device_class, models, fleet.models)
+        ),
         budget_rule=rule,
         budget=budget,
         done=sum(already),
@@ -196,8 +205,9 @@ def plan_class(
     return _with_warnings(plan)
 
 
-def _time_budget(policy: TuningPolicy, already: list[int], knee: list[bool],
-                 measured: Throughput | None) -> tuple[int, str, list[int], int, int]:
+def _time_budget(
+    policy: TuningPolicy, already: list[int], knee: list[bool], measured: Throughput | None
+) -> tuple[int, str, list[int], int, int]:
     """(budget, rule in words, planned trials per task, trials dealt by expected gain, the
     round) of a run budgeted by its time: the trials that fit in the limit at the measured rate
     (a round for each task still gaining where no rate is measured yet: the first run measures
@@ -206,15 +216,25 @@ def _time_budget(policy: TuningPolicy, already: list[int], knee: list[bool],
     cap = policy.max_trials_per_task or UNBOUNDED_TRIALS
     gaining = [d for d, k in zip(already, knee) if not k]
     per_iter = round_within_limit(policy.trials_per_iter, len(gaining), limit, measured)
-    fit = int(limit / measured.seconds_per_trial) if measured else sum(first_rounds(gaining, UNBOUNDED_TRIALS, per_iter, cap))
+    fit = (
+        int(limit / measured.seconds_per_trial)
+        if measured
+        else sum(first_rounds(gaining, UNBOUNDED_TRIALS, per_iter, cap))
+    )
     rounds = iter(first_rounds(gaining, fit, per_iter, cap))
     planned = [0 if k else next(rounds) for k in knee]
     room = sum(max(cap - d - p, 0) for d, p, k in zip(already, planned, knee) if not k)
     by_gain = min(fit - sum(planned), room)
-    smaller = (f" (not {policy.trials_per_iter}: the limit holds no more for each of {len(gaining)} tasks at "
-               f"{'the measured rate' if measured else f'a stated {DEFAULT_SECONDS_PER_TRIAL:g} s per trial'})" if per_iter < policy.trials_per_iter else "")
-    rule = (f"time limit of {_seconds(limit)}: a round of {per_iter} per task{smaller}, then rounds to the tasks "
-            f"expected to gain most until the limit")
+    smaller = (
+        f" (not {policy.trials_per_iter}: the limit holds no more for each of {len(gaining)} tasks at "
+        f"{'the measured rate' if measured else f'a stated {DEFAULT_SECONDS_PER_TRIAL:g} s per trial'})"
+        if per_iter < policy.trials_per_iter
+        else ""
+    )
+    rule = (
+        f"time limit of {_seconds(limit)}: a round of {per_iter} per task{smaller}, then rounds to the tasks "
+        f"expected to gain most until the limit"
+    )
     return sum(already) + sum(planned) + by_gain, rule, planned, by_gain, per_iter
 
 
@@ -223,12 +243,16 @@ def _time_estimate(trials: int, measured: Throughput | None, limit_s: float | No
     if limit_s is None or trials == 0:
         return estimate(trials, measured)
     if by_time:
-        return (f"up to the time limit of {_seconds(limit_s)}: "
-                + (f"{trials} trials at the measured rate, {estimate(trials, measured)}" if measured else
-                   "no run of this class has been measured yet (the first run measures the trial rate)"))
+        return f"up to the time limit of {_seconds(limit_s)}: " + (
+            f"{trials} trials at the measured rate, {estimate(trials, measured)}"
+            if measured
+            else "no run of this class has been measured yet (the first run measures the trial rate)"
+        )
     if measured and trials * measured.seconds_per_trial > limit_s:
-        return (f"{estimate(trials, measured)}; the time limit of {_seconds(limit_s)} ends it after about "
-                f"{int(limit_s / measured.seconds_per_trial)} trials")
+        return (
+            f"{estimate(trials, measured)}; the time limit of {_seconds(limit_s)} ends it after about "
+            f"{int(limit_s / measured.seconds_per_trial)} trials"
+        )
     return f"{estimate(trials, measured)}, within the time limit of {_seconds(limit_s)}"
 
 
@@ -311,8 +335,14 @@ def _with_warnings(plan: ClassPlan) -> ClassPlan:
 
 def _format_class(plan: ClassPlan) -> str:
     rows = [
-        (t.name, f"{t.flops / 1e6:.2f}", f"{t.weight:g}", ",".join(t.models), t.done,
-         f"{t.planned} (at its knee)" if t.at_knee else t.planned)
+        (
+            t.name,
+            f"{t.flops / 1e6:.2f}",
+            f"{t.weight:g}",
+            ",".join(t.models),
+            t.done,
+            f"{t.planned} (at its knee)" if t.at_knee else t.planned,
+        )
         for t in plan.tasks
     ]
     cap = f", at most {plan.max_trials_per_task} per task" if plan.max_trials_per_task else ""
@@ -322,7 +352,11 @@ def _format_class(plan: ClassPlan) -> str:
         f"to run {plan.remaining} ({plan.trials_per_iter} per round{cap})"
         + (f"; seeded from {plan.borrow_from}" if plan.borrow_from else "")
         + (f"\n  {plan.freed} trials of tasks at their knee go to the tasks that still gain" if plan.freed else "")
-        + (f"\n  {plan.by_gain} trials after a round each go to the tasks expected to gain most" if plan.by_gain else "")
+        + (
+            f"\n  {plan.by_gain} trials after a round each go to the tasks expected to gain most"
+            if plan.by_gain
+            else ""
+        )
         + f"\n  time: {plan.estimate}"
     )
     table = tabulate(rows, headers=("task", "MFLOP", "weight", "models", "done", "planned"))

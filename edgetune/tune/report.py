@@ -8,15 +8,20 @@ it exists once every kernel of the model has a measured schedule. Before that, t
 (`early_curve`) counts each kernel not measured yet at its untuned time (measured on the boards
 at the class run's start, `untuned.py`), or, where that measurement failed, at its first
 measured latency: the curve starts at trial 0, the untuned model, its early part marked as such.
+
+`summary.json` is a `TuningSummary` (schema `edgetune.tuning-summary`, version 1), decoded by
+the schema codec wherever it is read (`read_summary`); a summary without the schema keys, as
+written before they existed, is read as version 1.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import matplotlib
 
@@ -24,10 +29,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
 from tabulate import tabulate  # noqa: E402
 
-from edgetune.artifact_format.codec import describe, load_json  # noqa: E402
+from edgetune.artifact_format.codec import FrozenMap, load_versioned, rule, to_json  # noqa: E402
 from edgetune.compiler.tasks import KernelTask  # noqa: E402
 from edgetune.durable import write_atomic  # noqa: E402
-from edgetune.errors import ArtifactError, TuneError  # noqa: E402
+from edgetune.errors import TuneError  # noqa: E402
 from edgetune.tune.database import TrialRecord  # noqa: E402
 
 SUMMARY_SCHEMA = "edgetune.tuning-summary"
@@ -49,6 +54,72 @@ class EarlyPoint:
     untuned: int = 0  # how many of those count at their untuned time
 
 
+def _points(*lengths: int):
+    """A check that each point of a curve has one of `lengths` numbers."""
+
+    def check(points: tuple[tuple[float, ...], ...]) -> str | None:
+        bad = next((i for i, point in enumerate(points) if len(point) not in lengths), None)
+        if bad is None:
+            return None
+        return f"point {bad} has {len(points[bad])} numbers, not {' or '.join(map(str, lengths))}"
+
+    return check
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One kernel of a model in its report."""
+
+    name: str
+    workload_hash: str
+    flops: float
+    calls: int  # in the model
+    trials: int  # on the class's database, for all its models
+    failed_trials: int
+    best_latency_s: float | None
+    gflops: float | None
+    stopped: str | None  # why the last run gave it no more trials (None: it was not stopped)
+
+
+@dataclass(frozen=True)
+class KneePoint:
+    trials: int
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class TuningSummary:
+    """`summary.json`: one model's tuning on one class, over every run so far."""
+
+    device_class: str
+    model: str
+    trials: int
+    trials_this_run: int
+    tuning_time_s: float  # over every run
+    tasks_total: int
+    tasks_tuned: int  # with a measured schedule
+    estimated_latency_s: float | None  # once every kernel has a measured schedule
+    tasks: tuple[TaskRow, ...]
+    curve: tuple[tuple[float, ...], ...] = rule(check=_points(2))  # [trials, latency_s] per CurvePoint
+    early_curve: tuple[tuple[float, ...], ...] = rule(
+        (), check=_points(3, 4)
+    )  # [trials, latency_s, stand_ins, untuned]
+    knee: KneePoint | None = None
+    trials_to_within_10pct: int | None = None
+    borrowed_from: str | None = None  # kept by later runs
+    stopped: str | None = None  # why the last run stopped early
+    firmware: Mapping[str, str] = field(default_factory=FrozenMap)  # per board, as of its last run
+    target: Mapping[str, Any] = field(default_factory=FrozenMap)
+    database: str | None = None
+    untuned_latency_s: float | None = None
+
+    def curve_points(self) -> list[CurvePoint]:
+        return [CurvePoint(int(p[0]), p[1]) for p in self.curve]
+
+    def early_points(self) -> list[EarlyPoint]:
+        return [EarlyPoint(int(p[0]), p[1], int(p[2]), int(p[3]) if len(p) > 3 else 0) for p in self.early_curve]
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What the tuner knows about the run beyond the database."""
@@ -67,12 +138,19 @@ class RunInfo:
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
     """Estimated model latency after each trial on one of its kernels, once all are measured."""
     calls = _model_calls(tasks, model)
-    return [CurvePoint(spent, sum(calls[h] * best[h] for h in calls))
-            for spent, best in _best_after_each_trial(calls, trials) if len(best) == len(calls)]
+    return [
+        CurvePoint(spent, sum(calls[h] * best[h] for h in calls))
+        for spent, best in _best_after_each_trial(calls, trials)
+        if len(best) == len(calls)
+    ]
 
 
-def early_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord],
-                untuned: Mapping[str, float | None] = MappingProxyType({})) -> list[EarlyPoint]:
+def early_curve(
+    tasks: tuple[KernelTask, ...],
+    model: str,
+    trials: list[TrialRecord],
+    untuned: Mapping[str, float | None] = MappingProxyType({}),
+) -> list[EarlyPoint]:
     """The estimate before every kernel of the model was measured: at trial 0 when every kernel
     has an untuned time, then after each trial. A kernel not measured yet counts at its untuned
     time, or without one at its first measured latency; kernels with neither are left out."""
@@ -106,7 +184,9 @@ def _model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
     return {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
 
 
-def _best_after_each_trial(calls: Mapping[str, int], trials: list[TrialRecord]) -> Iterator[tuple[int, dict[str, float]]]:
+def _best_after_each_trial(
+    calls: Mapping[str, int], trials: list[TrialRecord]
+) -> Iterator[tuple[int, dict[str, float]]]:
     """After each trial on one of `calls`' kernels: the trials spent on them, and the best
     latency measured so far per kernel (one dict, updated in place)."""
     best: dict[str, float] = {}
@@ -144,8 +224,9 @@ def trials_to_within(curve: list[CurvePoint], fraction: float = WITHIN) -> int |
     return next(p.trials for p in curve if p.latency_s <= target)
 
 
-def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord],
-              stops: Mapping[str, str]) -> list[dict]:  # fmt: skip
+def task_rows(
+    tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord], stops: Mapping[str, str]
+) -> list[TaskRow]:
     """Per kernel of the model: FLOPs, calls, trials (all models), best latency, GFLOP/s, and why
     the last run gave it no more trials (`stops`, by workload hash; None: it was not stopped)."""
     rows = []
@@ -156,23 +237,27 @@ def task_rows(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecor
         valid = [t.latency_s for t in own if t.latency_s is not None]
         best = min(valid) if valid else None
         rows.append(
-            {
-                "name": task.name,
-                "workload_hash": task.workload_hash,
-                "flops": task.flops,
-                "calls": task.calls_in(model),
-                "trials": len(own),
-                "failed_trials": len(own) - len(valid),
-                "best_latency_s": best,
-                "gflops": task.flops / best / 1e9 if best else None,
-                "stopped": stops.get(task.workload_hash),
-            }
+            TaskRow(
+                task.name,
+                task.workload_hash,
+                task.flops,
+                task.calls_in(model),
+                len(own),
+                len(own) - len(valid),
+                best,
+                task.flops / best / 1e9 if best else None,
+                stops.get(task.workload_hash),
+            )
         )
     return rows
 
 
 def write_model_report(
-    directory: Path, model: str, tasks: tuple[KernelTask, ...], trials: list[TrialRecord], run: RunInfo,
+    directory: Path,
+    model: str,
+    tasks: tuple[KernelTask, ...],
+    trials: list[TrialRecord],
+    run: RunInfo,
     untuned: Mapping[str, float | None] = MappingProxyType({}),
 ) -> Path:
     """Write table.txt, curve.png and summary.json for one model; return the summary path.
@@ -182,84 +267,84 @@ def write_model_report(
     curve = model_curve(tasks, model, trials)
     early = early_curve(tasks, model, trials, untuned)
     summary_path = directory / "summary.json"
-    previous = read_summary(summary_path) if summary_path.exists() else {}
+    previous = read_summary(summary_path) if summary_path.exists() else None
     knee_point = knee(curve)
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "schema_version": SUMMARY_VERSION,
-        "device_class": run.device_class,
-        "model": model,
-        "target": run.target,
-        "database": run.database_dir,
-        "trials": sum(r["trials"] for r in rows),
-        "trials_this_run": run.trials_this_run,
-        "tuning_time_s": round(previous.get("tuning_time_s", 0.0) + run.tuning_time_s, 3),
-        "tasks_total": len(rows),
-        "tasks_tuned": sum(1 for r in rows if r["best_latency_s"] is not None),
-        "estimated_latency_s": curve[-1].latency_s if curve else None,
-        "untuned_latency_s": untuned_latency(tasks, model, untuned),
-        "tasks": rows,
-        "curve": [[p.trials, p.latency_s] for p in curve],
-        "early_curve": [[p.trials, p.latency_s, p.stand_ins, p.untuned] for p in early],
-        "knee": {"trials": knee_point.trials, "latency_s": knee_point.latency_s} if knee_point else None,
-        "trials_to_within_10pct": trials_to_within(curve),
-        "borrowed_from": run.borrowed_from or previous.get("borrowed_from"),  # kept by later runs
-        "stopped": run.stopped,
-        "firmware": {**previous.get("firmware", {}), **run.firmware},  # per board, as of its last run
-    }
-    write_atomic(summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+    summary = TuningSummary(
+        device_class=run.device_class,
+        model=model,
+        trials=sum(r.trials for r in rows),
+        trials_this_run=run.trials_this_run,
+        tuning_time_s=round((previous.tuning_time_s if previous else 0.0) + run.tuning_time_s, 3),
+        tasks_total=len(rows),
+        tasks_tuned=sum(1 for r in rows if r.best_latency_s is not None),
+        estimated_latency_s=curve[-1].latency_s if curve else None,
+        tasks=tuple(rows),
+        curve=tuple((p.trials, p.latency_s) for p in curve),
+        early_curve=tuple((p.trials, p.latency_s, p.stand_ins, p.untuned) for p in early),
+        knee=KneePoint(knee_point.trials, knee_point.latency_s) if knee_point else None,
+        trials_to_within_10pct=trials_to_within(curve),
+        borrowed_from=run.borrowed_from or (previous.borrowed_from if previous else None),
+        stopped=run.stopped,
+        firmware={**(previous.firmware if previous else {}), **run.firmware},
+        target=run.target,
+        database=run.database_dir,
+        untuned_latency_s=untuned_latency(tasks, model, untuned),
+    )
+    document = {"schema": SUMMARY_SCHEMA, "schema_version": SUMMARY_VERSION, **to_json(summary)}
+    write_atomic(summary_path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
     write_atomic(directory / "table.txt", (format_table(rows) + "\n").encode())
     plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point, early)
     return summary_path
 
 
-def read_summary(path: Path) -> dict:
+def read_summary(path: Path) -> TuningSummary:
     """A `summary.json` as `write_model_report` writes it; a TuneError names the file and the
     field when it is damaged, of another schema version, or holds a value of the wrong kind."""
     try:
-        summary = load_json(path.read_bytes(), str(path))
+        data = path.read_bytes()
     except OSError as err:
         raise TuneError(f"{path}: cannot be read ({err.strerror})") from None
-    except ArtifactError as err:
+    try:
+        return load_versioned(
+            TuningSummary,
+            data,
+            str(path),
+            SUMMARY_SCHEMA,
+            SUMMARY_VERSION,
+            error=TuneError,
+            unversioned_is_current=True,
+        )
+    except TuneError as err:
         raise TuneError(f"{err}; {_REBUILD}") from None
-    problem = _summary_problem(summary)
-    if problem:
-        raise TuneError(f"{path}: {problem}; {_REBUILD}")
-    return summary
 
 
 _REBUILD = "remove it: the next tuning run rebuilds it from the database (its tuning time and firmware restart)"
-_SUMMARY_FIELDS = {"trials": (int,), "tuning_time_s": (int, float), "firmware": (dict,)}
 
 
-def _summary_problem(summary: object) -> str | None:
-    if not isinstance(summary, dict) or summary.get("schema") != SUMMARY_SCHEMA:
-        return f"schema: not an {SUMMARY_SCHEMA} file"
-    if summary.get("schema_version") != SUMMARY_VERSION:
-        return f"schema_version: {str(summary.get('schema_version'))[:40]} is not supported (this edgetune reads version {SUMMARY_VERSION})"
-    for field, kinds in _SUMMARY_FIELDS.items():
-        value = summary.get(field)
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            return f"{field}: must be {' or '.join(k.__name__ for k in kinds)}, got {describe(value)}"
-    return None
-
-
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[TaskRow]) -> str:
     def us(seconds: float | None) -> str:
         return f"{seconds * 1e6:.1f}" if seconds is not None else "-"
 
     return tabulate(
         [
-            (r["name"], f"{r['flops'] / 1e6:.2f}", r["calls"], r["trials"], r["failed_trials"],
-             us(r["best_latency_s"]), f"{r['gflops']:.2f}" if r["gflops"] else "-")
+            (
+                r.name,
+                f"{r.flops / 1e6:.2f}",
+                r.calls,
+                r.trials,
+                r.failed_trials,
+                us(r.best_latency_s),
+                f"{r.gflops:.2f}" if r.gflops else "-",
+            )
             for r in rows
         ],
         headers=("task", "MFLOP", "calls", "trials", "failed", "best (us)", "GFLOP/s"),
     )
 
 
-def plot_curve(path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None,
-               early: list[EarlyPoint] = ()) -> None:
+def plot_curve(
+    path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None, early: list[EarlyPoint] = ()
+) -> None:
     figure = curve_figure(title, curve, knee_point, early)
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -277,8 +362,12 @@ def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | N
         axes.plot([p.trials for p in curve], [p.latency_s * 1e3 for p in curve], drawstyle="steps-post")
     if knee_point:
         axes.plot([knee_point.trials], [knee_point.latency_s * 1e3], "o", color="tab:red")
-        axes.annotate(f"knee: {knee_point.trials} trials", (knee_point.trials, knee_point.latency_s * 1e3),
-                      textcoords="offset points", xytext=(8, 8))
+        axes.annotate(
+            f"knee: {knee_point.trials} trials",
+            (knee_point.trials, knee_point.latency_s * 1e3),
+            textcoords="offset points",
+            xytext=(8, 8),
+        )
     axes.set_xlabel("trials spent on the model's kernels")
     axes.set_ylabel("estimated latency (ms)")
     axes.set_title(title)
@@ -298,8 +387,15 @@ def _early_label(early: list[EarlyPoint]) -> str:
 
 
 def progress_line(
-    device_class: str, trials: int, budget: int | None, tasks_done: int, tasks: int,
-    estimates: dict[str, float | None], boards_busy: int, boards: int, time_used: tuple[float, float] | None = None,
+    device_class: str,
+    trials: int,
+    budget: int | None,
+    tasks_done: int,
+    tasks: int,
+    estimates: dict[str, float | None],
+    boards_busy: int,
+    boards: int,
+    time_used: tuple[float, float] | None = None,
 ) -> str:
     """`[class] trials 48/128 this run  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2`:
     this run's trials against what it may measure (earlier runs' records are not in either);
@@ -309,5 +405,4 @@ def progress_line(
     spent = f"trials {trials}" + (f"/{budget}" if budget is not None else "") + " this run"
     if time_used is not None:
         spent += f" ({time_used[0]:.0f}/{time_used[1]:g} s)"
-    return (f"[{device_class}] {spent}  tasks {tasks_done}/{tasks}  "
-            f"best est. {best}  boards busy {boards_busy}/{boards}")
+    return f"[{device_class}] {spent}  tasks {tasks_done}/{tasks}  best est. {best}  boards busy {boards_busy}/{boards}"

@@ -7,13 +7,16 @@ has boards. A board that dies mid-measurement turns that candidate into a failed
 Inputs that a kernel indexes with are filled in range (`index_inputs.InRangeArguments`), so a
 gather or an embedding lookup is measured instead of crashing the board's session.
 
-A runner worker keeps its board's session from one measurement to the next (`HeldSession`):
-opening one through TVM's tracker client cost about 90 ms of board time per candidate here
-(bench/trial_rate.py); it is opened through edgetune's (`fleet.tracker.request_session`). It gives the board back when it has been
+A runner worker keeps its board's session from one measurement to the next (`HeldSession`),
+opened through edgetune's tracker client (`fleet.tracker.request_session`), since opening one per
+candidate costs board time (bench/README.md, trial rate). It gives the board back when it has been
 idle for SESSION_IDLE_S (between rounds, or when the class's other worker waits for the only
 live board) and before a measurement once the session is SESSION_REUSE_S old, so the board's
 own session timeout never ends a session mid-measurement and no worker keeps a board for long.
 A session that no longer answers (a candidate crashed it) is replaced before the next one.
+TVM's sessions end only when freed, and a loaded file name stays cached in a session
+(edgetune.tvm_compat.rpc_session): the workers collect garbage after each measurement and
+upload each candidate under a name of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import gc
 import shutil
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +32,11 @@ from pathlib import Path
 import tvm
 from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
-from tvm.support.popen_pool import PopenPoolExecutor
 
 from edgetune.fleet.tracker import RpcEndpoint, request_session, wait_for_servers
 from edgetune.inventory.schema import Measurement
 from edgetune.tune.index_inputs import IndexBounds, InRangeArguments
+from edgetune.tvm_compat.rpc_session import collect_after_each_measurement, freeze_imports, own_upload_name
 
 SESSION_TIMEOUT_S = 60
 SESSION_REUSE_S = 10.0  # a candidate starting on a held session has 50 s of its session timeout left
@@ -47,33 +49,6 @@ def wait_for_boards(endpoint: RpcEndpoint) -> int:
     out, or, if the session was reset, once its watchdog has started a new server
     (edgetune.fleet.board_rpc_server)."""
     return wait_for_servers(endpoint, SESSION_TIMEOUT_S + 15)
-
-
-def freeze_imports() -> None:
-    """A measurement worker's initializer: what it has imported so far is never garbage, so
-    `measure_then_collect`'s collection skips it (50 ms a collection here, microseconds frozen)."""
-    gc.freeze()
-
-
-def measure_then_collect(measure, *args):
-    """One measurement in a runner worker (MetaSchedule's `_worker_func`), then a garbage
-    collection there. An RPCSession has no close(): its connection ends, and its board goes back
-    to the tracker, only when the object is freed, and a finished measurement's session can be
-    left in a reference cycle: one that raised (the traceback holds the evaluator's and the
-    cleanup's frames), and one whose worker the tracker had first handed a board that had just
-    died (measured: held in 6 of 8 such measurements, tests/tune/test_exclusive_runner.py). An
-    idle worker allocates nothing and so never collects: with a board of the class dead, the
-    other worker waited on the tracker for the board the idle one still held until the board
-    timed that session out (SESSION_TIMEOUT_S, a minute; the idle worker caught by py-spy in its
-    popen loop). A failure goes back as its text, so that nothing of it outlives the collection."""
-    failure = None
-    try:
-        return measure(*args)
-    except Exception:  # noqa: BLE001 (every failure becomes the trial's error, as in MetaSchedule)
-        failure = traceback.format_exc()
-    finally:
-        gc.collect()
-    raise RuntimeError(failure)
 
 
 class HeldSession:
@@ -93,8 +68,9 @@ class HeldSession:
     def take(self, rpc_config: ms.runner.RPCConfig) -> rpc.RPCSession:
         with self.lock:
             self.generation += 1
-            if self.session is not None and (time.monotonic() - self.opened > SESSION_REUSE_S
-                                             or not _answers(self.session)):
+            if self.session is not None and (
+                time.monotonic() - self.opened > SESSION_REUSE_S or not _answers(self.session)
+            ):
                 self._give_back()
             if self.session is None:
                 endpoint = RpcEndpoint(rpc_config.tracker_host, rpc_config.tracker_port, rpc_config.tracker_key)
@@ -118,7 +94,7 @@ class HeldSession:
     def upload(self, session: rpc.RPCSession, local_path: str) -> tvm.runtime.Module:
         """The candidate uploaded under a name of its own in the session, and loaded."""
         self.uploads += 1
-        self.uploaded = f"{self.uploads}-{Path(local_path).parent.name}.so"
+        self.uploaded = own_upload_name(self.uploads, local_path)
         session.upload(local_path, self.uploaded)
         return session.load_module(self.uploaded)
 
@@ -133,7 +109,7 @@ class HeldSession:
 
     def _give_back(self) -> None:
         """The connection ends, and the board goes back to the tracker, once nothing holds the
-        session (the measurement that used it last has returned by now)."""
+        session (the measurement that used it last has returned by now): TVM's sessions have no close()."""
         self.session = None
         gc.collect()
 
@@ -158,8 +134,7 @@ def held_session(rpc_config: ms.runner.RPCConfig) -> rpc.RPCSession:
 def upload_under_own_name(session: rpc.RPCSession, local_path: str, remote_path: str) -> tvm.runtime.Module:
     """`f_upload_module`: the candidate uploaded under a name of its own in the session. Every
     candidate's file is `candidate.so` (SharedLibraryExport), and a session that has loaded a
-    file name would be handed the library already loaded under it (the dynamic loader looks
-    libraries up by name), not the new candidate's."""
+    file name would be handed the library already loaded under it (edgetune.tvm_compat.rpc_session)."""
     del remote_path
     return _HELD.upload(session, local_path)
 
@@ -172,18 +147,11 @@ def remove_upload(session: rpc.RPCSession | None, remote_path: str | None) -> No
     _HELD.clean_up(session)
 
 
-class CollectingPool:
-    """An RPCRunner's worker pool whose every measurement is `measure_then_collect`."""
-
-    def __init__(self, pool: PopenPoolExecutor) -> None:
-        self.pool = pool
-
-    def submit(self, measure, *args):
-        return self.pool.submit(measure_then_collect, measure, *args)
-
-
 def make_runner(
-    endpoint: RpcEndpoint, boards: int, measurement: Measurement, index_bounds: Mapping[str, IndexBounds],
+    endpoint: RpcEndpoint,
+    boards: int,
+    measurement: Measurement,
+    index_bounds: Mapping[str, IndexBounds],
 ) -> ms.runner.RPCRunner:
     """An RPCRunner on the class's `boards` boards with the profile's measurement settings,
     filling the inputs its tasks index with in range (`index_inputs.class_index_bounds`)."""
@@ -207,8 +175,7 @@ def make_runner(
         f_alloc_argument=InRangeArguments(index_bounds),
         f_cleanup=remove_upload,
     )
-    runner.pool = CollectingPool(runner.pool)
-    return runner
+    return collect_after_each_measurement(runner)
 
 
 @dataclass(frozen=True)
@@ -219,18 +186,27 @@ class Measured:
     error: str | None
 
 
-def build_and_measure(mods: Sequence[tvm.IRModule], target: tvm.target.Target, builder: ms.builder.Builder,
-                      runner: ms.runner.Runner) -> list[Measured]:
+def build_and_measure(
+    mods: Sequence[tvm.IRModule], target: tvm.target.Target, builder: ms.builder.Builder, runner: ms.runner.Runner
+) -> list[Measured]:
     """Build modules with the run's builder and measure them in one batch with its runner,
     outside the tuning loop (borrowed schedules, untuned kernels), in order. A module that fails
     to build or run comes back with its error, never raised; the builds' files are removed."""
     built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods])
     try:
-        futures = iter(runner.run([
-            ms.runner.RunnerInput(result.artifact_path, device_type=_device_type(target),
-                                  args_info=ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True))
-            for mod, result in zip(mods, built) if result.error_msg is None
-        ]))
+        futures = iter(
+            runner.run(
+                [
+                    ms.runner.RunnerInput(
+                        result.artifact_path,
+                        device_type=_device_type(target),
+                        args_info=ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True),
+                    )
+                    for mod, result in zip(mods, built)
+                    if result.error_msg is None
+                ]
+            )
+        )
         return [_measured(result.error_msg, None if result.error_msg else next(futures).result()) for result in built]
     finally:
         for result in built:  # each candidate has a directory of its own (SharedLibraryExport)

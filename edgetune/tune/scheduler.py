@@ -65,13 +65,22 @@ class BudgetScheduler(PyTaskScheduler):
             if task_id in in_flight or tasks[task_id].is_terminated:
                 continue
             if stop_at_knee(ledger, state.early_stop) or ledger.stopped:
-                log.info("[%s] %s: %s after %d trials this run; its unspent trials go to tasks still gaining",
-                         state.device_class, state.names[task_id], ledger.stopped, ledger.spent)
+                log.info(
+                    "[%s] %s: %s after %d trials this run; its unspent trials go to tasks still gaining",
+                    state.device_class,
+                    state.names[task_id],
+                    ledger.stopped,
+                    ledger.spent,
+                )
                 self._outer().terminate_task(task_id)
         budget_left = state.run_budget - state.spent - sum(in_flight.values())
         task_id = choose_task(
-            state.ledgers, [not t.is_terminated for t in tasks], in_flight, budget_left,
-            state.trials_per_iter, state.trials_per_iter,  # expected gain: what a task's last round gained
+            state.ledgers,
+            [not t.is_terminated for t in tasks],
+            in_flight,
+            budget_left,
+            state.trials_per_iter,
+            state.trials_per_iter,  # expected gain: what a task's last round gained
         )
         if task_id is None and budget_left > 0:
             state.stopped = "every task reached its knee, its cap or the end of its search space"

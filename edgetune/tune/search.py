@@ -4,10 +4,10 @@ the class database has measured already.
 TVM 0.27's EvolutionarySearch remembers only the schedules it picked in the current run (its
 `measured_workloads_` starts empty: "TODO: add records from the database to avoid
 re-measuring"), and it starts each round from the database's best schedules, which the cost
-model, trained on them, scores highest. A resumed run so measured again what earlier runs had
-measured (one record in nine of a class database grown over several runs was a repeat). Here a
+model, trained on them, scores highest. A resumed run so measures again what earlier runs have
+measured. Here a
 candidate whose trace (instructions and decisions) a record of the task already holds is
-dropped before it is built.
+dropped before it is built (edgetune.tvm_compat.search_strategy).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+from edgetune.tvm_compat.search_strategy import initialize_with_tune_context
 
 # Rounds the inner search may be asked for while each of its candidates was measured before
 # (it picks others each time: it remembers what it gave); then the round is empty, which the
@@ -40,7 +42,8 @@ class UnmeasuredSearch(PySearchStrategy):
         self.measured: set[str] | None = None  # read from the database at the first round
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
-        self.inner._initialize_with_tune_context(context)
+        """PySearchStrategy's hook (TVM 0.27 names it so): initialize the inner strategy too."""
+        initialize_with_tune_context(self.inner, context)
         self.workload = context.mod
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
@@ -75,7 +78,9 @@ class UnmeasuredSearch(PySearchStrategy):
             self.measured = set()
             if self.database is not None:
                 workload = self.database.commit_workload(self.workload)
-                self.measured = {schedule_key(record.trace)
-                                 for record in self.database.get_all_tuning_records()
-                                 if record.workload.same_as(workload)}  # fmt: skip
+                self.measured = {
+                    schedule_key(record.trace)
+                    for record in self.database.get_all_tuning_records()
+                    if record.workload.same_as(workload)
+                }
         return self.measured

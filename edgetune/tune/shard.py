@@ -6,15 +6,14 @@ resumable source of truth. Before the search it splits its searched tasks into s
 equal weight, each with its share of the run's budget (`split_state`). A shard searches its
 tasks with its own tune contexts, a copy of the class's cost model and an in-memory database
 seeded with the class's records of its tasks; `RecordStream` sends every measured record to the
-head as the round is measured, and the head commits it to the class database (`commit_records`)
-at once, so a shard that is lost keeps every trial it measured. When every shard has ended, the
+head as the round is measured, and the head commits it to the class database at once
+(`tvm_compat.record_lines.commit_lines`), so a shard that is lost keeps every trial it measured. When every shard has ended, the
 head retrains the class's cost model on the merged records of every searched task
 (`retrain_cost_model`) and adds up the shards' accounts (`merge_states`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,10 +27,13 @@ from edgetune.compiler.prepare import kernel_hash
 from edgetune.tune import database as database_files
 from edgetune.tune.budget import UNBOUNDED_TRIALS, TaskLedger
 from edgetune.tune.monitor import RunState
+from edgetune.tvm_compat.record_lines import RecordLines, RecordLineWriter
 
 FAILED_RECORD_SECS = 1e10  # how MetaSchedule's AddToDatabase records a candidate that failed
-SHARD_LOST = ("a shard of the search was lost with its node or process; every trial it measured is in the class "
-              "database: re-run `edgetune tune` to resume")
+SHARD_LOST = (
+    "a shard of the search was lost with its node or process; every trial it measured is in the class "
+    "database: re-run `edgetune tune` to resume"
+)
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,15 @@ def split_state(state: RunState, shards: int) -> list[RunState]:
     shares = [sum(state.ledgers[i].share for i in group) or 1 for group in groups]
     budgets = _proportional(state.run_budget, shares)
     return [
-        replace(state, device_class=f"{state.device_class} shard {n + 1}/{len(groups)}",
-                ledgers=[state.ledgers[i] for i in group], names=[state.names[i] for i in group],
-                run_budget=UNBOUNDED_TRIALS if state.time_is_the_budget else budget, best={}, round_started_at={})
+        replace(
+            state,
+            device_class=f"{state.device_class} shard {n + 1}/{len(groups)}",
+            ledgers=[state.ledgers[i] for i in group],
+            names=[state.names[i] for i in group],
+            run_budget=UNBOUNDED_TRIALS if state.time_is_the_budget else budget,
+            best={},
+            round_started_at={},
+        )
         for n, (group, budget) in enumerate(zip(groups, budgets))
     ]
 
@@ -88,15 +96,18 @@ def merge_states(state: RunState, outcomes: Sequence[ShardOutcome | None]) -> li
     """Put each shard's ledgers back into the run's state; the reasons shards stopped early
     (SHARD_LOST for a shard that did not come back: None). A lost shard's trials are in the
     database, not in its ledgers: the run counts them when it resumes."""
-    by_hash = {ledger.workload_hash: ledger for outcome in outcomes if outcome is not None
-               for ledger in outcome.ledgers}
+    by_hash = {
+        ledger.workload_hash: ledger for outcome in outcomes if outcome is not None for ledger in outcome.ledgers
+    }
     state.ledgers = [by_hash.get(ledger.workload_hash, ledger) for ledger in state.ledgers]
-    return [SHARD_LOST if outcome is None else outcome.stopped
-            for outcome in outcomes if outcome is None or outcome.stopped]
+    return [
+        SHARD_LOST if outcome is None else outcome.stopped for outcome in outcomes if outcome is None or outcome.stopped
+    ]
 
 
-def seeded_database(class_database: ms.database.Database,
-                    contexts: Sequence[ms.TuneContext]) -> ms.database.MemoryDatabase:
+def seeded_database(
+    class_database: ms.database.Database, contexts: Sequence[ms.TuneContext]
+) -> ms.database.MemoryDatabase:
     """An in-memory database with the class's records of the shard's tasks (the evolutionary
     search starts from a task's best measured schedules)."""
     seeded = ms.database.MemoryDatabase()
@@ -113,36 +124,30 @@ def _rebound(record: ms.database.TuningRecord, workload: ms.database.Workload) -
     return ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target, record.args_info)
 
 
-# A record in transit: its workload's line and its own line, as a JSON database writes them.
-# (A TuningRecord pickled whole came back with a trace that crashed TVM when replayed, and
-# TVM's Python `as_json` refuses a trace holding an IndexMap: the C++ writer handles both.)
-RecordLines = tuple[str, str]
-
-
 @derived_object
 class RecordStream(PyMeasureCallback):
     """After every round of a shard: its records, as MetaSchedule's AddToDatabase makes them (a
-    failed candidate with run_secs [1e10]), written by a JSON database of the shard's own in
-    `directory` and their lines passed to `send`, which takes them to the head."""
+    failed candidate with run_secs [1e10]), as the lines a JSON database of the shard's own in
+    `directory` writes (edgetune.tvm_compat.record_lines), passed to `send`, which takes them to the head."""
 
     def __init__(self, send: Callable[[list[RecordLines]], None], directory: Path) -> None:
         super().__init__()
         self.send = send
-        directory.mkdir(parents=True, exist_ok=True)
-        self.paths = database_files.ClassDatabasePaths(directory)
-        self.database = database_files.open_database(self.paths)
-        self.sent = 0  # record lines already sent
+        self.writer = RecordLineWriter(directory)
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         context = task_scheduler.tasks_[task_id].ctx
-        workload = self.database.commit_workload(context.mod)
-        for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
-            self.database.commit_tuning_record(ms.database.TuningRecord(
-                candidate.sch.trace, workload, _run_secs(built, ran), context.target, candidate.args_info))
-        workloads = self.paths.workload.read_text().splitlines()
-        records = self.paths.tuning_record.read_text().splitlines()
-        self.send([(workloads[json.loads(line)[0]], line) for line in records[self.sent:]])
-        self.sent = len(records)
+        workload = self.writer.commit_workload(context.mod)
+        self.send(
+            self.writer.lines_of(
+                [
+                    ms.database.TuningRecord(
+                        candidate.sch.trace, workload, _run_secs(built, ran), context.target, candidate.args_info
+                    )
+                    for candidate, built, ran in zip(measure_candidates, builder_results, runner_results)
+                ]
+            )
+        )
 
 
 def _run_secs(built: ms.builder.BuilderResult, ran: RunnerResult) -> list[float]:
@@ -151,26 +156,25 @@ def _run_secs(built: ms.builder.BuilderResult, ran: RunnerResult) -> list[float]
     return [float(s) for s in ran.run_secs]
 
 
-def commit_records(database: ms.database.Database, records: Sequence[RecordLines]) -> None:
-    """Commit a shard's records (`RecordStream`) to the class database, each under the
-    database's own workload."""
-    for workload_line, record_line in records:
-        workload = database.commit_workload(ms.database.Workload.from_json(json.loads(workload_line)).mod)
-        database.commit_tuning_record(ms.database.TuningRecord.from_json(json.loads(record_line)[1], workload))
-
-
-def retrain_cost_model(cost_model: ms.cost_model.XGBModel, contexts: Sequence[ms.TuneContext],
-                       database: ms.database.Database) -> int:
+def retrain_cost_model(
+    cost_model: ms.cost_model.XGBModel, contexts: Sequence[ms.TuneContext], database: ms.database.Database
+) -> int:
     """Train `cost_model` on the class database's valid records of every context's task (the
     shards trained copies of it on their own tasks only); returns the records it trained on."""
     trained = 0
     records = database_files.records_by_kernel(database)
     for context in contexts:
-        valid = [r for r in records.get(kernel_hash(context.mod), [])
-                 if float(r.run_secs[0]) < database_files.FAILED_RUN_SECS]
+        valid = [
+            r
+            for r in records.get(kernel_hash(context.mod), [])
+            if float(r.run_secs[0]) < database_files.FAILED_RUN_SECS
+        ]
         if valid:
-            cost_model.update(context, [r.as_measure_candidate() for r in valid],
-                              [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in valid])
+            cost_model.update(
+                context,
+                [r.as_measure_candidate() for r in valid],
+                [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in valid],
+            )
             trained += len(valid)
     return trained
 

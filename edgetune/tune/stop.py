@@ -4,8 +4,8 @@ written, so a re-run resumes. A second signal stops at once.
 
 Why a request and not an exception: each class tunes in a process of its own, inside
 MetaSchedule's C++ loop. A Python handler that raised there would fire only inside one of
-edgetune's callbacks, where TVM's FFI turns the exception into an error it logs, and the loop
-would go on (a SIGTERM to a bench waited for the class's whole budget). So the CLI's handler
+edgetune's callbacks, where TVM's FFI turns the exception into a C++ error or a dropped
+candidate, and the loop would go on (edgetune.tvm_compat.python_callbacks). So the CLI's handler
 (`stop_on_signals`) only sets an event the class processes share (`adopt` in each), and the
 budget scheduler reads it before it starts a round (`stop_requested`). Outside tuning the
 same handler stops at once, as Ctrl-C always did.
@@ -81,8 +81,10 @@ def stop_on_signals() -> Iterator[None]:
     def handler(signum: int, _frame) -> None:
         if _tuning and stop_requested() is None:
             request_stop()
-            log.warning("%s: tuning stops after the rounds in flight and keeps them; send it again to "
-                        "stop at once", signal.Signals(signum).name)
+            log.warning(
+                "%s: tuning stops after the rounds in flight and keeps them; send it again to stop at once",
+                signal.Signals(signum).name,
+            )
             return
         raise KeyboardInterrupt
 

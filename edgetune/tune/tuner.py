@@ -36,6 +36,7 @@ from tvm.s_tir import meta_schedule as ms
 from edgetune.compiler.intrinsics import load_cpu_intrinsics
 from edgetune.compiler.target import build_target, missing_cross_compiler
 from edgetune.compiler.tasks import ClassTasks, class_tasks
+from edgetune.compiler.tir.rules import register_schedule_rules
 from edgetune.errors import EdgetuneError, TuneError
 from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import for_each_board
@@ -83,7 +84,6 @@ from edgetune.tune.shard import (
     RecordStream,
     ShardOutcome,
     ShardPlacement,
-    commit_records,
     merge_states,
     placement,
     retrain_cost_model,
@@ -93,8 +93,10 @@ from edgetune.tune.shard import (
 )
 from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
 from edgetune.tune.untuned import measure_untuned
+from edgetune.tvm_compat.record_lines import commit_lines
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -184,8 +186,11 @@ class TuneResult:
         return sum(c.trials_run for c in self.classes)
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "trials_run": self.trials_run,
-                "classes": [{**asdict(c), "ok": c.ok} for c in self.classes]}
+        return {
+            "ok": self.ok,
+            "trials_run": self.trials_run,
+            "classes": [{**asdict(c), "ok": c.ok} for c in self.classes],
+        }
 
 
 def tune_fleet(fleet: Fleet, options: TuneOptions = TuneOptions()) -> TuneResult:
@@ -219,12 +224,17 @@ def _run_stage(fleet: Fleet, stage: list[str], options: TuneOptions) -> dict[str
     else:
         options = replace(options, search=options.search.for_classes(len(stage), host_cores()))
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=len(stage), mp_context=context,
-                                 initializer=adopt, initargs=(stop_event(),)) as pool:
+        with ProcessPoolExecutor(
+            max_workers=len(stage), mp_context=context, initializer=adopt, initargs=(stop_event(),)
+        ) as pool:
             futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
             outcomes = {name: _outcome(future) for name, future in futures.items()}
-    return {name: outcome if isinstance(outcome, ClassResult)  # else the class process or task died (e.g. a TVM crash)
-            else ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {outcome}") for name, outcome in outcomes.items()}
+    return {
+        name: outcome
+        if isinstance(outcome, ClassResult)  # else the class process or task died (e.g. a TVM crash)
+        else ClassResult(name, 0, 0, 0, 0, 0.0, (), error=f"{name}: {outcome}")
+        for name, outcome in outcomes.items()
+    }
 
 
 def _outcome(future) -> ClassResult | Exception:
@@ -285,37 +295,74 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             boards = len(fleet.pool_of(device_class))
             exclusive = measures_exclusively(fleet, device_class, options)
             if exclusive:
-                log.info("[%s] measuring exclusively: nothing is searched or built while a board measures", device_class)
-            log.info("[%s] searching on %d host threads, a population of %d for rounds of %d", device_class,
-                     options.search.threads(), options.search.population_for(plan.trials_per_iter), plan.trials_per_iter)
+                log.info(
+                    "[%s] measuring exclusively: nothing is searched or built while a board measures", device_class
+                )
+            log.info(
+                "[%s] searching on %d host threads, a population of %d for rounds of %d",
+                device_class,
+                options.search.threads(),
+                options.search.population_for(plan.trials_per_iter),
+                plan.trials_per_iter,
+            )
             bounds = _index_bounds(device_class, tasks)
-            runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive)
+            runner = BoardGuardRunner(
+                endpoint, boards, make_runner(endpoint, boards, profile.measurement, bounds), exclusive
+            )
             selected = _searched_tasks(plan)
             contexts = _tune_contexts(selected, tasks, target, paths.logs, options.search, plan.trials_per_iter)
             cost_model = _cost_model(paths, options.search)
-            measure_untuned(device_class, {t.workload_hash: tasks.extracted[t.workload_hash] for t in selected},
-                            target, builder, runner, paths)
+            measure_untuned(
+                device_class,
+                {t.workload_hash: tasks.extracted[t.workload_hash] for t in selected},
+                target,
+                builder,
+                runner,
+                paths,
+            )
             donor = plan.borrow_from if options.borrow else None
-            seeded = _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) if donor else {}
+            seeded = (
+                _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model)
+                if donor
+                else {}
+            )
             borrowed = sum(seeded.values())
             state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths))
             if _shards(fleet, selected) > 1:
-                spent, stopped, shards = _search_in_shards(fleet, options, plan, selected, contexts, database,
-                                                           cost_model, paths, state)
+                spent, stopped, shards = _search_in_shards(
+                    fleet, options, plan, selected, contexts, database, cost_model, paths, state
+                )
             else:
                 spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
             searched_s, longest_round_s = state.searched_s(), state.longest_round_s
             ledgers = state.ledgers
             if spent + borrowed:
                 append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
-    summaries = _write_reports(fleet, device_class, plan, tasks, paths, spent + borrowed,
-                               time.monotonic() - started, stopped, plan.borrow_from if borrowed else None,
-                               _task_stops(plan, ledgers))
+    summaries = _write_reports(
+        fleet,
+        device_class,
+        plan,
+        tasks,
+        paths,
+        spent + borrowed,
+        time.monotonic() - started,
+        stopped,
+        plan.borrow_from if borrowed else None,
+        _task_stops(plan, ledgers),
+    )
     return ClassResult(
-        device_class, plan.budget, plan.done, spent + borrowed, borrowed,
-        time.monotonic() - started, summaries, stopped=stopped,
+        device_class,
+        plan.budget,
+        plan.done,
+        spent + borrowed,
+        borrowed,
+        time.monotonic() - started,
+        summaries,
+        stopped=stopped,
         error=f"class {device_class}: {stopped}" if stopped in (NO_BOARDS, SHARD_LOST) else None,
-        search_time_s=searched_s, shards=shards, longest_round_s=longest_round_s,
+        search_time_s=searched_s,
+        shards=shards,
+        longest_round_s=longest_round_s,
     )
 
 
@@ -356,21 +403,30 @@ def _searched_tasks(plan: ClassPlan) -> list[TaskPlan]:
     return [t for t in plan.tasks if t.planned > 0 or (by_gain and not t.at_knee)]
 
 
-def _tune_contexts(selected: list[TaskPlan], tasks: ClassTasks, target: tvm.target.Target,
-                   logs: Path, search: SearchSettings, trials_per_iter: int) -> list[ms.TuneContext]:
+def _tune_contexts(
+    selected: list[TaskPlan],
+    tasks: ClassTasks,
+    target: tvm.target.Target,
+    logs: Path,
+    search: SearchSettings,
+    trials_per_iter: int,
+) -> list[ms.TuneContext]:
     """MetaSchedule's default CPU rules; a kernel that `prepare` marked with `schedule_rule`
-    gets the rule registered by edgetune.compiler.schedule_rules (imported with prepare). The
+    gets edgetune's rule of that name (`register_schedule_rules`). The
     evolutionary search skips schedules the database measured before (`UnmeasuredSearch`).
     MetaSchedule's per-task logs go to `logs`."""
     load_cpu_intrinsics(target)
+    register_schedule_rules()
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         [tasks.extracted[t.workload_hash] for t in selected],
         work_dir=str(logs),
-        strategy=UnmeasuredSearch(ms.search_strategy.EvolutionarySearch(
-            population_size=search.population_for(trials_per_iter),
-            init_measured_ratio=search.init_measured_ratio,
-            genetic_num_iters=search.genetic_num_iters,
-        )),
+        strategy=UnmeasuredSearch(
+            ms.search_strategy.EvolutionarySearch(
+                population_size=search.population_for(trials_per_iter),
+                init_measured_ratio=search.init_measured_ratio,
+                genetic_num_iters=search.genetic_num_iters,
+            )
+        ),
         num_threads=search.threads(),
         seed=search.seed,
     )
@@ -399,8 +455,9 @@ def _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scr
     return seeded
 
 
-def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan],
-               seeded: Mapping[str, int], trials: list) -> RunState:
+def _run_state(
+    fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan], seeded: Mapping[str, int], trials: list
+) -> RunState:
     """Each searched task's account: its planned share less what borrowing spent on it, and
     its ceiling (`max_trials_per_task`, borrowed trials included). A run budgeted by its time
     has no trial bound: its time limit ends it."""
@@ -409,18 +466,19 @@ def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[
     history = {t.workload_hash: [r.latency_s for r in trials if r.workload_hash == t.workload_hash] for t in selected}
     ledgers = [
         TaskLedger(
-            workload_hash=t.workload_hash, weight=t.weight,
+            workload_hash=t.workload_hash,
+            weight=t.weight,
             share=max(t.planned - seeded.get(t.workload_hash, 0), 0),
-            ceiling=(policy.max_trials_per_task - len(history[t.workload_hash])
-                     if policy.max_trials_per_task else run_budget),
+            ceiling=(
+                policy.max_trials_per_task - len(history[t.workload_hash]) if policy.max_trials_per_task else run_budget
+            ),
             history=history[t.workload_hash],
         )
         for t in selected
     ]
     return RunState(
         device_class=plan.device_class,
-        task_calls={m: {t.workload_hash: t.calls_in(m) for t in tasks.tasks if t.calls_in(m)}
-                    for m in plan.models},
+        task_calls={m: {t.workload_hash: t.calls_in(m) for t in tasks.tasks if t.calls_in(m)} for m in plan.models},
         ledgers=ledgers,
         names=[t.name for t in selected],
         run_budget=run_budget,
@@ -431,8 +489,17 @@ def _run_state(fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[
     )
 
 
-def _search(plan: ClassPlan, selected: list[TaskPlan], contexts, database, builder, runner,
-            cost_model, paths: ClassDatabasePaths, state: RunState) -> tuple[int, str | None]:
+def _search(
+    plan: ClassPlan,
+    selected: list[TaskPlan],
+    contexts,
+    database,
+    builder,
+    runner,
+    cost_model,
+    paths: ClassDatabasePaths,
+    state: RunState,
+) -> tuple[int, str | None]:
     """Run MetaSchedule's tuning loop under the budget scheduler; return (trials, stop reason)."""
     if state.run_budget <= 0 or not selected:
         return 0, None
@@ -442,8 +509,18 @@ def _search(plan: ClassPlan, selected: list[TaskPlan], contexts, database, build
     return state.spent, state.stopped
 
 
-def _tune_loop(selected: list[TaskPlan], contexts, database, builder, runner, cost_model, cost_model_path: Path,
-               work_dir: Path, state: RunState, *callbacks: ms.measure_callback.MeasureCallback) -> None:
+def _tune_loop(
+    selected: list[TaskPlan],
+    contexts,
+    database,
+    builder,
+    runner,
+    cost_model,
+    cost_model_path: Path,
+    work_dir: Path,
+    state: RunState,
+    *callbacks: ms.measure_callback.MeasureCallback,
+) -> None:
     """MetaSchedule's tuning loop over `contexts` under the budget scheduler of `state`; the
     cost model saved to `cost_model_path` after every round and at the end."""
     ms.tune.tune_tasks(
@@ -457,8 +534,11 @@ def _tune_loop(selected: list[TaskPlan], contexts, database, builder, runner, co
         runner=runner,
         database=database,
         cost_model=cost_model,
-        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                           RunMonitor(state, runner, cost_model, cost_model_path), *callbacks],
+        measure_callbacks=[
+            *ms.measure_callback.MeasureCallback.create("default"),
+            RunMonitor(state, runner, cost_model, cost_model_path),
+            *callbacks,
+        ],
         task_scheduler=BudgetScheduler(state),
     )
     save_cost_model(cost_model, cost_model_path)
@@ -471,8 +551,15 @@ def _shards(fleet: Fleet, selected: list[TaskPlan]) -> int:
 
 
 def _search_in_shards(
-    fleet: Fleet, options: TuneOptions, plan: ClassPlan, selected: list[TaskPlan], contexts, database, cost_model,
-    paths: ClassDatabasePaths, state: RunState,
+    fleet: Fleet,
+    options: TuneOptions,
+    plan: ClassPlan,
+    selected: list[TaskPlan],
+    contexts,
+    database,
+    cost_model,
+    paths: ClassDatabasePaths,
+    state: RunState,
 ) -> tuple[int, str | None, tuple[ShardPlacement, ...]]:
     """The search split into shards on the Ray cluster (edgetune.tune.shard), their records
     committed to the class database as they come; then the cost model retrained on them all.
@@ -483,26 +570,38 @@ def _search_in_shards(
         return 0, None, ()
     by_hash = {t.workload_hash: t for t in selected}
     states = split_state(state, _shards(fleet, selected))
-    log.info("[%s] searching in %d shards on the Ray cluster: %s", plan.device_class, len(states),
-             "; ".join(f"{len(s.ledgers)} tasks" for s in states))
+    log.info(
+        "[%s] searching in %d shards on the Ray cluster: %s",
+        plan.device_class,
+        len(states),
+        "; ".join(f"{len(s.ledgers)} tasks" for s in states),
+    )
     outcomes = run_shards(
-        fleet, plan.device_class, [(fleet, plan, options, [by_hash[h] for h in shard_hashes(s)], s) for s in states],
-        search_shard, lambda records: commit_records(database, records),
+        fleet,
+        plan.device_class,
+        [(fleet, plan, options, [by_hash[h] for h in shard_hashes(s)], s) for s in states],
+        search_shard,
+        lambda records: commit_lines(database, records),
     )
     problems = merge_states(state, outcomes)
     started = time.monotonic()
     trained = retrain_cost_model(cost_model, contexts, database)
     save_cost_model(cost_model, paths.cost_model)
-    log.info("[%s] cost model retrained on the %d records of every searched task in %.1f s", plan.device_class,
-             trained, time.monotonic() - started)
+    log.info(
+        "[%s] cost model retrained on the %d records of every searched task in %.1f s",
+        plan.device_class,
+        trained,
+        time.monotonic() - started,
+    )
     state.stopped = next((p for p in problems if p in (SHARD_LOST, NO_BOARDS)), problems[0] if problems else None)
     if state.stopped:
         log.info("[%s] stopped: %s", plan.device_class, state.stopped)
     return state.spent, state.stopped, tuple(placement(s, o) for s, o in zip(states, outcomes))
 
 
-def search_shard(fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: list[TaskPlan], state: RunState,
-                 send) -> ShardOutcome:
+def search_shard(
+    fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: list[TaskPlan], state: RunState, send
+) -> ShardOutcome:
     """One shard of a class run's search (run by edgetune.tune.on_ray.shards on a node): its
     tasks searched with its own contexts, a copy of the class's cost model and the class's
     records of its tasks; `send` takes every measured record to the class run."""
@@ -520,14 +619,27 @@ def search_shard(fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: 
         closing(_candidate_builder(fleet, scratch, profile.cross_compiler)) as builder,
     ):
         work = Path(scratch)
-        runner = BoardGuardRunner(endpoint, boards, make_runner(endpoint, boards, profile.measurement,
-                                                                _index_bounds(device_class, tasks)),
-                                  measures_exclusively(fleet, device_class, options))
+        runner = BoardGuardRunner(
+            endpoint,
+            boards,
+            make_runner(endpoint, boards, profile.measurement, _index_bounds(device_class, tasks)),
+            measures_exclusively(fleet, device_class, options),
+        )
         contexts = _tune_contexts(selected, tasks, target, work / "logs", options.search, plan.trials_per_iter)
         database = seeded_database(open_database(snapshot(paths, work / "database")), contexts)
         cost_model = _cost_model(paths, options.search)
-        _tune_loop(selected, contexts, database, builder, runner, cost_model, work / "cost_model.tar", work, state,
-                   RecordStream(send, work / "sent"))
+        _tune_loop(
+            selected,
+            contexts,
+            database,
+            builder,
+            runner,
+            cost_model,
+            work / "cost_model.tar",
+            work,
+            state,
+            RecordStream(send, work / "sent"),
+        )
     return ShardOutcome(tuple(state.ledgers), state.stopped)
 
 
@@ -553,8 +665,7 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
     directory = Workdir(fleet.workdir).reports(device_class)
     untuned = untuned_times(paths)
     return tuple(
-        str(write_model_report(directory / model, model, tasks.tasks, trials, run, untuned))
-        for model in plan.models
+        str(write_model_report(directory / model, model, tasks.tasks, trials, run, untuned)) for model in plan.models
     )
 
 

@@ -26,8 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def measure_untuned(
-    device_class: str, kernels: Mapping[str, ms.ExtractedTask], target: tvm.target.Target,
-    builder: ms.builder.Builder, runner: ms.runner.Runner, paths: ClassDatabasePaths,
+    device_class: str,
+    kernels: Mapping[str, ms.ExtractedTask],
+    target: tvm.target.Target,
+    builder: ms.builder.Builder,
+    runner: ms.runner.Runner,
+    paths: ClassDatabasePaths,
 ) -> dict[str, float | None]:
     """Build and measure the kernels (workload hash -> extracted task) that have no untuned
     time in the class database yet; record and return what was measured (None: failed)."""
@@ -38,17 +42,31 @@ def measure_untuned(
     started = time.monotonic()
     times, errors = _measure(list(todo.items()), target, builder, runner)
     append_untuned(paths, times)
-    log.info("[%s] untuned time of %d kernels measured in %.1f s", device_class, len(times) - len(errors),
-             time.monotonic() - started)
+    log.info(
+        "[%s] untuned time of %d kernels measured in %.1f s",
+        device_class,
+        len(times) - len(errors),
+        time.monotonic() - started,
+    )
     for workload_hash, error in errors.items():
-        log.warning("[%s] kernel %s: no untuned time (the curve counts it at its first measured time): %s",
-                    device_class, kernels[workload_hash].task_name, error.strip().splitlines()[-1] if error.strip() else "")
+        log.warning(
+            "[%s] kernel %s: no untuned time (the curve counts it at its first measured time): %s",
+            device_class,
+            kernels[workload_hash].task_name,
+            error.strip().splitlines()[-1] if error.strip() else "",
+        )
     return times
 
 
-def _measure(kernels: list[tuple[str, ms.ExtractedTask]], target: tvm.target.Target, builder: ms.builder.Builder,
-             runner: ms.runner.Runner) -> tuple[dict[str, float | None], dict[str, str]]:
+def _measure(
+    kernels: list[tuple[str, ms.ExtractedTask]],
+    target: tvm.target.Target,
+    builder: ms.builder.Builder,
+    runner: ms.runner.Runner,
+) -> tuple[dict[str, float | None], dict[str, str]]:
     """Times by workload hash (None where it failed), and the failures' messages."""
     measured = build_and_measure([task.dispatched[0] for _, task in kernels], target, builder, runner)
-    times = {h: None if m.run_secs is None else sum(m.run_secs) / len(m.run_secs) for (h, _), m in zip(kernels, measured)}
+    times = {
+        h: None if m.run_secs is None else sum(m.run_secs) / len(m.run_secs) for (h, _), m in zip(kernels, measured)
+    }
     return times, {h: m.error for (h, _), m in zip(kernels, measured) if m.error}

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 import tvm
-from agent_support import free_port
-from fleet_marker import starts_fleet
-from tests_samples import FAKE_PRIVATE_KEY, sample_inputs
+from support.agent_support import free_port
+from support.fleet_marker import starts_fleet
+from support.tests_samples import FAKE_PRIVATE_KEY, sample_inputs
 from tvm import relax
 
 from edgetune.agent import AgentConfig, write_config
@@ -192,7 +192,9 @@ class Server:
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "edgetune", "serve", "-f", str(fleet.path)],
-            stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 60
         while True:
@@ -267,9 +269,17 @@ def board_of():
 def write_board(root: Path, fleet: Fleet, board: str, server: str, keep_releases: int = 3, **changes) -> Path:
     """An agent root as the rollout leaves it: agent.json, the token (0600), the pinned anchor key and CA."""
     classes = {b.name: b.device_class for b in fleet.fleet.boards}
-    config = AgentConfig(board=board, device_class=classes[board], server=server, token_file="token",
-                         public_key="fleet.pub", server_ca="fleet-ca.pem", keep_releases=keep_releases,
-                         firmware_command="uname -srm", threads=1)  # fmt: skip
+    config = AgentConfig(
+        board=board,
+        device_class=classes[board],
+        server=server,
+        token_file="token",
+        public_key="fleet.pub",
+        server_ca="fleet-ca.pem",
+        keep_releases=keep_releases,
+        firmware_command="uname -srm",
+        threads=1,
+    )
     write_config(root, replace(config, **changes))
     (root / "token").write_text(fleet.tokens[board])
     (root / "token").chmod(0o600)
@@ -287,7 +297,9 @@ def make_board(tmp_path, fleet):
     count = iter(range(1000))
 
     def _make(board: str = "fast-1", server: str = NO_SERVER, keep_releases: int = 3, **changes) -> Path:
-        return write_board(tmp_path / f"{board}-{next(count)}" / "agent", fleet, board, server, keep_releases, **changes)
+        return write_board(
+            tmp_path / f"{board}-{next(count)}" / "agent", fleet, board, server, keep_releases, **changes
+        )
 
     return _make
 

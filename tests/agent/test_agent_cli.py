@@ -12,25 +12,42 @@ import time
 
 import numpy as np
 import pytest
-from agent_support import agent_cli, current
+from support.agent_support import agent_cli, answer_json, current
 
 from edgetune.agent import AgentConfig, load_config, write_config
 from edgetune.agent.cli import main
 from edgetune.agent.errors import AgentConfigError
 from edgetune.artifact_format.reference import npz_bytes
 
-CONFIG = AgentConfig(board="gw-a1", device_class="gateway-avx512", server="https://10.231.7.1:8470", token_file="token",
-                     public_key="fleet.pub", server_ca="fleet-ca.pem", keep_releases=3, firmware_command="uname -srm",
-                     threads=1)  # fmt: skip
+CONFIG = AgentConfig(
+    board="gw-a1",
+    device_class="gateway-avx512",
+    server="https://10.231.7.1:8470",
+    token_file="token",
+    public_key="fleet.pub",
+    server_ca="fleet-ca.pem",
+    keep_releases=3,
+    firmware_command="uname -srm",
+    threads=1,
+)
 
 
 def test_config_is_written_canonically_and_read_back(tmp_path):
     path = write_config(tmp_path / "agent", CONFIG)
     raw = path.read_bytes()
-    assert json.loads(raw) == {"schema": "edgetune.agent-config", "schema_version": 1, "board": "gw-a1",
-                               "device_class": "gateway-avx512", "server": "https://10.231.7.1:8470",
-                               "token_file": "token", "public_key": "fleet.pub", "server_ca": "fleet-ca.pem", "keep_releases": 3,
-                               "firmware_command": "uname -srm", "threads": 1}
+    assert json.loads(raw) == {
+        "schema": "edgetune.agent-config",
+        "schema_version": 1,
+        "board": "gw-a1",
+        "device_class": "gateway-avx512",
+        "server": "https://10.231.7.1:8470",
+        "token_file": "token",
+        "public_key": "fleet.pub",
+        "server_ca": "fleet-ca.pem",
+        "keep_releases": 3,
+        "firmware_command": "uname -srm",
+        "threads": 1,
+    }
     assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
     assert load_config(tmp_path / "agent") == CONFIG
     with pytest.raises(AgentConfigError, match="keep_releases: must be at least 2"):
@@ -59,7 +76,7 @@ def test_a_bad_config_exits_2_naming_the_file_and_field(tmp_path, capsys, edit, 
 
 def test_missing_config_and_unsafe_token_exit_2(make_board, tmp_path, capsys):
     assert main(["--root", str(tmp_path / "nowhere"), "status", "--json"]) == 2
-    assert "agent.json: missing" in json.loads(capsys.readouterr().out)["error"]
+    assert "agent.json: missing" in answer_json("status", capsys.readouterr().out)["error"]
     root = make_board()
     (root / "token").chmod(0o644)
     assert main(["--root", str(root), "install", "--model", "mlp"]) == 2
@@ -85,15 +102,27 @@ def test_an_agent_root_another_user_could_change_exits_2_naming_the_directory(tm
 def test_install_and_status_json(board_on, fleet):
     root = board_on(1)
     status, record = agent_cli(root, "install", "--model", "mlp", "--from", str(fleet.tarball("mlp", "gw-fast", 2)))
-    assert status == 0 and record == {"board": "fast-1", "model": "mlp", "from_version": 1, "to_version": 2,
-                                      "result": "installed", "error": None}
+    assert status == 0 and record == {
+        "board": "fast-1",
+        "model": "mlp",
+        "from_version": 1,
+        "to_version": 2,
+        "result": "installed",
+        "error": None,
+    }
     status, refused = agent_cli(root, "install", "--model", "mlp", "--from", str(fleet.tarball("mlp", "gw-fast", 1)))
     assert status == 1 and refused["result"] == "failed" and "older than v2" in refused["error"]
     status, board = agent_cli(root, "status")
     firmware = subprocess.run("uname -srm", shell=True, capture_output=True, text=True).stdout.strip()
     assert status == 0 and (board["board"], board["device_class"], board["firmware"]) == ("fast-1", "gw-fast", firmware)
     mlp = board["models"]["mlp"]
-    assert (mlp["version"], mlp["previous"], mlp["highest_installed"], mlp["kept"], mlp["firmware"]) == (2, 1, 2, [1, 2], firmware)
+    assert (mlp["version"], mlp["previous"], mlp["highest_installed"], mlp["kept"], mlp["firmware"]) == (
+        2,
+        1,
+        2,
+        [1, 2],
+        firmware,
+    )
     assert time.time() - _parse_utc(mlp["since"]) < 600
 
 
@@ -132,11 +161,30 @@ def test_state_is_completed_from_the_link_after_a_kill_between_the_two_steps(boa
     assert (status, record["from_version"], record["to_version"], current(root)) == (0, 1, 2, "v2")
 
 
-FORBIDDEN = ("paramiko", "yaml", "tabulate", "onnx", "onnxruntime", "xgboost", "matplotlib", "starlette", "uvicorn",
-             "psutil", "tornado", "cloudpickle", "edgetune.tune", "edgetune.compiler", "edgetune.fleet", "edgetune.inventory",
-             "edgetune.deploy", "edgetune.cli", "edgetune.pipeline", "tvm.relax")
+FORBIDDEN = (
+    "paramiko",
+    "yaml",
+    "tabulate",
+    "onnx",
+    "onnxruntime",
+    "xgboost",
+    "matplotlib",
+    "starlette",
+    "uvicorn",
+    "psutil",
+    "tornado",
+    "cloudpickle",
+    "edgetune.tune",
+    "edgetune.compiler",
+    "edgetune.fleet",
+    "edgetune.inventory",
+    "edgetune.deploy",
+    "edgetune.cli",
+    "edgetune.pipeline",
+    "tvm.relax",
+)
 
-BLOCKER = '''
+BLOCKER = """
 import os, sys
 FORBIDDEN = {forbidden!r}
 
@@ -149,7 +197,7 @@ class Forbid:
         return None
 
 sys.meta_path.insert(0, Forbid())
-'''
+"""
 
 
 def test_the_agent_runs_with_the_board_packages_only(board_on, fleet, server, tmp_path):
@@ -159,13 +207,19 @@ def test_the_agent_runs_with_the_board_packages_only(board_on, fleet, server, tm
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER.format(forbidden=FORBIDDEN))
     attempts = tmp_path / "forbidden.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-           "AGENT_FORBIDDEN_LOG": str(attempts), "TVM_USE_RUNTIME_LIB": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "AGENT_FORBIDDEN_LOG": str(attempts),
+        "TVM_USE_RUNTIME_LIB": "1",
+    }
     blocked = subprocess.run([sys.executable, "-c", "import yaml"], env=env, capture_output=True, text=True)
     assert blocked.returncode == 1 and "yaml is not installed on this board" in blocked.stderr
     attempts.unlink()
 
-    help_run = subprocess.run([sys.executable, "-m", "edgetune.agent", "--help"], env=env, capture_output=True, text=True)
+    help_run = subprocess.run(
+        [sys.executable, "-m", "edgetune.agent", "--help"], env=env, capture_output=True, text=True
+    )
     assert help_run.returncode == 0 and "fetch" in help_run.stdout, help_run.stderr
     root = board_on(1, server=server.url)
     assert agent_cli(root, "install", "--model", "mlp", "--version", "2", env=env)[1]["result"] == "installed"
@@ -204,13 +258,23 @@ def test_the_launcher_runs_the_bytes_it_checked_not_what_the_bundle_holds_later(
 
     path = tmp_path / "edgetune-agent.pyz"
     package = {"edgetune/__init__.py": "", "edgetune/agent/__init__.py": ""}
-    swapped = _zip({**package, "edgetune/agent/later.py": "WHO = 'a module put in after the check, which must not run'"})
-    main_module = (f"import os\nopen({str(path)!r}, 'wb').write({swapped!r})\nfrom edgetune.agent import later\n"
-                   "copy = os.path.dirname(os.path.dirname(os.path.dirname(later.__file__)))\n"
-                   "print(later.WHO, oct(os.stat(os.path.dirname(copy)).st_mode & 0o777))\n")  # fmt: skip
+    swapped = _zip(
+        {**package, "edgetune/agent/later.py": "WHO = 'a module put in after the check, which must not run'"}
+    )
+    main_module = (
+        f"import os\nopen({str(path)!r}, 'wb').write({swapped!r})\nfrom edgetune.agent import later\n"
+        "copy = os.path.dirname(os.path.dirname(os.path.dirname(later.__file__)))\n"
+        "print(later.WHO, oct(os.stat(os.path.dirname(copy)).st_mode & 0o777))\n"
+    )
     checked = _zip({**package, "edgetune/agent/__main__.py": main_module, "edgetune/agent/later.py": "WHO = 'checked'"})
     path.write_bytes(checked)
-    done = subprocess.run([sys.executable, "-I", "-c", LAUNCHER, str(path), hashlib.sha256(checked).hexdigest()],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", LAUNCHER, str(path), hashlib.sha256(checked).hexdigest()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "checked 0o700"), done.stderr
-    assert path.read_bytes() == swapped and sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the copy is gone
+    assert path.read_bytes() == swapped and sorted(p.name for p in tmp_path.iterdir()) == [
+        path.name
+    ]  # the copy is gone

@@ -16,8 +16,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from agent_support import current
-from tls_proxy import OfferProxy, TlsProxy, http_body, with_body
+from support.agent_support import current
+from support.tls_proxy import OfferProxy, TlsProxy, http_body, with_body
 
 from edgetune.agent.cli import main as agent_main
 from edgetune.agent.file_tree import FileTree
@@ -185,6 +185,11 @@ def test_a_board_locked_out_by_a_serial_far_ahead_recovers_with_reset_serial(boa
     assert record.result == "failed" and f"is not above the last seen {FAR_AHEAD}" in record.error
     now = int(time.time() * 1000)
     assert agent_main(["--root", str(root), "reset-serial", "--to", str(now), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"board": "pinned-1", "previous": FAR_AHEAD, "last_serial": now}
+    assert json.loads(capsys.readouterr().out) == {
+        "schema": "edgetune.agent-answer",
+        "schema_version": 1,
+        "verb": "reset-serial",
+        "record": {"board": "pinned-1", "previous": FAR_AHEAD, "last_serial": now},
+    }
     assert install(root, "mlp").result == "unchanged"
     assert last_decision_serial(FileTree(root)) > now

@@ -14,8 +14,8 @@ import tarfile
 from dataclasses import replace
 
 import pytest
-from agent_support import current
-from tls_proxy import CuttingProxy
+from support.agent_support import current
+from support.tls_proxy import CuttingProxy
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import DISK_MARGIN_BYTES, fetch, refuse_oversized
@@ -66,8 +66,9 @@ def small_disk(tmp_path):
     def mount(size: int):
         directory = tmp_path / f"disk-{len(mounted)}"
         directory.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(directory)
@@ -78,16 +79,19 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(directory)], check=True)
 
 
-def test_a_download_larger_than_the_free_disk_is_refused_before_its_first_byte(make_board, server, fleet,
-                                                                               small_disk):
+def test_a_download_larger_than_the_free_disk_is_refused_before_its_first_byte(make_board, server, fleet, small_disk):
     stored = fleet.store.get("mlp", "gw-fast", 2)
     unpacked, tarball = sum(e.size for e in stored.manifest.files), stored.tarball.stat().st_size
-    root = shutil.copytree(make_board(server=server.url), small_disk(DISK_MARGIN_BYTES + unpacked + tarball // 2) / "agent")
+    root = shutil.copytree(
+        make_board(server=server.url), small_disk(DISK_MARGIN_BYTES + unpacked + tarball // 2) / "agent"
+    )
     mark = len(server.requests())
     with pytest.raises(AgentError, match=r"needs \d+ \(\d+ to download, .*refused before downloading"):
         fetch(root, "mlp", version=2)
     assert tarball_requests(server, mark) == [] and not list((root / "downloads").iterdir())
-    roomy = shutil.copytree(make_board(server=server.url), small_disk(DISK_MARGIN_BYTES + unpacked + 2 * tarball) / "agent")
+    roomy = shutil.copytree(
+        make_board(server=server.url), small_disk(DISK_MARGIN_BYTES + unpacked + 2 * tarball) / "agent"
+    )
     assert fetch(roomy, "mlp", version=2).tarball.stat().st_size == tarball
 
 
@@ -95,8 +99,11 @@ def test_stale_partial_downloads_are_removed(make_board, server):
     root = make_board(server=server.url)
     downloads = root / "downloads"
     downloads.mkdir()
-    stale = [downloads / "mlp-v1.tar.gz.part", downloads / "mlp-v1.tar.gz.part.etag",
-             downloads / "mlp-v2.tar.gz.part"]  # fmt: skip  (v2's has no ETag beside it: it cannot be resumed)
+    stale = [
+        downloads / "mlp-v1.tar.gz.part",
+        downloads / "mlp-v1.tar.gz.part.etag",
+        downloads / "mlp-v2.tar.gz.part",
+    ]  # (v2's has no ETag beside it: it cannot be resumed)
     other_model = downloads / "other-v1.tar.gz.part"
     for path in [*stale, other_model]:
         path.write_bytes(b"x" * 1000)
@@ -107,8 +114,10 @@ def test_stale_partial_downloads_are_removed(make_board, server):
 def test_an_offer_larger_than_its_signed_manifest_packs_into_is_refused(make_board, server, fleet):
     server_of_board = Installation.open(make_board(server=server.url)).server()
     offer = server_of_board.offer("fast-1", "mlp", 2)
-    manifest_bytes, signature_bytes = (server_of_board.get_bytes(offer.manifest_url),
-                                       server_of_board.get_bytes(offer.signature_url))  # fmt: skip
+    manifest_bytes, signature_bytes = (
+        server_of_board.get_bytes(offer.manifest_url),
+        server_of_board.get_bytes(offer.signature_url),
+    )
     manifest = Manifest.from_bytes(manifest_bytes)
     bound = packed_size_bound(manifest.files, (len(manifest_bytes), len(signature_bytes)))
     assert offer.tarball_size <= bound
@@ -128,10 +137,13 @@ def _archive(members: list[tuple[str, int]]) -> bytes:
     return gzip.compress(raw.getvalue(), compresslevel=1)
 
 
-@pytest.mark.parametrize("members, message", [
-    ([("model.so", 64 << 20), ("manifest.json", 10), ("manifest.sig", 10)], "member #1 must be manifest.json"),
-    ([("manifest.json", UnpackLimits.max_manifest_bytes + 1)], "more than the 16777216 allowed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ([("model.so", 64 << 20), ("manifest.json", 10), ("manifest.sig", 10)], "member #1 must be manifest.json"),
+        ([("manifest.json", UnpackLimits.max_manifest_bytes + 1)], "more than the 16777216 allowed"),
+    ],
+)
 def test_install_from_a_file_reads_only_the_archive_head(make_board, tmp_path, members, message):
     root = make_board()
     tarball = tmp_path / "odd.tar.gz"

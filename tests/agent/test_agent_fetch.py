@@ -5,8 +5,8 @@ token the server does not accept."""
 from __future__ import annotations
 
 import pytest
-from agent_support import current
-from tls_proxy import CuttingProxy
+from support.agent_support import current
+from support.tls_proxy import CuttingProxy
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import fetch

@@ -4,7 +4,6 @@ so the reference check would outlive both."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,8 +11,8 @@ import sys
 import time
 
 import pytest
-from agent_processes import check_processes, wait_for
-from agent_support import agent_cli, current
+from support.agent_processes import check_processes, wait_for
+from support.agent_support import agent_cli, answer_json, current
 
 from edgetune.agent.guard import ChangeStopped, SwitchGuard
 from edgetune.agent.install import install_tarball
@@ -30,7 +29,9 @@ def slow_release(fleet, tmp_path_factory):
     """(good v1 tarball, v2 tarball whose library sleeps 60 s when loaded) of MODEL for gw-fast."""
     directory = tmp_path_factory.mktemp("sleeping")
     (directory / "sleep.c").write_text(SLEEPING_LIBRARY_C)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(directory / "sleep.so"), str(directory / "sleep.c")], check=True
+    )
     good = fleet.publish(MODEL, "gw-fast", "slow-good")
     sleeping = fleet.publish(MODEL, "gw-fast", "slow-sleeping", library=(directory / "sleep.so").read_bytes())
     return good.tarball, sleeping.tarball
@@ -64,7 +65,9 @@ def test_the_guard_stops_a_child_at_the_deadline_and_not_after_commit():
 
 def test_a_check_that_outlives_the_deadline_is_killed_and_nothing_switches(board_with_v1, slow_release):
     started = time.monotonic()
-    status, record = agent_cli(board_with_v1, "install", "--model", MODEL, "--from", str(slow_release[1]), "--deadline-s", "3")
+    status, record = agent_cli(
+        board_with_v1, "install", "--model", MODEL, "--from", str(slow_release[1]), "--deadline-s", "3"
+    )
     assert time.monotonic() - started < 20  # not the library's 60 s
     assert (status, record["result"], record["from_version"]) == (1, "failed", 1)
     assert "deadline (3 s, set by the rollout) passed before the switch" in record["error"]
@@ -73,8 +76,20 @@ def test_a_check_that_outlives_the_deadline_is_killed_and_nothing_switches(board
 
 
 def test_a_closed_channel_stops_the_install_before_the_switch(board_with_v1, slow_release):
-    command = [sys.executable, "-m", "edgetune.agent", "--root", str(board_with_v1), "install", "--model", MODEL,
-               "--from", str(slow_release[1]), "--abort-on-hangup", "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "edgetune.agent",
+        "--root",
+        str(board_with_v1),
+        "install",
+        "--model",
+        MODEL,
+        "--from",
+        str(slow_release[1]),
+        "--abort-on-hangup",
+        "--json",
+    ]
     channel, our_end = os.pipe()
     agent = subprocess.Popen(command, stdin=channel, stdout=subprocess.PIPE, text=True)
     os.close(channel)
@@ -86,7 +101,7 @@ def test_a_closed_channel_stops_the_install_before_the_switch(board_with_v1, slo
     finally:
         agent.kill()
     assert time.monotonic() - closed < 10
-    record = json.loads(output.strip().splitlines()[-1])
+    record = answer_json("install", output)
     assert (agent.returncode, record["result"]) == (1, "failed") and "SSH channel" in record["error"]
     assert current(board_with_v1, MODEL) == "v1"
     wait_for(lambda: not check_processes(board_with_v1), "the check child to be gone")

@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from agent_processes import wait_for
-from agent_support import current
+from support.agent_processes import wait_for
+from support.agent_support import answer_json, current
 
 from edgetune.agent.config import AgentConfig, HealthCheck, ModelHooks, load_config, write_config
 from edgetune.agent.errors import AgentConfigError
@@ -26,9 +26,11 @@ from edgetune.artifact_format.codec import from_json
 
 # What the "application" does on a switch: note the version it now uses, and log the hook's
 # environment (a line per run) for the test to read.
-APP_ON_SWITCH = ('echo "$EDGETUNE_VERSION" > {app}/version; '
-                 'echo "$EDGETUNE_HOOK|$EDGETUNE_MODEL|$EDGETUNE_VERSION|$EDGETUNE_PREVIOUS_VERSION|$EDGETUNE_RELEASE|'
-                 '$EDGETUNE_BOARD|$PWD" >> {app}/hooks.log')  # fmt: skip
+APP_ON_SWITCH = (
+    'echo "$EDGETUNE_VERSION" > {app}/version; '
+    'echo "$EDGETUNE_HOOK|$EDGETUNE_MODEL|$EDGETUNE_VERSION|$EDGETUNE_PREVIOUS_VERSION|$EDGETUNE_RELEASE|'
+    '$EDGETUNE_BOARD|$PWD" >> {app}/hooks.log'
+)
 
 
 def with_hooks(root: Path, app: Path, health: HealthCheck | None = None, on_switch: str | None = APP_ON_SWITCH) -> Path:
@@ -74,12 +76,22 @@ def test_on_switch_and_a_passing_health_check_run_with_the_switch_in_their_envir
     assert (record.result, record.to_version, record.error) == ("installed", 2, None)
     v1, v2 = (str((root / "releases" / "mlp" / f"v{n}").resolve()) for n in (1, 2))
     here = str(root.resolve())
-    assert log_lines(app) == [["on_switch", "mlp", "2", "1", v2, "fast-1", here], ["health", "mlp", "2", "1", v2, "fast-1", here]]
+    assert log_lines(app) == [
+        ["on_switch", "mlp", "2", "1", v2, "fast-1", here],
+        ["health", "mlp", "2", "1", v2, "fast-1", here],
+    ]
     assert [(run.hook, run.outcome, run.exit_status, run.version) for run in record.hooks] == [
-        ("on_switch", "passed", 0, 2), ("health", "passed", 0, 2)]
+        ("on_switch", "passed", 0, 2),
+        ("health", "passed", 0, 2),
+    ]
     assert record.hooks[1].output == "serving v2"
     health_state = state(root)["health"]
-    assert (state(root)["version"], health_state["outcome"], health_state["version"], health_state["output"]) == (2, "passed", 2, "serving v2")
+    assert (state(root)["version"], health_state["outcome"], health_state["version"], health_state["output"]) == (
+        2,
+        "passed",
+        2,
+        "serving v2",
+    )
     assert from_json(ChangeRecord, json.loads(json.dumps(record.to_json()))) == record  # as the rollout decodes it
 
     back = rollback(root, "mlp")  # its switch runs on_switch; the health gate is an install's
@@ -91,7 +103,9 @@ def test_on_switch_and_a_passing_health_check_run_with_the_switch_in_their_envir
 
 def test_a_failing_health_check_switches_back_and_reports_its_output(board_on, fleet, tmp_path):
     app = tmp_path / "app"
-    failing = HealthCheck('for i in $(seq 1 30); do echo "probe $i of v$EDGETUNE_VERSION"; done; echo "model answers NaN" >&2; exit 3', 30)
+    failing = HealthCheck(
+        'for i in $(seq 1 30); do echo "probe $i of v$EDGETUNE_VERSION"; done; echo "model answers NaN" >&2; exit 3', 30
+    )
     root = with_hooks(board_on(1), app, failing)
     before = state(root)
     record = install_tarball(root, "mlp", fleet.tarball("mlp", "gw-fast", 2))
@@ -100,7 +114,10 @@ def test_a_failing_health_check_switches_back_and_reports_its_output(board_on, f
     assert "exited 3; its output (last lines):\nprobe 12 of v2\n" in record.error and "probe 11 of" not in record.error
     assert record.error.endswith("model answers NaN; switched back to v1")
     assert [(run.hook, run.outcome, run.version) for run in record.hooks] == [
-        ("on_switch", "passed", 2), ("health", "failed", 2), ("on_switch", "passed", 1)]
+        ("on_switch", "passed", 2),
+        ("health", "failed", 2),
+        ("on_switch", "passed", 1),
+    ]
     assert len(record.hooks[1].output.splitlines()) == OUTPUT_LINES
     # the board and the application are back on v1; the state is v1's, with the high-water mark and the result
     assert current(root) == "v1" and (app / "version").read_text() == "1\n"
@@ -124,7 +141,11 @@ def test_a_health_check_that_does_not_answer_in_time_is_killed_and_the_board_swi
 
 def test_a_failing_on_switch_counts_as_a_failed_health_check(board_on, fleet, tmp_path):
     app = tmp_path / "app"
-    root = with_hooks(board_on(1), app, on_switch=APP_ON_SWITCH + '; [ "$EDGETUNE_VERSION" != 2 ] || {{ echo "reload refused"; exit 1; }}')
+    root = with_hooks(
+        board_on(1),
+        app,
+        on_switch=APP_ON_SWITCH + '; [ "$EDGETUNE_VERSION" != 2 ] || {{ echo "reload refused"; exit 1; }}',
+    )
     record = install_tarball(root, "mlp", fleet.tarball("mlp", "gw-fast", 2))
     assert (record.result, current(root), (app / "version").read_text()) == ("failed", "v1", "1\n")
     assert record.error.startswith("on_switch failed after the switch to v2: ")
@@ -137,8 +158,20 @@ def test_a_channel_closed_while_the_health_check_runs_switches_back_at_once(boar
     guard, reopened for the hooks, stops the health check and the board goes back."""
     app = tmp_path / "app"
     root = with_hooks(board_on(1), app, HealthCheck(f"touch {app}/checking; sleep 47.3", timeout_s=600))
-    command = [sys.executable, "-m", "edgetune.agent", "--root", str(root), "install", "--model", "mlp",
-               "--from", str(fleet.tarball("mlp", "gw-fast", 2)), "--abort-on-hangup", "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "edgetune.agent",
+        "--root",
+        str(root),
+        "install",
+        "--model",
+        "mlp",
+        "--from",
+        str(fleet.tarball("mlp", "gw-fast", 2)),
+        "--abort-on-hangup",
+        "--json",
+    ]
     channel, our_end = os.pipe()
     agent = subprocess.Popen(command, stdin=channel, stdout=subprocess.PIPE, text=True)
     os.close(channel)
@@ -149,11 +182,15 @@ def test_a_channel_closed_while_the_health_check_runs_switches_back_at_once(boar
         output, _ = agent.communicate(timeout=20)
     finally:
         agent.kill()
-    record = json.loads(output.strip().splitlines()[-1])
+    record = answer_json("install", output)
     assert (agent.returncode, record["result"]) == (1, "failed")
     assert "the SSH channel that started it closed while the hooks of the switch ran" in record["error"]
     assert record["error"].endswith("; switched back to v1")
-    assert [(run["hook"], run["outcome"]) for run in record["hooks"]] == [("on_switch", "passed"), ("health", "stopped"), ("on_switch", "passed")]
+    assert [(run["hook"], run["outcome"]) for run in record["hooks"]] == [
+        ("on_switch", "passed"),
+        ("health", "stopped"),
+        ("on_switch", "passed"),
+    ]
     assert current(root) == "v1" and (app / "version").read_text() == "1\n" and processes_with("47.3") == []
 
 
@@ -175,11 +212,17 @@ def test_the_guard_reopened_for_the_hooks_stops_them_at_its_deadline():
         guard.commit()
 
 
-@pytest.mark.parametrize("hooks, problem", [
-    (ModelHooks(on_switch=" "), "hooks.mlp.on_switch: must be a shell command"),
-    (ModelHooks(health=HealthCheck("/opt/app/check", 0.5)), "hooks.mlp.health.timeout_s: must be between 1 and 3600 seconds, not 0.5"),
-    (ModelHooks(health=HealthCheck("", 30)), "hooks.mlp.health.command: must be a shell command"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "hooks, problem",
+    [
+        (ModelHooks(on_switch=" "), "hooks.mlp.on_switch: must be a shell command"),
+        (
+            ModelHooks(health=HealthCheck("/opt/app/check", 0.5)),
+            "hooks.mlp.health.timeout_s: must be between 1 and 3600 seconds, not 0.5",
+        ),
+        (ModelHooks(health=HealthCheck("", 30)), "hooks.mlp.health.command: must be a shell command"),
+    ],
+)
 def test_bad_hooks_in_agent_json_are_refused_by_name(make_board, hooks, problem):
     root = make_board()
     with pytest.raises(AgentConfigError, match="invalid agent configuration: .*" + problem.replace(".", r"\.")):
@@ -192,4 +235,5 @@ def test_agent_json_round_trips_the_hooks(make_board):
     config = load_config(root)
     assert isinstance(config, AgentConfig) and dict(config.hooks) == hooks and config.hooks_of("other") == ModelHooks()
     assert json.loads((root / "agent.json").read_text())["hooks"] == {
-        "mlp": {"on_switch": "systemctl reload my-app", "health": {"command": "/opt/app/check", "timeout_s": 30.0}}}
+        "mlp": {"on_switch": "systemctl reload my-app", "health": {"command": "/opt/app/check", "timeout_s": 30.0}}
+    }

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_support import current
+from support.agent_support import current
 
 from edgetune.agent.install import install_tarball, rollback
 from edgetune.artifact_format.files import pack_tarball
@@ -36,7 +36,13 @@ def _installed(root: Path, tarball: Path, version: int) -> None:
 def test_install_v1_then_v2_then_unchanged(make_board, fleet):
     root = make_board()
     first = install_tarball(root, "mlp", fleet.tarball("mlp", "gw-fast", 1))
-    assert (first.board, first.result, first.from_version, first.to_version, first.error) == ("fast-1", "installed", None, 1, None)
+    assert (first.board, first.result, first.from_version, first.to_version, first.error) == (
+        "fast-1",
+        "installed",
+        None,
+        1,
+        None,
+    )
     assert current(root) == "v1"
     assert (root / "releases" / "mlp" / "v1" / "model.so").read_bytes() == fleet.compiled.library
     second = install_tarball(root, "mlp", fleet.tarball("mlp", "gw-fast", 2))
@@ -94,10 +100,14 @@ def _sign_with_another_key(copy: Path) -> None:
     "make_tarball, refusal",
     [
         (lambda fleet, tmp: _repacked(fleet.store.get("mlp", "gw-fast", 2).path, tmp, _flip_library_byte), "model.so"),
-        (lambda fleet, tmp: _repacked(fleet.store.get("mlp", "gw-fast", 2).path, tmp, _edit_manifest),
-         "signature does not match the manifest's bytes"),
-        (lambda fleet, tmp: _repacked(fleet.store.get("mlp", "gw-fast", 2).path, tmp, _sign_with_another_key),
-         "signed by key"),
+        (
+            lambda fleet, tmp: _repacked(fleet.store.get("mlp", "gw-fast", 2).path, tmp, _edit_manifest),
+            "signature does not match the manifest's bytes",
+        ),
+        (
+            lambda fleet, tmp: _repacked(fleet.store.get("mlp", "gw-fast", 2).path, tmp, _sign_with_another_key),
+            "signed by key",
+        ),
         (lambda fleet, tmp: fleet.tarball("mlp", "gw-slow", 1), "for class gw-slow, this board is of class gw-fast"),
         (lambda fleet, tmp: fleet.tarball("other", "gw-fast", 1), "of model other, not mlp"),
         (lambda fleet, tmp: _cut(fleet.tarball("mlp", "gw-fast", 2), tmp), "truncated or corrupt"),
@@ -199,8 +209,18 @@ def _live_member(stat: Path, pgid: int) -> bool:
 def test_killed_install_leaves_the_previous_release_and_the_next_install_succeeds(board_on, fleet, moment):
     root = board_on(1)
     state_before = (root / "state.json").read_bytes()
-    command = [sys.executable, "-m", "edgetune.agent", "--root", str(root), "install", "--model", "mlp",
-               "--from", str(fleet.tarball("mlp", "gw-fast", 2))]
+    command = [
+        sys.executable,
+        "-m",
+        "edgetune.agent",
+        "--root",
+        str(root),
+        "install",
+        "--model",
+        "mlp",
+        "--from",
+        str(fleet.tarball("mlp", "gw-fast", 2)),
+    ]
     agent = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

@@ -32,13 +32,18 @@ def test_state_and_serial_round_trip(tmp_path):
     "models, message",
     [
         ({"mlp": {**ENTRY, "current": 2}}, "state.json: models.mlp.current: unknown key"),
-        ({"mlp": {k: v for k, v in ENTRY.items() if k != "highest_installed"}}, "models.mlp.highest_installed: required field is missing"),
+        (
+            {"mlp": {k: v for k, v in ENTRY.items() if k != "highest_installed"}},
+            "models.mlp.highest_installed: required field is missing",
+        ),
         ({"mlp": {**ENTRY, "version": "2"}}, "models.mlp.version: must be an integer, got str '2'"),
         ([], "state.json: models: must be a mapping, got a list"),
     ],
 )
 def test_a_damaged_state_is_refused_naming_the_field(tmp_path, models, message):
-    (tmp_path / "state.json").write_text(json.dumps({"schema": "edgetune.agent-state", "schema_version": 1, "models": models}))
+    (tmp_path / "state.json").write_text(
+        json.dumps({"schema": "edgetune.agent-state", "schema_version": 1, "models": models})
+    )
     with pytest.raises(AgentError, match="restore it, or remove it to start over") as err:
         load_state(FileTree(tmp_path))
     assert message in str(err.value)
@@ -47,9 +52,18 @@ def test_a_damaged_state_is_refused_naming_the_field(tmp_path, models, message):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":-1}', "last_serial: must be zero or more, got -1"),
-        ('{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":1,"last_serial":9}', "duplicate key(s) 'last_serial'"),
-        ('{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":true}', "last_serial: must be an integer, got boolean True"),
+        (
+            '{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":-1}',
+            "last_serial: must be zero or more, got -1",
+        ),
+        (
+            '{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":1,"last_serial":9}',
+            "duplicate key(s) 'last_serial'",
+        ),
+        (
+            '{"schema":"edgetune.agent-decisions","schema_version":1,"last_serial":true}',
+            "last_serial: must be an integer, got boolean True",
+        ),
     ],
 )
 def test_a_damaged_decisions_file_is_refused(tmp_path, text, message):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from board_image import board_image, runtime_only_image
+from support.agent_support import answer_json
+from support.board_image import board_image, runtime_only_image
 
 from edgetune.agent.app import Model, ModelError
 from edgetune.agent.install import install_tarball
@@ -28,7 +29,9 @@ def test_a_model_runs_by_its_interface_and_follows_switches(board_on, fleet):
     root = board_on(1)
     model = Model.open(root, "mlp")
     manifest = Manifest.from_bytes((root / "releases" / "mlp" / "v1" / "manifest.json").read_bytes())
-    assert model.version == 1 and model.inputs == manifest.interface.inputs and model.outputs == manifest.interface.outputs
+    assert (
+        model.version == 1 and model.inputs == manifest.interface.inputs and model.outputs == manifest.interface.outputs
+    )
     given = model.reference_input()
     outputs = model.run(**given)
     assert model.check(outputs).ok and list(outputs) == [s.name for s in model.outputs]
@@ -63,8 +66,13 @@ def test_the_example_application_follows_a_rollout_with_no_failed_call(board_on,
     root = board_on(1)
     (root / BUNDLE_NAME).write_bytes(agent_bundle().data)  # what `fleet up` and rollouts deliver
     python = board_image() / "bin" / "python"
-    app = subprocess.Popen([str(python), "-I", str(EXAMPLE), "--workdir", str(root), "--model", "mlp", "--seconds", "60"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    app = subprocess.Popen(
+        [str(python), "-I", str(EXAMPLE), "--workdir", str(root), "--model", "mlp", "--seconds", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     lines: list[dict] = []
     reader = threading.Thread(target=lambda: lines.extend(json.loads(line) for line in app.stdout), daemon=True)
     reader.start()
@@ -82,7 +90,9 @@ def test_the_example_application_follows_a_rollout_with_no_failed_call(board_on,
     calls = [line for line in lines if "call" in line]
     assert calls and all(call["ok"] for call in calls), (stderr, [c for c in calls if not c["ok"]][:3])
     assert [c["version"] for c in calls] == sorted(c["version"] for c in calls)  # never back, never mixed
-    followed = {line["switched_to"]: line["time"] - switched_at[line["switched_to"]] for line in lines if "switched_to" in line}
+    followed = {
+        line["switched_to"]: line["time"] - switched_at[line["switched_to"]] for line in lines if "switched_to" in line
+    }
     print(f"seconds from each switch to the application's first call on it: {followed}")
     assert set(followed) == {2, 3} and all(delay < 2.0 for delay in followed.values()), followed
 
@@ -104,11 +114,32 @@ def test_a_board_image_without_the_tvm_compiler_installs_and_runs_releases(board
     root = board_on(1)
     (root / BUNDLE_NAME).write_bytes(agent_bundle().data)
     env = {"PATH": "/usr/bin:/bin"}
-    installed = subprocess.run([str(python), "-I", str(root / BUNDLE_NAME), "--root", str(root), "install", "--model", "mlp",
-                                "--from", str(fleet.tarball("mlp", "gw-fast", 2)), "--json"],
-                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
-    assert json.loads(installed.stdout.splitlines()[-1])["result"] == "installed", installed.stderr
-    once = subprocess.run([str(python), "-I", str(EXAMPLE), "--workdir", str(root), "--model", "mlp", "--once"],
-                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    installed = subprocess.run(
+        [
+            str(python),
+            "-I",
+            str(root / BUNDLE_NAME),
+            "--root",
+            str(root),
+            "install",
+            "--model",
+            "mlp",
+            "--from",
+            str(fleet.tarball("mlp", "gw-fast", 2)),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert answer_json("install", installed.stdout, installed.stderr)["result"] == "installed", installed.stderr
+    once = subprocess.run(
+        [str(python), "-I", str(EXAMPLE), "--workdir", str(root), "--model", "mlp", "--once"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     call = json.loads(once.stdout.splitlines()[-1])
     assert once.returncode == 0 and call["ok"] and call["version"] == 2, once.stderr

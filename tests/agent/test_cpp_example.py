@@ -1,6 +1,6 @@
 """The C++ example (examples/cpp: run_release.cc and its CMakeLists.txt) on a board image.
 
-Built once per session with cmake and g++ against the board image's TVM wheel (tests/board_image.py:
+Built once per session with cmake and g++ against the board image's TVM wheel (tests/support/board_image.py:
 nothing of edgetune, not the host's venv), with no RPATH, and run with an environment that has
 nothing but the TVM runtime: LD_LIBRARY_PATH names one directory holding copies of the wheel's
 libtvm_runtime.so and libtvm_ffi.so alone (no libtvm_compiler.so, no Python). It runs a release as
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from board_image import board_image
-from fleet_marker import starts_fleet
+from support.board_image import board_image
+from support.fleet_marker import starts_fleet
 from tvm.script import ir as I
 from tvm.script import relax as R
 
@@ -38,8 +38,12 @@ class EveryDtype:
 
     @R.function
     def main(a: R.Tensor((2, 3), "int8"), b: R.Tensor((3,), "float16"), c: R.Tensor((2, 3), "uint8")):
-        return (R.add(R.astype(a, "float16"), b), R.astype(a, "int32"), R.greater(c, R.const(3, "uint8")),
-                R.astype(c, "int64"))  # fmt: skip
+        return (
+            R.add(R.astype(a, "float16"), b),
+            R.astype(a, "int32"),
+            R.greater(c, R.const(3, "uint8")),
+            R.astype(c, "int64"),
+        )
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,14 @@ class CppExample:
 
     def run(self, release: Path) -> subprocess.CompletedProcess:
         environment = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(self.libraries), "TVM_NUM_THREADS": "1"}
-        return subprocess.run([str(self.program), str(release)], env=environment, cwd=self.libraries.parent,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        return subprocess.run(
+            [str(self.program), str(release)],
+            env=environment,
+            cwd=self.libraries.parent,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def _toolchain_or_skip() -> None:
@@ -62,8 +72,14 @@ def _toolchain_or_skip() -> None:
 
 
 def _run(argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd)})  # fmt: skip
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd)},
+    )
     assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
@@ -75,8 +91,18 @@ def cpp_example(tmp_path_factory) -> CppExample:
     (site_packages,) = image.glob("lib/python3*/site-packages")
     directory = tmp_path_factory.mktemp("cpp-example")
     build = directory / "build"
-    _run(["cmake", "-S", str(EXAMPLE), "-B", str(build), f"-DTVM_PYTHON={image / 'bin' / 'python'}",
-          "-DRUN_RELEASE_RPATH=OFF"], directory)  # fmt: skip
+    _run(
+        [
+            "cmake",
+            "-S",
+            str(EXAMPLE),
+            "-B",
+            str(build),
+            f"-DTVM_PYTHON={image / 'bin' / 'python'}",
+            "-DRUN_RELEASE_RPATH=OFF",
+        ],
+        directory,
+    )
     _run(["cmake", "--build", str(build)], directory)
     cache = (build / "CMakeCache.txt").read_text()
     assert f"TVM_RUNTIME_LIBRARY:FILEPATH={site_packages / 'tvm' / 'lib' / 'libtvm_runtime.so'}" in cache
@@ -143,7 +169,7 @@ def test_outputs_of_every_dtype_a_release_uses(cpp_example, tmp_path):
     """Three inputs, four outputs (a tuple): float16, int32, bool, int64; expected_output.npz
     written by numpy.savez (ZIP64 records), the reference input by edgetune's writer."""
     import tvm
-    from tests_samples import sample_manifest
+    from support.tests_samples import sample_manifest
     from tvm import relax
 
     from edgetune.artifact_format.manifest import Entry
@@ -177,4 +203,3 @@ def test_outputs_of_every_dtype_a_release_uses(cpp_example, tmp_path):
         "MISMATCH: main(a, b, c) does not match expected_output.npz: output0: max |error| 8 exceeds rtol 0.0001 / "
         "atol 1e-05; output2: shape (2, 3), expected (1, 3)\n"
     )
-

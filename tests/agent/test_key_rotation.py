@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from agent_support import agent_cli, current
+from support.agent_support import agent_cli, current
 
 from edgetune.agent.errors import AgentError
 from edgetune.agent.fetch import fetch
@@ -54,12 +54,24 @@ def test_boards_follow_every_rotation_and_refuse_what_retired_keys_sign(own_host
     trusted = Installation.open(board).trusted()
     with pytest.raises(TrustError, match="revoked since"):
         trusted.refuse_revoked(key_id(old_decision.public_key()), "decision key", time.time())
-    forged = new_decision(board="fast-1", device_class="gw-fast", model="mlp", version=1, manifest_sha256="0" * 64,
-                          tarball_size=1, pinned=False, requested=False, serial=2**40, issued_at=time.time(), ttl_s=60)
+    forged = new_decision(
+        board="fast-1",
+        device_class="gw-fast",
+        model="mlp",
+        version=1,
+        manifest_sha256="0" * 64,
+        tarball_size=1,
+        pinned=False,
+        requested=False,
+        serial=2**40,
+        issued_at=time.time(),
+        ttl_s=60,
+    )
     text, signature = sign_decision(old_decision, forged)
     with pytest.raises(DecisionError, match="signed by key"):
-        check_decision(trusted.decision_key(time.time()), text, signature,
-                       Asked("fast-1", "gw-fast", "mlp", None, 0), time.time())  # fmt: skip
+        check_decision(
+            trusted.decision_key(time.time()), text, signature, Asked("fast-1", "gw-fast", "mlp", None, 0), time.time()
+        )
 
     # The artifact key: its successor, certified by it; the store is signed again, new versions by it.
     old_artifact = load_private_key(files.signing_key)
@@ -78,8 +90,12 @@ def test_boards_follow_every_rotation_and_refuse_what_retired_keys_sign(own_host
     assert install(offline, "mlp").result == "installed" and current(offline) == "v2"
 
     # A thief of the old artifact key cannot fork the history the boards took.
-    fork = TrustFile(_trust(fleet).schema, 1, _trust(fleet).anchor,
-                     (key_statement(old_artifact, ARTIFACT, old_decision.public_key(), time.time()),))  # fmt: skip
+    fork = TrustFile(
+        _trust(fleet).schema,
+        1,
+        _trust(fleet).anchor,
+        (key_statement(old_artifact, ARTIFACT, old_decision.public_key(), time.time()),),
+    )
     with pytest.raises(AgentError, match="does not extend"):
         Installation.open(board).trusted(fork)
     # Nor can an older trust file (before the revocations the board took) be put in place again.

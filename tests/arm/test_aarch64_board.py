@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sim_checks import running
+from support.sim_checks import running
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.aarch64
@@ -45,9 +45,18 @@ def arm_fleet(tmp_path_factory, sim_slot):
 
     slot = sim_slot
     directory = tmp_path_factory.mktemp("arm-fleet")
-    (directory / "fleet.yaml").write_text(FLEET_YAML.format(
-        slot=slot, subnet=9 + slot, port=9290 + 10 * slot, port_end=9299 + 10 * slot, repo=REPO, klass=CLASS,
-        board=BOARD, deploy_port=8470 + slot))  # fmt: skip
+    (directory / "fleet.yaml").write_text(
+        FLEET_YAML.format(
+            slot=slot,
+            subnet=9 + slot,
+            port=9290 + 10 * slot,
+            port_end=9299 + 10 * slot,
+            repo=REPO,
+            klass=CLASS,
+            board=BOARD,
+            deploy_port=8470 + slot,
+        )
+    )
     with running(load_fleet(directory / "fleet.yaml"), register_timeout_s=240) as fleet:
         yield fleet
 
@@ -75,7 +84,9 @@ def test_the_board_is_an_aarch64_machine_over_ssh(arm_fleet):
     (board,) = arm_fleet.boards
     with BoardSession(board) as session:
         assert session.run("uname -m").stdout.strip() == "aarch64"
-        assert session.run(f"{board.python} -c 'import platform; print(platform.machine())'").stdout.strip() == "aarch64"
+        assert (
+            session.run(f"{board.python} -c 'import platform; print(platform.machine())'").stdout.strip() == "aarch64"
+        )
         assert "emulated by qemu-user" in read_firmware(session, arm_fleet)
 
 
@@ -97,8 +108,10 @@ def test_arm_artifact_is_an_aarch64_library_verified_on_the_board(arm_built):
     assert stored.manifest.tuning.trials > 0
 
 
-def test_the_board_agent_installs_it_on_the_arm_board_and_regress_finds_it_ok(arm_built):
-    from artifact_server import RunningServer
+def test_the_board_agent_installs_it_on_the_arm_board_and_regress_runs_it_there_without_a_regression(arm_built):
+    """regress loads, checks and times the installed release on the board; how fast qemu runs it
+    then against the build's timing is not this test's business: any verdict but `slower` will do."""
+    from support.artifact_server import RunningServer
 
     from edgetune.deploy.rollout import plan_rollout, rollout
     from edgetune.regress.check import regress
@@ -110,7 +123,8 @@ def test_the_board_agent_installs_it_on_the_arm_board_and_regress_finds_it_ok(ar
     finally:
         server.stop()
     report = regress(arm_built, models=["mlp"])
-    assert [(v.board, v.verdict) for v in report.verdicts] == [(BOARD, "ok")], [v.to_json() for v in report.verdicts]
+    (verdict,) = report.verdicts
+    assert verdict.board == BOARD and verdict.verdict in ("ok", "faster"), verdict.to_json()
 
 
 def test_sim_down_removes_the_board_but_keeps_the_cached_root(arm_fleet):

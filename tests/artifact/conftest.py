@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests_samples import sample_inputs, sample_manifest
+from support.tests_samples import sample_inputs, sample_manifest
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.manifest import Manifest

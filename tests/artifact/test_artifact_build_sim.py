@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnxruntime
+import openvino
 import pytest
 import yaml
-from inventory_dump import fleet_to_dict
-from onnx_samples import conv_model
+from support.inventory_dump import fleet_to_dict
+from support.onnx_samples import conv_model
 from tvm_ffi import structural_equal
 
 from edgetune.artifact import release
@@ -32,6 +34,7 @@ from edgetune.artifact_format.manifest import (
 )
 from edgetune.artifact_format.reference import read_npz
 from edgetune.artifact_format.signing import init_keys, load_public_key
+from edgetune.artifact_format.timing_stats import ratio_text
 from edgetune.artifact_format.verify import verify_artifact
 from edgetune.cli import main
 from edgetune.compiler.models import entry_function, load_model
@@ -63,8 +66,9 @@ def built(built_release, tmp_path_factory):
     for tuned in (Workdir(as_built / "work").database(CLASS), Workdir(as_built / "work").reports(CLASS)):
         shutil.copytree(tuned, root / tuned.relative_to(as_built))
     shutil.copytree(as_built / "artifacts", root / "artifacts")
-    fleet = source.replace(path=root / "fleet.yaml", workdir=root / "work",
-                           artifacts=replace(source.artifacts, dir=root / "artifacts"))
+    fleet = source.replace(
+        path=root / "fleet.yaml", workdir=root / "work", artifacts=replace(source.artifacts, dir=root / "artifacts")
+    )
     fleet.path.write_text(yaml.safe_dump(fleet_to_dict(fleet)))
     table = built_release.report.table()
     print(table)
@@ -87,8 +91,14 @@ def test_build_makes_a_verified_artifact_per_model(built):
     assert all(b.firmware and b.max_abs_error < 1e-4 for b in manifest.boards)
     assert manifest.record_hits.tasks_with_record > 0
     files = {f.path for f in manifest.files}
-    assert {LIBRARY_NAME, REFERENCE_INPUT_NAME, EXPECTED_OUTPUT_NAME, "database/database_tuning_record.json",
-            "report/summary.json", "report/curve.png"} <= files  # fmt: skip
+    assert {
+        LIBRARY_NAME,
+        REFERENCE_INPUT_NAME,
+        EXPECTED_OUTPUT_NAME,
+        "database/database_tuning_record.json",
+        "report/summary.json",
+        "report/curve.png",
+    } <= files
     assert manifest.tuning.trials > 0 and manifest.tuning.tuning_time_s > 0
     compare = fleet.device_class(CLASS).profile.measurement.compare
     for board in manifest.boards:
@@ -118,9 +128,12 @@ def test_artifact_library_runs_on_a_board_and_matches(built):
     with board_sessions(rpc_endpoint(fleet, CLASS), boards) as (sessions, failed):
         assert not failed
         run = compare_on_board(
-            sessions[boards[0].name], {"library": stored.path / LIBRARY_NAME}, entry_function(load_model(model)),
-            [inputs[i.name] for i in model.inputs], fleet.device_class(CLASS).profile.measurement,
-        )["library"]  # fmt: skip
+            sessions[boards[0].name],
+            {"library": stored.path / LIBRARY_NAME},
+            entry_function(load_model(model)),
+            [inputs[i.name] for i in model.inputs],
+            fleet.device_class(CLASS).profile.measurement,
+        )["library"]
     np.testing.assert_allclose(run.outputs["output0"], expected["output0"], rtol=1e-4, atol=1e-5)
 
 
@@ -173,9 +186,13 @@ def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet
     """A model given as an .onnx file (not a built-in) goes the whole way: tuned on the class's
     boards, built, measured, signed and stored; the artifact verifies against the public key,
     its expected output is onnxruntime's answer to its reference input, and every board's run
-    of the library matched it."""
+    of the library matched it. The test fleet's boards run the host's Python, which has
+    onnxruntime and OpenVINO: every board timed the file with both in the build's rounds, and
+    the build's table shows the tuned build against each and against the faster, named."""
     model = conv_model(tmp_path / "conv.onnx")
-    artifacts = ArtifactSettings(tmp_path / "artifacts", tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub")
+    artifacts = ArtifactSettings(
+        tmp_path / "artifacts", tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub"
+    )
     fleet = sim_fleet.replace(workdir=tmp_path / "work", models=(model,), artifacts=artifacts)
     init_keys(artifacts.signing_key, artifacts.public_key, artifacts.dir)
     _tune_small_database(fleet, CLASS)
@@ -192,6 +209,27 @@ def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet
     np.testing.assert_allclose(read_npz(stored.path / EXPECTED_OUTPUT_NAME)["output0"], answer, rtol=1e-5, atol=1e-6)
     assert sorted(b.board for b in stored.manifest.boards) == ["fast-1", "fast-2"]
     assert all(b.max_abs_error < 1e-4 for b in stored.manifest.boards)
+
+    for board in stored.manifest.boards:
+        assert board.onnxruntime.runtime == f"onnxruntime {onnxruntime.__version__}, 1 thread"
+        assert board.openvino.runtime == f"openvino {openvino.__version__.split('-')[0]}, 1 thread"  # runtime.threads
+        assert board.openvino.timing.samples == board.tuned.samples  # the same rounds, as many samples
+        assert board.openvino.max_abs_error < 1e-4
+    faster = {
+        b.board: min(("onnxruntime", "openvino"), key=lambda name: getattr(b, name).timing.median_ms)
+        for b in stored.manifest.boards
+    }
+    assert outcome.best_runtime == ", ".join(sorted(set(faster.values())))
+    assert outcome.vs_best_runtime == pytest.approx(
+        statistics.median(
+            getattr(b, faster[b.board]).timing.median_ms / b.tuned.median_ms for b in stored.manifest.boards
+        ),
+        rel=0.05,
+    )
+    header, row = (line for line in report.table().splitlines() if line.startswith(("model", model.name)))
+    assert "vs openvino" in header and "vs best runtime" in header
+    assert f"{ratio_text(outcome.vs_openvino)}x" in row and f"{ratio_text(outcome.vs_onnxruntime)}x" in row
+    assert f"{ratio_text(outcome.vs_best_runtime)}x {outcome.best_runtime}" in row
 
 
 def test_a_kernel_measured_faster_untuned_is_built_unscheduled(built, tmp_path):

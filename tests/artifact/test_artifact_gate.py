@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tests_samples import sample_manifest
+from support.tests_samples import sample_manifest
 
 from edgetune.artifact.release import gate_refusal
 from edgetune.artifact_format.manifest import Timing
@@ -16,8 +16,9 @@ FLEET = Path("/srv/fleet.yaml")
 
 def _with_timings(tuned_ms: list[float], untuned_ms: list[float]):
     manifest = sample_manifest()
-    board = dataclasses.replace(manifest.boards[0], tuned=Timing.from_samples_ms(tuned_ms),
-                                untuned=Timing.from_samples_ms(untuned_ms))  # fmt: skip
+    board = dataclasses.replace(
+        manifest.boards[0], tuned=Timing.from_samples_ms(tuned_ms), untuned=Timing.from_samples_ms(untuned_ms)
+    )
     return dataclasses.replace(manifest, boards=(board,))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
-from fleet_marker import starts_fleet
+from support.fleet_marker import starts_fleet
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -71,21 +71,46 @@ def loopback_class(tmp_path_factory):
     """A tracker and two rpc_servers (127.0.0.2, 127.0.0.3) registered under one key."""
     logs = tmp_path_factory.mktemp("rpc")
     port = _free_port()
-    procs = [_spawn(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)], logs / "tracker.log")]
+    procs = [
+        _spawn(
+            ["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+            logs / "tracker.log",
+        )
+    ]
     _wait(lambda: _port_answers(port), "the tracker did not start")
     for addr in ADDRESSES:
         procs.append(
             _spawn(
-                ["tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", KEY, "--host", addr,
-                 "--custom-addr", addr, "--port", "9090", "--port-end", "9190"],  # fmt: skip
+                [
+                    "tvm.exec.rpc_server",
+                    "--tracker",
+                    f"127.0.0.1:{port}",
+                    "--key",
+                    KEY,
+                    "--host",
+                    addr,
+                    "--custom-addr",
+                    addr,
+                    "--port",
+                    "9090",
+                    "--port-end",
+                    "9190",
+                ],
                 logs / f"server-{addr}.log",
             )
         )
     try:
         _wait(lambda: _registered(port) == len(ADDRESSES), "the rpc servers did not register")
         boards = [
-            Board(name=f"b{i}", address=a, device_class=KEY, tracker="t", python=sys.executable,
-                  workdir=str(logs), ssh=SshSettings(transport="direct"))  # fmt: skip
+            Board(
+                name=f"b{i}",
+                address=a,
+                device_class=KEY,
+                tracker="t",
+                python=sys.executable,
+                workdir=str(logs),
+                ssh=SshSettings(transport="direct"),
+            )
             for i, a in enumerate(ADDRESSES)
         ]
         yield RpcEndpoint("127.0.0.1", port, KEY), boards
@@ -129,7 +154,9 @@ def test_every_board_runs_and_times_the_libraries_in_rounds(loopback_class, tmp_
     endpoint, boards = loopback_class
     light, heavy = _library(TwoOutputs, tmp_path / "light.so"), _library(Heavier, tmp_path / "heavy.so")
     x = np.arange(32, dtype="float32").reshape(4, 8)
-    extra = Board(name="offline", address="127.0.0.9", device_class=KEY, tracker="t", python="", workdir="", ssh=SshSettings())
+    extra = Board(
+        name="offline", address="127.0.0.9", device_class=KEY, tracker="t", python="", workdir="", ssh=SshSettings()
+    )
     libraries = {"light": light, "heavy": heavy, "light-again": light}
     result = run_on_boards(endpoint, [*boards, extra], libraries, entry_function(TwoOutputs), [x], QUICK)
     assert sorted(result.succeeded) == ["b0", "b1"]

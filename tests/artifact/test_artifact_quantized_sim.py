@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import onnxruntime
 import pytest
-from onnx_samples import qdq_model
+from support.onnx_samples import qdq_model
 
-from edgetune.artifact.release import build_artifacts, onnxruntime_ratios
+from edgetune.artifact.release import build_artifacts, runtime_ratios
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.manifest import LIBRARY_NAME, REFERENCE_INPUT_NAME
 from edgetune.artifact_format.reference import read_npz
@@ -30,12 +30,19 @@ CLASS = "gw-fast"
 
 def test_quantized_model_with_a_fixed_input_builds_an_artifact_the_size_of_its_onnx_file(sim_fleet, tmp_path):
     onnx_path = qdq_model(tmp_path / "vad-int8.onnx", rate_branch=True)
-    model = Model("vad-int8", (ModelInput("x", (1, 512)), ModelInput("sr", (), "int64", FixedValue(16000))), onnx=onnx_path)
+    model = Model(
+        "vad-int8", (ModelInput("x", (1, 512)), ModelInput("sr", (), "int64", FixedValue(16000))), onnx=onnx_path
+    )
     fleet = sim_fleet.replace(
-        workdir=tmp_path / "work", models=(model,),
-        artifacts=replace(sim_fleet.artifacts, dir=tmp_path / "artifacts", signing_key=tmp_path / "keys" / "signing.key",
-                          public_key=tmp_path / "keys" / "signing.pub"),
-    )  # fmt: skip
+        workdir=tmp_path / "work",
+        models=(model,),
+        artifacts=replace(
+            sim_fleet.artifacts,
+            dir=tmp_path / "artifacts",
+            signing_key=tmp_path / "keys" / "signing.key",
+            public_key=tmp_path / "keys" / "signing.pub",
+        ),
+    )
     init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
     tuned = tune_class(fleet, CLASS, TuneOptions(search=SearchSettings(population_size=64)))
     assert tuned.ok, tuned.error
@@ -52,7 +59,7 @@ def test_quantized_model_with_a_fixed_input_builds_an_artifact_the_size_of_its_o
     assert list(read_npz(stored.path / REFERENCE_INPUT_NAME)) == ["x"]
     assert all(board.max_abs_error < 1e-3 for board in stored.manifest.boards)
 
-    ratios = onnxruntime_ratios(stored.manifest.boards)
+    ratios = runtime_ratios(stored.manifest.boards, "onnxruntime")
     assert sorted(ratios) == ["fast-1", "fast-2"]
     for board in stored.manifest.boards:
         ort = board.onnxruntime

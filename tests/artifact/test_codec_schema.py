@@ -56,7 +56,7 @@ def test_paths_resolve_against_the_base(tmp_path):
         ({"name": "a", "items": [1, 2, 3, 4]}, "root.items: has 4 elements, more than the 3 allowed"),
         ({"name": "a", "items": [1, "2"]}, "root.items[1]: must be an integer, got str '2'"),
         ({"name": "a", "table": [1]}, "root.table: must be a mapping of name to count, got a list"),
-        ({"name": "a", "table": {"odd key": "x"}}, 'root.table["odd key"]: must be an integer, got str \'x\''),
+        ({"name": "a", "table": {"odd key": "x"}}, "root.table[\"odd key\"]: must be an integer, got str 'x'"),
         ({"name": "a", "inner": {"window": 0}}, "root.inner.window: must be positive, got 0"),
         ({"name": "a", "inner": {"gain": 1.5}}, "root.inner.gain: must be between 0 and 0.99, got 1.5"),
         ({"name": "a", "inner": {"gain": float("inf")}}, "root.inner.gain: must be a finite number, got inf"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import onnxruntime as ort
 import pytest
-from onnx_samples import conv_model, qdq_model
+from support.onnx_samples import conv_model, qdq_model
 
 from edgetune.compiler.models import load_model, model_interface, reference_inputs, reference_outputs
 from edgetune.errors import TuneError
@@ -38,7 +38,9 @@ def test_an_onnx_models_interface_is_what_onnxruntime_reports(tmp_path):
 def test_a_quantized_onnx_models_interface_is_what_onnxruntime_reports(tmp_path):
     path = qdq_model(tmp_path / "qdq.onnx")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs = tuple(ModelInput(i.name, tuple(d if isinstance(d, int) else 1 for d in i.shape)) for i in session.get_inputs())
+    inputs = tuple(
+        ModelInput(i.name, tuple(d if isinstance(d, int) else 1 for d in i.shape)) for i in session.get_inputs()
+    )
     _same_as_onnxruntime(Model(name="qdq", inputs=inputs, onnx=path))
 
 
@@ -49,7 +51,8 @@ def test_a_builtin_models_interface_is_its_reference_data():
     expected = reference_outputs(model, given)
     assert [(s.name, s.shape, s.dtype) for s in interface.inputs] == [("x", (1, 64), str(given["x"].dtype))]
     assert [(s.name, s.shape, s.dtype) for s in interface.outputs] == [
-        (f"output{i}", out.shape, str(out.dtype)) for i, out in enumerate(expected)]
+        (f"output{i}", out.shape, str(out.dtype)) for i, out in enumerate(expected)
+    ]
 
 
 def test_inputs_declared_that_the_function_does_not_take_are_refused():

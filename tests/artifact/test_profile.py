@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from onnx_samples import write_quantized_separable
+from support.onnx_samples import write_quantized_separable
 from tvm import relax
 
 from edgetune.artifact.profile import (
@@ -44,9 +44,13 @@ def separable_cnn(path, layout: str = "NCHW") -> Model:
         helper.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
         helper.make_node("Relu", ["c3"], ["y"]),
     ]
-    graph = helper.make_graph(nodes, "sep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])],
-                              initializer=[weight("w1", 16, 8, 3, 3), weight("w2", 16, 1, 3, 3), weight("w3", 32, 16, 1, 1)])
+    graph = helper.make_graph(
+        nodes,
+        "sep",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])],
+        initializer=[weight("w1", 16, 8, 3, 3), weight("w2", 16, 1, 3, 3), weight("w3", 32, 16, 1, 1)],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return Model("sep", (ModelInput("x", (1, 8, 32, 32)),), onnx=path, layout=layout)
 
@@ -56,11 +60,16 @@ def test_kernels_get_their_kinds_and_flops_in_either_layout(tmp_path, layout):
     prepared = prepare(load_model(separable_cnn(tmp_path / "sep.onnx", layout)), TARGET)
     kinds = tvm_kernel_kinds(prepared, layout)
     assert sorted(kind for kind, _ in kinds.values() if kind.startswith("conv")) == [
-        "conv 1x1 (pointwise)", "conv 3x3", "conv 3x3 depthwise"]
+        "conv 1x1 (pointwise)",
+        "conv 3x3",
+        "conv 3x3 depthwise",
+    ]
     assert sorted(flops for _, flops in kinds.values() if flops) == sorted(
-        [2 * 16 * 32 * 32 * 8 * 9, 2 * 16 * 32 * 32 * 9, 2 * 32 * 32 * 32 * 16])
+        [2 * 16 * 32 * 32 * 8 * 9, 2 * 16 * 32 * 32 * 9, 2 * 32 * 32 * 32 * 16]
+    )
 
 
+@pytest.mark.tvm  # builds and runs the model
 def test_kernel_rows_add_up_to_the_model_time(tmp_path):
     model = separable_cnn(tmp_path / "sep.onnx")
     prepared = prepare(load_model(model), TARGET)
@@ -80,14 +89,22 @@ def twice_the_same_convolution(path) -> Model:
     """Two 3x3 8->8 convolutions @16x16 of the same shape: one kernel, called twice."""
     rng = np.random.default_rng(1)
     weights = [numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), f"w{i}") for i in (1, 2)]
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
-             helper.make_node("Conv", ["c1", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
-    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], initializer=weights)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Conv", ["c1", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "twice",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        initializer=weights,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return Model("twice", (ModelInput("x", (1, 8, 16, 16)),), onnx=path, layout="NCHW")
 
 
+@pytest.mark.tvm  # builds and runs the model
 def test_a_kernel_called_for_two_layers_counts_the_flops_of_both(tmp_path):
     model = twice_the_same_convolution(tmp_path / "twice.onnx")
     prepared = prepare(load_model(model), TARGET)
@@ -117,7 +134,10 @@ def test_integer_convolutions_and_onnxruntimes_qlinearconv_are_one_kind_with_the
     path = write_quantized_separable(tmp_path / "block.int8.onnx")
     model = Model("qdq", (ModelInput("x", (1, 16, 8, 8)),), onnx=path, layout="NHWC", quantized_weights="integer")
     kinds = tvm_kernel_kinds(prepare(load_model(model), TARGET), "NHWC")
-    assert sorted(flops for kind, flops in kinds.values() if kind == INT8_CONV) == [2 * 64 * 48 * 32, 2 * 64 * 32 * 16 * 9]
+    assert sorted(flops for kind, flops in kinds.values() if kind == INT8_CONV) == [
+        2 * 64 * 48 * 32,
+        2 * 64 * 32 * 16 * 9,
+    ]
     assert "conv 3x3 depthwise" in {kind for kind, _ in kinds.values()}
 
     options = ort.SessionOptions()

@@ -19,8 +19,8 @@ import onnx
 import pytest
 import tvm
 import yaml
-from inventory_dump import fleet_to_dict
 from onnx import TensorProto, helper, numpy_helper
+from support.inventory_dump import fleet_to_dict
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.artifact.board_profile import library_kernels
@@ -43,15 +43,25 @@ def write_mlp_onnx(path):
     def weight(name, *shape):
         return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.05, name)
 
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"), helper.make_node("Add", ["m1", "b1"], ["a1"]),
-             helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="fc2"),
-             helper.make_node("Add", ["m2", "b2"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="fc2"),
+        helper.make_node("Add", ["m2", "b2"], ["y"]),
+    ]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FEATURES])],
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FEATURES])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, FEATURES])],
-        initializer=[weight("w1", FEATURES, 2 * FEATURES), weight("b1", 2 * FEATURES),
-                     weight("w2", 2 * FEATURES, FEATURES), weight("b2", FEATURES)],
-    )  # fmt: skip
+        initializer=[
+            weight("w1", FEATURES, 2 * FEATURES),
+            weight("b1", 2 * FEATURES),
+            weight("w2", 2 * FEATURES, FEATURES),
+            weight("b2", FEATURES),
+        ],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -66,8 +76,12 @@ def profiled_fleet(built_release, tmp_path_factory):
     shutil.copytree(database, root / database.relative_to(as_built))
     shutil.copytree(as_built / "artifacts", root / "artifacts")
     model = Model(MODEL, (ModelInput("x", (1, FEATURES)),), onnx=write_mlp_onnx(root / "mlp.onnx"))
-    fleet = source.replace(path=root / "fleet.yaml", workdir=root / "work", models=(*source.models, model),
-                           artifacts=dataclasses.replace(source.artifacts, dir=root / "artifacts"))  # fmt: skip
+    fleet = source.replace(
+        path=root / "fleet.yaml",
+        workdir=root / "work",
+        models=(*source.models, model),
+        artifacts=dataclasses.replace(source.artifacts, dir=root / "artifacts"),
+    )
     fleet.path.write_text(yaml.safe_dump(fleet_to_dict(fleet)))
     report = build_artifacts(fleet, classes=[CLASS], models=[MODEL])
     assert report.ok, report.failures()
@@ -137,7 +151,11 @@ def test_kernels_are_the_built_modules_with_their_call_counts(profiled_fleet):
         ([MODEL, "--class", "gw-huge"], 5, "unknown device class 'gw-huge' (classes in "),
         ([MODEL, "--class", CLASS, "--version", "9"], 5, f"{MODEL} for {CLASS} has no version 9 (stored: v1)"),
         ([MODEL, "--class", "gw-slow"], 5, f"no built artifact of {MODEL} for class gw-slow in "),
-        ([MODEL, "--class", CLASS, "--board", "slow-1"], 3, f"'slow-1' is not a board of class {CLASS} (its boards: fast-1, fast-2)"),
+        (
+            [MODEL, "--class", CLASS, "--board", "slow-1"],
+            3,
+            f"'slow-1' is not a board of class {CLASS} (its boards: fast-1, fast-2)",
+        ),
     ],
 )
 def test_errors_name_what_is_wrong_and_what_to_run(profiled_fleet, capsys, args, exit_code, message):
@@ -152,7 +170,10 @@ def test_a_fleet_that_is_not_up_is_told_to_run_fleet_up(profiled_fleet, capsys, 
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    trackers = tuple(dataclasses.replace(t, bind_host="127.0.0.1", public_address="127.0.0.1", port=port, port_end=port) for t in profiled_fleet.trackers)
+    trackers = tuple(
+        dataclasses.replace(t, bind_host="127.0.0.1", public_address="127.0.0.1", port=port, port_end=port)
+        for t in profiled_fleet.trackers
+    )
     down = profiled_fleet.replace(path=tmp_path / "fleet.yaml", workdir=tmp_path / "work", trackers=trackers)
     down.path.write_text(yaml.safe_dump(fleet_to_dict(down)))
     code, out, err = profile(capsys, down, MODEL, "--class", CLASS)

@@ -25,7 +25,7 @@ from edgetune.artifact_format.trust import (
     key_statement,
     raw_text,
     revocations_statement,
-)  # fmt: skip
+)
 from edgetune.errors import ArtifactError
 
 NOW = 1_800_000_000.0
@@ -49,8 +49,19 @@ def test_a_board_follows_the_history_from_its_anchor():
     assert trusted.decision_key(NOW + 89 * DAY) is not None
     with pytest.raises(TrustError, match="past by this board's clock"):
         trusted.decision_key(NOW + 91 * DAY)
-    late = new_decision(board="b", device_class="c", model="m", version=1, manifest_sha256="0" * 64, tarball_size=1,
-                        pinned=False, requested=False, serial=1, issued_at=NOW + 91 * DAY, ttl_s=60)  # fmt: skip
+    late = new_decision(
+        board="b",
+        device_class="c",
+        model="m",
+        version=1,
+        manifest_sha256="0" * 64,
+        tarball_size=1,
+        pinned=False,
+        requested=False,
+        serial=1,
+        issued_at=NOW + 91 * DAY,
+        ttl_s=60,
+    )
     with pytest.raises(TrustError, match="past by the decision's signing time"):
         trusted.refuse_late(late)
 
@@ -64,8 +75,9 @@ def test_another_fleets_history_a_forged_step_a_fork_and_a_rewind_are_refused():
     forged = replace(trust, rotations=(trust.rotations[0], key_statement(thief, ARTIFACT, thief.public_key(), NOW)))
     with pytest.raises(TrustError, match="rotations\\[1\\]"):
         accept_trust(anchor, forged, None, NOW)
-    fork = replace(trust, rotations=(trust.rotations[0], key_statement(keys[1], ARTIFACT, thief.public_key(), NOW)),
-                   decision=None)  # fmt: skip
+    fork = replace(
+        trust, rotations=(trust.rotations[0], key_statement(keys[1], ARTIFACT, thief.public_key(), NOW)), decision=None
+    )
     accept_trust(anchor, fork, None, NOW)  # valid alone: keys[1] signed it
     with pytest.raises(TrustError, match="does not extend"):
         accept_trust(anchor, fork, trust, NOW)  # but not for a board that took the real history
@@ -76,7 +88,9 @@ def test_another_fleets_history_a_forged_step_a_fork_and_a_rewind_are_refused():
 def test_revocations_only_grow_and_a_revoked_newest_key_is_refused():
     keys, trust = history(2)
     anchor, newest = keys[0].public_key(), keys[-1]
-    first = replace(trust, revocations=revocations_statement(newest, 2, (Revoked(key_id(anchor), "2027-06-01T00:00:00Z"),), NOW))
+    first = replace(
+        trust, revocations=revocations_statement(newest, 2, (Revoked(key_id(anchor), "2027-06-01T00:00:00Z"),), NOW)
+    )
     taken = accept_trust(anchor, first, None, NOW)
     assert len(taken.release_keys) == 2  # the anchor is refused only from its date
     assert len(accept_trust(anchor, first, None, NOW + 365 * DAY).release_keys) == 1
@@ -85,7 +99,12 @@ def test_revocations_only_grow_and_a_revoked_newest_key_is_refused():
         accept_trust(anchor, older, first, NOW)
     with pytest.raises(TrustError, match="older than the ones this board took"):
         accept_trust(anchor, trust, first, NOW)  # none at all, after some were taken
-    self_revoked = replace(trust, revocations=revocations_statement(newest, 3, (Revoked(key_id(newest.public_key()), "2020-01-01T00:00:00Z"),), NOW))
+    self_revoked = replace(
+        trust,
+        revocations=revocations_statement(
+            newest, 3, (Revoked(key_id(newest.public_key()), "2020-01-01T00:00:00Z"),), NOW
+        ),
+    )
     with pytest.raises(TrustError, match="artifact key .* is revoked"):
         accept_trust(anchor, self_revoked, first, NOW)
     by_old_key = replace(trust, revocations=revocations_statement(keys[0], 5, (), NOW))

@@ -1,19 +1,13 @@
 """FLOP counting of an ONNX graph (the roofline column of bench/side_by_side.py), checked
 against counts done by hand."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
+from flops import node_flops, total_flops
 from onnx import TensorProto, helper, numpy_helper
 
 from edgetune.errors import TuneError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from flops import node_flops, total_flops
 
 
 def graph_model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
@@ -44,22 +38,40 @@ def test_conv_depthwise_transpose_gemm_and_matmul_match_hand_counts():
     ]
     model = graph_model(
         nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32]),
-         helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 5, 10])],
-        [helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 10]),
-         helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 5, 3])],
-        [zeros("w1", 16, 8, 3, 3), zeros("w2", 16, 1, 3, 3), zeros("w3", 16, 4, 2, 2), zeros("w4", 10, 4),
-         zeros("w5", 10, 3)],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32]),
+            helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 5, 10]),
+        ],
+        [
+            helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 10]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 5, 3]),
+        ],
+        [
+            zeros("w1", 16, 8, 3, 3),
+            zeros("w2", 16, 1, 3, 3),
+            zeros("w3", 16, 4, 2, 2),
+            zeros("w4", 10, 4),
+            zeros("w5", 10, 3),
+        ],
     )
-    hand = {"conv": 2 * 16 * 16 * 16 * 8 * 9, "dw": 2 * 16 * 16 * 16 * 9, "up": 2 * 16 * 16 * 16 * 4 * 4,
-            "fc": 2 * 10 * 4, "mm": 2 * 2 * 5 * 3 * 10}
+    hand = {
+        "conv": 2 * 16 * 16 * 16 * 8 * 9,
+        "dw": 2 * 16 * 16 * 16 * 9,
+        "up": 2 * 16 * 16 * 16 * 4 * 4,
+        "fc": 2 * 10 * 4,
+        "mm": 2 * 2 * 5 * 3 * 10,
+    }
     assert {n.name: n.flops for n in node_flops(model)} == hand
     assert total_flops(model) == sum(hand.values())
 
 
 def test_unknown_shape_is_a_clear_error():
     nodes = [helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")]
-    model = graph_model(nodes, [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])],
-                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [zeros("w", 4, 2)])
+    model = graph_model(
+        nodes,
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [zeros("w", 4, 2)],
+    )
     with pytest.raises(TuneError, match="shape of 'a'.*unknown"):
         total_flops(model)

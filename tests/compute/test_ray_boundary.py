@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from test_layers import PACKAGE, SOURCES, imports
+from support.import_graph import PACKAGE, SOURCES, imports
 
 from edgetune.tune import (
     _PUBLIC,  # the names `edgetune.tune` loads from their module on first use
@@ -15,8 +15,13 @@ ON_RAY = PACKAGE / "tune" / "on_ray"
 
 
 def test_only_the_on_ray_package_imports_ray():
-    outside = [f"{path.relative_to(PACKAGE)}:{line}" for path in SOURCES if not path.is_relative_to(ON_RAY)
-               for name, line in imports(path) if name.split(".")[0] == "ray"]
+    outside = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in SOURCES
+        if not path.is_relative_to(ON_RAY)
+        for name, line in imports(path)
+        if name.split(".")[0] == "ray"
+    ]
     assert not outside, outside
 
 

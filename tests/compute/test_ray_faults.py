@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fleet_marker import starts_fleet
-from fleets import V3, make_fleet, mlp
-from loopback_boards import Loopback
-from ray_clusters import connected_cluster
-from tests_samples import FAKE_PRIVATE_KEY
+from support.fleet_marker import starts_fleet
+from support.fleets import V3, make_fleet, mlp
+from support.loopback_boards import Loopback
+from support.ray_clusters import connected_cluster
+from support.tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.inventory.schema import RayCompute
 from edgetune.tune.database import ClassDatabasePaths, read_trials
@@ -83,8 +83,13 @@ def test_a_lost_search_node_keeps_its_trials_and_a_rerun_resumes_without_repeati
     paths = ClassDatabasePaths.of(tmp_path, "classa")
     search_node = cluster.workers[0]  # the only node with the two CPUs a class run asks for
     before_loss: list = []
-    killer = threading.Thread(target=lambda: (wait_for_records(paths, 8), before_loss.extend(read_trials(paths)),
-                                              cluster.kill_node(search_node)))
+    killer = threading.Thread(
+        target=lambda: (
+            wait_for_records(paths, 8),
+            before_loss.extend(read_trials(paths)),
+            cluster.kill_node(search_node),
+        )
+    )
     killer.start()
     failed = tune_fleet(fleet, TuneOptions())
     killer.join()
@@ -92,7 +97,7 @@ def test_a_lost_search_node_keeps_its_trials_and_a_rerun_resumes_without_repeati
     assert not lost.ok and lost.error.startswith("classa: its run on the Ray cluster ended"), lost.error
     assert "every trial measured so far is kept: re-run to resume" in lost.error
     kept = read_trials(paths)
-    assert kept[:len(before_loss)] == before_loss and len(kept) < BUDGET
+    assert kept[: len(before_loss)] == before_loss and len(kept) < BUDGET
 
     cluster.add_node(2)  # a new machine for the search
     resumed = tune_fleet(fleet, TuneOptions())
@@ -100,7 +105,7 @@ def test_a_lost_search_node_keeps_its_trials_and_a_rerun_resumes_without_repeati
     assert rerun.ok, rerun.error
     assert rerun.done_before == len(kept)  # every kept trial counted: none measured again
     assert BUDGET <= len(kept) + rerun.trials_run < BUDGET + 8
-    assert read_trials(paths)[:len(kept)] == kept
+    assert read_trials(paths)[: len(kept)] == kept
     assert tune_fleet(fleet, TuneOptions()).trials_run == 0
 
 
@@ -130,11 +135,26 @@ def test_ctrl_c_stops_the_class_run_on_the_cluster_after_the_round_in_flight(clu
     (tmp_path / "id").chmod(0o600)
     (tmp_path / "known_hosts").write_text("")
     fleet_yaml = tmp_path / "fleet.yaml"
-    fleet_yaml.write_text(FLEET_YAML.format(port=board.port, port_end=board.port + 1, dir=tmp_path, repo=REPO,
-                                            python=sys.executable, budget=STOPPED_BUDGET, address=cluster.address))
+    fleet_yaml.write_text(
+        FLEET_YAML.format(
+            port=board.port,
+            port_end=board.port + 1,
+            dir=tmp_path,
+            repo=REPO,
+            python=sys.executable,
+            budget=STOPPED_BUDGET,
+            address=cluster.address,
+        )
+    )
     paths = ClassDatabasePaths(tmp_path / "work" / "databases" / "classa")
-    run = subprocess.Popen([sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml)], cwd=REPO,
-                           start_new_session=True, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml)],
+        cwd=REPO,
+        start_new_session=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for_records(paths, 8)
         os.killpg(run.pid, signal.SIGINT)

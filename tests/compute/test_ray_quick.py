@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from fleets import V3, make_fleet, mlp
-from loopback_boards import _free_port
-from ray_clusters import connected_cluster
-from test_loader import base_fleet, write
+from support.fleets import V3, make_fleet, mlp
+from support.inventory_files import base_fleet, write
+from support.loopback_boards import _free_port
+from support.ray_clusters import connected_cluster
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
@@ -95,7 +95,9 @@ def test_nodes_that_cannot_reach_the_tracker_are_refused_before_a_class_starts(c
     port = _free_port()  # no tracker listens there
     fleet = make_fleet(tmp_path, port, {"classa": V3}, {"classa": 1}, (mlp(),), 8)
     fleet = fleet.replace(compute=RayCompute(address=cluster.address))
-    with pytest.raises(TuneError, match=rf"Ray node \S+ \S+ cannot reach the tracker 127.0.0.1:{port} .*nothing was tuned"):
+    with pytest.raises(
+        TuneError, match=rf"Ray node \S+ \S+ cannot reach the tracker 127.0.0.1:{port} .*nothing was tuned"
+    ):
         tune_fleet(fleet, TuneOptions())
     assert not ClassDatabasePaths.of(tmp_path, "classa").directory.exists()
 
@@ -103,6 +105,9 @@ def test_nodes_that_cannot_reach_the_tracker_are_refused_before_a_class_starts(c
 def test_a_class_run_larger_than_every_node_is_refused(cluster, tmp_path):
     fleet = make_fleet(tmp_path, _free_port(), {"classa": V3}, {"classa": 1}, (mlp(),), 8)
     fleet = fleet.replace(compute=RayCompute(address=cluster.address, cpus_per_class=4))
-    with pytest.raises(TuneError, match="compute.ray.cpus_per_class is 4 CPUs, but the largest node of the Ray "
-                                        "cluster at .* has 1: lower it, or add a larger node"):
+    with pytest.raises(
+        TuneError,
+        match="compute.ray.cpus_per_class is 4 CPUs, but the largest node of the Ray "
+        "cluster at .* has 1: lower it, or add a larger node",
+    ):
         tune_fleet(fleet, TuneOptions())

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from fleet_marker import starts_fleet
-from fleets import V2, V3, make_fleet, mlp
-from loopback_boards import Loopback
-from ray_clusters import connected_cluster
+from support.fleet_marker import starts_fleet
+from support.fleets import V2, V3, make_fleet, mlp
+from support.loopback_boards import Loopback
+from support.ray_clusters import connected_cluster
 
 from edgetune.inventory.schema import RayCompute
 from edgetune.tune.database import ClassDatabasePaths, read_trials
@@ -40,8 +40,9 @@ def tuned(cluster, tmp_path_factory):
         for name in ("a-1", "b-1"):
             boards.start_board(name, "class" + name[0])
         boards.wait_registered(2)
-        fleet = make_fleet(workdir, boards.port, {"classa": V3, "classb": V2}, {"classa": 1, "classb": 1},
-                           (mlp(),), TRIALS, 8, 16)
+        fleet = make_fleet(
+            workdir, boards.port, {"classa": V3, "classb": V2}, {"classa": 1, "classb": 1}, (mlp(),), TRIALS, 8, 16
+        )
         fleet = fleet.replace(compute=RayCompute(address=cluster.address, cpus_per_class=2, build_workers=2))
         with placement_lines() as lines:  # the first run's
             first = tune_fleet(fleet, TuneOptions(borrow=False))
@@ -119,8 +120,9 @@ def test_a_class_searched_in_two_shards_keeps_every_trial_in_its_database_and_re
         boards.start_board("c-1", "classc")
         boards.wait_registered(1)
         fleet = make_fleet(tmp_path, boards.port, {"classc": V3}, {"classc": 1}, (mlp(),), TRIALS, 8, 16)
-        fleet = fleet.replace(compute=RayCompute(address=cluster.address, cpus_per_class=1, build_workers=2,
-                                                 shards_per_class=2))
+        fleet = fleet.replace(
+            compute=RayCompute(address=cluster.address, cpus_per_class=1, build_workers=2, shards_per_class=2)
+        )
         paths = ClassDatabasePaths.of(fleet.workdir, "classc")
         first = tune_fleet(fleet, TuneOptions(borrow=False))
         trained = paths.cost_model.stat().st_mtime

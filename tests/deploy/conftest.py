@@ -8,10 +8,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from artifact_server import RunningServer
-from deploy_support import publish_version
-from fleet_marker import starts_fleet
-from tests_samples import FAKE_PRIVATE_KEY
+from support.artifact_server import RunningServer
+from support.deploy_support import publish_version
+from support.fleet_marker import starts_fleet
+from support.tests_samples import FAKE_PRIVATE_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,15 +66,16 @@ def artifact_server(deploy_fleet):
         server.stop()
 
 
-
 @pytest.fixture
 def published(deploy_fleet, monkeypatch):
     """mlp v1, v2 for gw-fast; mlp v1 for gw-slow; tokens for every board."""
     from edgetune.deploy.tokens import ensure_token
 
     monkeypatch.setenv("EDGETUNE_TEST_SLOW1_TOKEN", "s" * 40)
-    versions = [publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
-                publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
-                publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100)]  # fmt: skip
+    versions = [
+        publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v1" * 100),
+        publish_version(deploy_fleet, "mlp", "gw-fast", b"fast-v2" * 100),
+        publish_version(deploy_fleet, "mlp", "gw-slow", b"slow-v1" * 100),
+    ]
     tokens = {b.name: ensure_token(deploy_fleet, b) for b in deploy_fleet.boards}
     return versions, tokens

@@ -12,8 +12,8 @@ import shutil
 import threading
 
 import pytest
-from deploy_support import publish_version
-from test_deploy_server import get, raw_get
+from support.deploy_support import publish_version
+from support.https_requests import get, raw_get
 
 from edgetune.cli import main
 from edgetune.deploy.tokens import token_path
@@ -77,7 +77,8 @@ def test_two_boards_with_one_token_are_both_refused_naming_both(deploy_fleet, pu
 
 def test_two_boards_reading_one_token_variable_are_refused_by_check(deploy_fleet, capsys):
     text = deploy_fleet.path.read_text().replace(
-        "workdir: /tmp/f1}", "workdir: /tmp/f1, token_env: EDGETUNE_TEST_SLOW1_TOKEN}")
+        "workdir: /tmp/f1}", "workdir: /tmp/f1, token_env: EDGETUNE_TEST_SLOW1_TOKEN}"
+    )
     deploy_fleet.path.write_text(text)
     assert main(["check", "-f", str(deploy_fleet.path)]) == 2
     err = capsys.readouterr().err
@@ -111,8 +112,9 @@ def test_a_polling_board_never_sees_a_404_for_the_newest(deploy_fleet, published
     assert offered_version(artifact_server, "fast-1", tokens["fast-1"]) == 8
 
 
-def test_a_commit_that_crashes_before_the_rename_leaves_the_previous_newest(deploy_fleet, published,
-                                                                            artifact_server, monkeypatch):
+def test_a_commit_that_crashes_before_the_rename_leaves_the_previous_newest(
+    deploy_fleet, published, artifact_server, monkeypatch
+):
     _, tokens = published
     class_dir = deploy_fleet.artifacts.dir / "mlp" / "gw-fast"
     real_rename = os.rename
@@ -159,8 +161,7 @@ def test_a_linked_class_directory_is_not_served(deploy_fleet, published, artifac
     assert get(artifact_server, "/v1/artifacts/mlp/gw-slow/v1.tar.gz", tokens["slow-1"])[0] == 404
 
 
-def test_hand_copied_and_corrupt_versions_are_skipped_with_a_log_line(deploy_fleet, published, artifact_server,
-                                                                      caplog):
+def test_hand_copied_and_corrupt_versions_are_skipped_with_a_log_line(deploy_fleet, published, artifact_server, caplog):
     versions, tokens = published
     class_dir = versions[1].path.parent
     shutil.copytree(class_dir / "v1", class_dir / "v7")
@@ -173,8 +174,15 @@ def test_hand_copied_and_corrupt_versions_are_skipped_with_a_log_line(deploy_fle
     assert "mlp/gw-fast/v2 is not served: its tarball is missing or not of its manifest" in warnings(caplog)
 
 
-@pytest.mark.parametrize("path", ["/v1/boards/fast-1%0a/models/mlp", "/v1/boards/fast-1/models/mlp%0A",
-                                  "/v1/artifacts/mlp/gw-fast%0a/v1.tar.gz", "/v1/artifacts/mlp%0a/gw-fast/v1/manifest.sig"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/boards/fast-1%0a/models/mlp",
+        "/v1/boards/fast-1/models/mlp%0A",
+        "/v1/artifacts/mlp/gw-fast%0a/v1.tar.gz",
+        "/v1/artifacts/mlp%0a/gw-fast/v1/manifest.sig",
+    ],
+)
 def test_names_are_matched_whole(published, artifact_server, path):
     _, tokens = published
     status, body = raw_get(artifact_server, path, tokens["fast-1"])
@@ -191,13 +199,16 @@ def test_if_none_match_star_and_weak_etags_answer_304(published, artifact_server
     assert get(artifact_server, path, tokens["fast-1"], {"If-None-Match": 'W/"other"'})[0] == 200
 
 
-@pytest.mark.parametrize("method, path, token_of, status", [
-    ("GET", "/nowhere", None, 404),
-    ("GET", "/v1/nowhere", "fast-1", 404),
-    ("POST", "/v1/artifacts/mlp/gw-fast/v2.tar.gz", "fast-1", 405),
-    ("DELETE", "/v1/boards/fast-1/models/mlp", None, 405),
-    ("GET", "/v1/artifacts/mlp/gw-fast/v2/manifest.json", "nobody", 401),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "method, path, token_of, status",
+    [
+        ("GET", "/nowhere", None, 404),
+        ("GET", "/v1/nowhere", "fast-1", 404),
+        ("POST", "/v1/artifacts/mlp/gw-fast/v2.tar.gz", "fast-1", 405),
+        ("DELETE", "/v1/boards/fast-1/models/mlp", None, 405),
+        ("GET", "/v1/artifacts/mlp/gw-fast/v2/manifest.json", "nobody", 401),
+    ],
+)
 def test_every_error_answer_is_json(published, artifact_server, method, path, token_of, status):
     _, tokens = published
     got, body = raw_get(artifact_server, path, tokens.get(token_of, token_of), method)
@@ -207,6 +218,7 @@ def test_every_error_answer_is_json(published, artifact_server, method, path, to
 def test_an_unsatisfiable_range_is_a_json_416(published, artifact_server):
     versions, tokens = published
     size = versions[1].tarball.stat().st_size
-    status, headers, body = get(artifact_server, "/v1/artifacts/mlp/gw-fast/v2.tar.gz", tokens["fast-1"],
-                                {"Range": f"bytes={size + 10}-"})  # fmt: skip
+    status, headers, body = get(
+        artifact_server, "/v1/artifacts/mlp/gw-fast/v2.tar.gz", tokens["fast-1"], {"Range": f"bytes={size + 10}-"}
+    )
     assert status == 416 and headers["content-range"] == f"bytes */{size}" and "error" in json.loads(body)

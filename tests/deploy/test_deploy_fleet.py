@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from artifact_server import RunningServer
-from deploy_support import republish
+from support.artifact_server import RunningServer
+from support.deploy_support import republish
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.files import pack_tarball
@@ -80,13 +80,27 @@ def latest(fleet, device_class: str) -> int:
 
 def test_rollout_installs_every_board_over_http_from_its_namespace(served):
     fleet, log, result = served.fleet, served.log, served.first
-    assert [[t.board.name for t in stage.targets] for stage in result.plan.stages] == [["fast-1", "fast-2", "slow-1", "slow-2"]]
+    assert [[t.board.name for t in stage.targets] for stage in result.plan.stages] == [
+        ["fast-1", "fast-2", "slow-1", "slow-2"]
+    ]
     assert result.ok, result.records()
     assert {r["board"]: (r["result"], r["to_version"]) for r in result.records()} == {
-        "fast-1": ("installed", 1), "fast-2": ("installed", 1), "slow-1": ("installed", 1), "slow-2": ("installed", 1)}
-    assert {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
-    assert {name: versions[MODEL] for name, versions in load_deployed(fleet).items()} == dict.fromkeys(("fast-1", "fast-2", "slow-1", "slow-2"), 1)
-    tarballs = {line["board"]: line["client"] for line in log.lines if line["path"].endswith(".tar.gz") and line["status"] == 200}
+        "fast-1": ("installed", 1),
+        "fast-2": ("installed", 1),
+        "slow-1": ("installed", 1),
+        "slow-2": ("installed", 1),
+    }
+    assert {name: current(fleet, name) for name in ("fast-1", "fast-2", "slow-1", "slow-2")} == dict.fromkeys(
+        ("fast-1", "fast-2", "slow-1", "slow-2"), 1
+    )
+    assert {name: versions[MODEL] for name, versions in load_deployed(fleet).items()} == dict.fromkeys(
+        ("fast-1", "fast-2", "slow-1", "slow-2"), 1
+    )
+    tarballs = {
+        line["board"]: line["client"]
+        for line in log.lines
+        if line["path"].endswith(".tar.gz") and line["status"] == 200
+    }
     assert set(tarballs) == {b.name for b in fleet.boards}  # each board fetched its own
     for board in fleet.boards:  # from its own address, or through its SSH connection (from this host's side)
         assert (tarballs[board.name] == board.address) is not uses_ssh_transport(board), board.name
@@ -173,4 +187,3 @@ def test_rollout_stops_at_the_threshold_and_rolls_back(served, full_disk):
     assert {name: current(fleet, name) for name in before} == before  # every board on the release it had
     assert all(r["result"] in ("rolled_back", "failed", "unchanged") for r in records.values())
     assert load_deployed(fleet)["fast-1"] == {MODEL: before["fast-1"]}
-

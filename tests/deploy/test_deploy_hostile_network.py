@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from artifact_server import RunningServer
-from tls_proxy import OfferProxy, TlsProxy
+from support.artifact_server import RunningServer
+from support.tls_proxy import OfferProxy, TlsProxy
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.deploy.remote import RemoteAgent
@@ -59,7 +59,10 @@ def test_replayed_and_substituted_decisions_are_refused_in_the_namespace(served)
         assert first["result"] in ("installed", "unchanged") and current(fleet, proxy.url) == newest
         proxy.answer = lambda response: proxy.answers[0]  # the same signed answer, again
         replayed = through(fleet, proxy.url, "install", "--model", MODEL)
-        assert replayed["result"] == "failed" and "an answer made for another request: replayed or held back" in replayed["error"]
+        assert (
+            replayed["result"] == "failed"
+            and "an answer made for another request: replayed or held back" in replayed["error"]
+        )
         proxy.answer = None
         proxy.path = lambda path: path.replace(f"/models/{MODEL}?", f"/models/{MODEL}/versions/{newest}?")
         substituted = through(fleet, proxy.url, "install", "--model", MODEL)
@@ -79,10 +82,13 @@ def _certificate(fleet, directory, ca: str, names_host: str) -> TlsFiles:
     return files
 
 
-@pytest.mark.parametrize("ca, names_host, refusal", [
-    ("other", None, "wrong CA: the server's certificate is not signed by the fleet CA pinned on this board"),
-    ("fleet", "10.9.9.9", "name mismatch: the server's certificate does not name the host of this URL"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "ca, names_host, refusal",
+    [
+        ("other", None, "wrong CA: the server's certificate is not signed by the fleet CA pinned on this board"),
+        ("fleet", "10.9.9.9", "name mismatch: the server's certificate does not name the host of this URL"),
+    ],
+)
 def test_a_server_without_the_fleet_certificate_is_refused_in_the_namespace(served, tmp_path, ca, names_host, refusal):
     fleet = served
     bridge = fleet.deploy.bind_host

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from artifact_server import RunningServer
 from cryptography import x509
-from deploy_support import publish_version
-from test_deploy_server import get
+from support.artifact_server import RunningServer
+from support.deploy_support import publish_version
+from support.https_requests import get
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.codec import from_json
@@ -37,7 +37,8 @@ def _sans(path) -> set[str]:
     cert = x509.load_pem_x509_certificate(path.read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     return {f"ip:{n}" for n in names.get_values_for_type(x509.IPAddress)} | {
-        f"dns:{n}" for n in names.get_values_for_type(x509.DNSName)}  # fmt: skip
+        f"dns:{n}" for n in names.get_values_for_type(x509.DNSName)
+    }
 
 
 def test_keys_init_makes_the_fleet_ca_and_a_server_certificate_for_the_url(deploy_fleet, capsys):
@@ -72,7 +73,9 @@ def test_a_new_url_gets_a_new_server_certificate_from_the_same_ca(deploy_fleet, 
     tls = deploy_fleet.deploy.tls
     ca_before = tls.ca_cert.read_bytes()
     data = yaml.safe_load(deploy_fleet.path.read_text())
-    data["deploy"].update(url=f"https://artifacts.fleet.example:{deploy_fleet.deploy.port}", bind=f"0.0.0.0:{deploy_fleet.deploy.port}")
+    data["deploy"].update(
+        url=f"https://artifacts.fleet.example:{deploy_fleet.deploy.port}", bind=f"0.0.0.0:{deploy_fleet.deploy.port}"
+    )
     deploy_fleet.path.write_text(yaml.safe_dump(data))
     with pytest.raises(DeployError, match="did not name artifacts.fleet.example.*keys init --if-missing"):
         check_server_tls(load_fleet(deploy_fleet.path))  # `serve` refuses to start with it
@@ -127,7 +130,9 @@ def test_offers_are_signed_decisions_and_serials_only_grow(deploy_fleet, publish
     assert serials[1] > serials[0]
 
 
-def test_a_version_the_signed_index_does_not_list_is_neither_offered_nor_served(deploy_fleet, published, artifact_server):
+def test_a_version_the_signed_index_does_not_list_is_neither_offered_nor_served(
+    deploy_fleet, published, artifact_server
+):
     _, tokens = published
     root = deploy_fleet.artifacts.dir
     index = {name: (root / name).read_bytes() for name in (INDEX_NAME, INDEX_SIGNATURE_NAME)}

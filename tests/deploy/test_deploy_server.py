@@ -3,40 +3,15 @@ may download, resumable and conditional downloads, and every refusal with its st
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import shutil
-import urllib.error
-import urllib.request
 
 import pytest
+from support.https_requests import get, raw_get
 
 from edgetune.deploy.tokens import ensure_token, read_token
 from edgetune.errors import DeployError
-
-
-def get(server, path: str, token: str | None = None, headers: dict | None = None):
-    """(status, headers, body) of a GET; HTTP errors are answers too."""
-    request = urllib.request.Request(server.url + path, headers={**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})})
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=server.context) as response:
-            return response.status, response.headers, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read()
-
-
-def raw_get(server, raw_path: str, token: str | None, method: str = "GET"):
-    """(status, body) of a request whose path is sent exactly as given (no client-side
-    normalisation of `..`)."""
-    host, port = server.url.removeprefix("https://").split(":")
-    conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=server.context)
-    conn.putrequest(method, raw_path, skip_accept_encoding=True)
-    if token is not None:
-        conn.putheader("Authorization", f"Bearer {token}")
-    conn.endheaders()
-    response = conn.getresponse()
-    return response.status, response.read()
 
 
 def test_board_is_offered_newest_or_its_pin(deploy_fleet, published, artifact_server):
@@ -109,8 +84,11 @@ def test_refusals_have_their_status_and_serve_nothing(published, artifact_server
 
 def test_raw_dot_dot_paths_reach_nothing(published, artifact_server):
     _, tokens = published
-    for raw in ("/v1/artifacts/../../work/keys/signing.key", "/v1/artifacts/mlp/gw-fast/../../../fleet.yaml",
-                "/v1/boards/../artifacts/mlp/gw-fast/v1.tar.gz"):  # fmt: skip
+    for raw in (
+        "/v1/artifacts/../../work/keys/signing.key",
+        "/v1/artifacts/mlp/gw-fast/../../../fleet.yaml",
+        "/v1/boards/../artifacts/mlp/gw-fast/v1.tar.gz",
+    ):
         status, body = raw_get(artifact_server, raw, tokens["fast-1"])
         assert status in (400, 404) and b"PRIVATE KEY" not in body and b"version: 1" not in body
 
@@ -200,18 +178,26 @@ def test_rollout_plan_stages_and_versions(deploy_fleet, published):
 
     plan = plan_rollout(deploy_fleet, "mlp", canary=1, batch=1)
     assert [(s.name, [(t.board.name, t.version) for t in s.targets]) for s in plan.stages] == [
-        ("canary gw-fast", [("fast-1", 2)]), ("canary gw-slow", [("slow-1", 1)]), ("batch 1", [("fast-2", 1)])]  # fast-2 is pinned to v1
+        ("canary gw-fast", [("fast-1", 2)]),
+        ("canary gw-slow", [("slow-1", 1)]),
+        ("batch 1", [("fast-2", 1)]),
+    ]  # fast-2 is pinned to v1
     only_fast = plan_rollout(deploy_fleet, "mlp", classes=["gw-fast"], version=1, canary=0)
-    assert [[(t.board.name, t.version) for t in stage.targets] for stage in only_fast.stages] == [[("fast-1", 1), ("fast-2", 1)]]
+    assert [[(t.board.name, t.version) for t in stage.targets] for stage in only_fast.stages] == [
+        [("fast-1", 1), ("fast-2", 1)]
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "mlp", "--version", "7"], "v7 of mlp does not exist for class gw-fast"),
-    (["--model", "mlp", "--class", "rpi9"], "unknown device class rpi9"),
-    (["--model", "mlp", "--max-failed", "150"], "--max-failed must be a percentage"),
-    (["--model", "mlp", "--timeout-s", "nan"], "--timeout-s must be a positive number"),
-    (["--model", "resnet"], "unknown model 'resnet'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "mlp", "--version", "7"], "v7 of mlp does not exist for class gw-fast"),
+        (["--model", "mlp", "--class", "rpi9"], "unknown device class rpi9"),
+        (["--model", "mlp", "--max-failed", "150"], "--max-failed must be a percentage"),
+        (["--model", "mlp", "--timeout-s", "nan"], "--timeout-s must be a positive number"),
+        (["--model", "resnet"], "unknown model 'resnet'"),
+    ],
+)
 def test_rollout_refuses_bad_requests_before_touching_a_board(deploy_fleet, published, capsys, args, message):
     from edgetune.cli import main
 

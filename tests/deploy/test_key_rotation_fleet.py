@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from artifact_server import RunningServer
-from deploy_support import republish
+from support.artifact_server import RunningServer
+from support.deploy_support import republish
 
 from edgetune.artifact_format.signing import key_id, load_public_key
 from edgetune.artifact_format.trust import TrustFile, artifact_history
@@ -48,8 +48,11 @@ def served(released_fleet, tmp_path_factory):
     """released_fleet with a keys directory of its own, served, mlp v1 on the gw-fast boards."""
     keys = tmp_path_factory.mktemp("rotated") / "keys"
     shutil.copytree(released_fleet.artifacts.signing_key.parent, keys)
-    artifacts = dataclasses.replace(released_fleet.artifacts, signing_key=keys / released_fleet.artifacts.signing_key.name,
-                                    public_key=keys / released_fleet.artifacts.public_key.name)  # fmt: skip
+    artifacts = dataclasses.replace(
+        released_fleet.artifacts,
+        signing_key=keys / released_fleet.artifacts.signing_key.name,
+        public_key=keys / released_fleet.artifacts.public_key.name,
+    )
     deploy = dataclasses.replace(released_fleet.deploy, tls=TlsFiles.beside(artifacts.signing_key))
     own = released_fleet.replace(artifacts=artifacts, deploy=deploy)
     serving = Serving(own)

@@ -17,8 +17,12 @@ from edgetune.fleet.state import load_deployed, load_reported, record_assigned, 
 
 
 def post(server, path: str, token: str, body: bytes):
-    request = urllib.request.Request(server.url + path, data=body, method="POST",
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        server.url + path,
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10, context=server.context) as response:
             return response.status, json.loads(response.read())
@@ -27,10 +31,20 @@ def post(server, path: str, token: str, body: bytes):
 
 
 def report_of(board: str, device_class: str, version: int | None) -> dict:
-    model = {"version": version, "since": "2026-12-05T03:00:00+00:00", "firmware": "fw-1", "previous": None,
-             "highest_installed": version or 0, "kept": [version] if version else []}  # fmt: skip
-    return {"status": {"board": board, "device_class": device_class, "firmware": "fw-1", "models": {"mlp": model}},
-            "errors": {}}
+    model = {
+        "version": version,
+        "since": "2026-12-05T03:00:00+00:00",
+        "firmware": "fw-1",
+        "previous": None,
+        "highest_installed": version or 0,
+        "kept": [version] if version else [],
+    }
+    return {
+        "schema": "edgetune.pull-report",
+        "schema_version": 1,
+        "status": {"board": board, "device_class": device_class, "firmware": "fw-1", "models": {"mlp": model}},
+        "errors": {},
+    }
 
 
 def client(fleet, token: str) -> ArtifactServer:
@@ -52,7 +66,9 @@ def test_a_board_reads_its_assignment_and_its_report_is_kept(deploy_fleet, publi
     deployed = state_path(deploy_fleet, "deployed")
     written = deployed.stat().st_mtime_ns
     fast_1.report("fast-1", report_of("fast-1", "gw-fast", 2))  # what was recorded: deployed.json is not rewritten
-    assert deployed.stat().st_mtime_ns == written and load_reported(deploy_fleet)["fast-1"].received >= reported.received
+    assert (
+        deployed.stat().st_mtime_ns == written and load_reported(deploy_fleet)["fast-1"].received >= reported.received
+    )
 
 
 def test_a_board_token_reaches_only_its_own_board(deploy_fleet, published, artifact_server):
@@ -66,14 +82,27 @@ def test_a_board_token_reaches_only_its_own_board(deploy_fleet, published, artif
     assert load_reported(deploy_fleet) == {} and load_deployed(deploy_fleet) == {}
 
 
-@pytest.mark.parametrize("body, message", [
-    (b"not json", "not a board's report"),
-    (json.dumps({"status": {"board": "fast-1"}, "errors": {}}).encode(), "not a board's report"),
-    (json.dumps({**report_of("fast-1", "gw-fast", 1), "errors": {"mlp": 3}}).encode(), "not a board's report"),
-    (json.dumps(report_of("fast-2", "gw-fast", 1)).encode(), "about board 'fast-2' sent as fast-1's"),
-    (b"{" + b" " * (70 << 10) + b"}", "at most 65536 bytes"),
-])  # fmt: skip
-def test_a_report_that_is_not_a_boards_is_refused_and_nothing_is_kept(deploy_fleet, published, artifact_server, body, message):
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"not json", "not a board's report"),
+        (json.dumps({"status": {"board": "fast-1"}, "errors": {}}).encode(), "schema: not an edgetune.pull-report"),
+        (
+            json.dumps({**report_of("fast-1", "gw-fast", 1), "schema_version": 2}).encode(),
+            "schema_version: 2 is not supported",
+        ),
+        (
+            json.dumps({**report_of("fast-1", "gw-fast", 1), "status": {"board": "fast-1"}}).encode(),
+            "status.device_class",
+        ),
+        (json.dumps({**report_of("fast-1", "gw-fast", 1), "errors": {"mlp": 3}}).encode(), "not a board's report"),
+        (json.dumps(report_of("fast-2", "gw-fast", 1)).encode(), "about board 'fast-2' sent as fast-1's"),
+        (b"{" + b" " * (70 << 10) + b"}", "at most 65536 bytes"),
+    ],
+)
+def test_a_report_that_is_not_a_boards_is_refused_and_nothing_is_kept(
+    deploy_fleet, published, artifact_server, body, message
+):
     _, tokens = published
     status, answer = post(artifact_server, "/v1/boards/fast-1/status", tokens["fast-1"], body)
     assert status in (400, 413) and message in answer["error"]

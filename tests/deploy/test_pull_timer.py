@@ -17,8 +17,8 @@ import os
 import time
 
 import pytest
-from deploy_support import publish_copy, served_on_v1
-from sim_checks import link_down
+from support.deploy_support import publish_copy, served_on_v1
+from support.sim_checks import link_down
 
 from edgetune.artifact_format.codec import FrozenMap
 from edgetune.deploy.pull_timer import install_timers, remove_timers
@@ -103,8 +103,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_rollout_by_label_changes_the_labelled_boards_only(fleet):
-    labelled = fleet.replace(boards=tuple(
-        dataclasses.replace(b, labels=FrozenMap({"ring": "early" if b.name == "fast-2" else "late"})) for b in fleet.boards))  # fmt: skip
+    labelled = fleet.replace(
+        boards=tuple(
+            dataclasses.replace(b, labels=FrozenMap({"ring": "early" if b.name == "fast-2" else "late"}))
+            for b in fleet.boards
+        )
+    )
     v3 = publish_copy(fleet, MODEL, "gw-fast", "v3").version
     result = rollout(labelled, plan_rollout(labelled, MODEL, select=parse_selector("ring=early"), canary=0))
     assert result.ok and [r["board"] for r in result.records()] == ["fast-2"], result.records()

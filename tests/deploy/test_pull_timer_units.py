@@ -23,7 +23,14 @@ def test_systemd_units_run_the_boards_bundle_every_period_with_jitter():
     service.read_string(plan.systemd_service())
     timer.read_string(plan.systemd_timer())
     assert shlex.split(service["Service"]["ExecStart"]) == [
-        "/usr/bin/python3", "-I", "/var/lib/edgetune/agent/edgetune-agent.pyz", "--root", "/var/lib/edgetune/agent", "sync", "--json"]
+        "/usr/bin/python3",
+        "-I",
+        "/var/lib/edgetune/agent/edgetune-agent.pyz",
+        "--root",
+        "/var/lib/edgetune/agent",
+        "sync",
+        "--json",
+    ]
     assert service["Service"]["Type"] == "oneshot"
     assert timer["Timer"]["OnUnitActiveSec"] == "300s" and timer["Timer"]["RandomizedDelaySec"] == "30s"
     assert timer["Install"]["WantedBy"] == "timers.target"

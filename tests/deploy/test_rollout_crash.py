@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agent_processes import check_processes, wait_for
-from artifact_server import RunningServer
-from deploy_support import publish_copy, sleeping_library
-from inventory_dump import fleet_to_dict
+from support.agent_processes import check_processes, wait_for
+from support.artifact_server import RunningServer
+from support.deploy_support import publish_copy, sleeping_library
+from support.inventory_dump import fleet_to_dict
 
 from edgetune.cli import main
 from edgetune.deploy.remote import RemoteAgent
@@ -46,7 +46,6 @@ MODEL = "mlp-crash"
 FAST = ("fast-1", "fast-2")
 
 
-
 @pytest.fixture(scope="module")
 def fleet(released_fleet, tmp_path_factory):
     """released_fleet with MODEL declared, fast-1 pinned to its v2, written as a fleet.yaml the killed
@@ -54,14 +53,22 @@ def fleet(released_fleet, tmp_path_factory):
     directory = tmp_path_factory.mktemp("rollout-crash")
     sleeping = sleeping_library(directory)
     mlp = next(m for m in released_fleet.models if m.name == "mlp")
-    boards = tuple(dataclasses.replace(b, pin={**b.pin, MODEL: 2}) if b.name == "fast-1" else b for b in released_fleet.boards)
-    declared = released_fleet.replace(models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)), boards=boards)
+    boards = tuple(
+        dataclasses.replace(b, pin={**b.pin, MODEL: 2}) if b.name == "fast-1" else b for b in released_fleet.boards
+    )
+    declared = released_fleet.replace(
+        models=(*released_fleet.models, dataclasses.replace(mlp, name=MODEL)), boards=boards
+    )
     (directory / "fleet.yaml").write_text(yaml.safe_dump(fleet_to_dict(declared)))
     fleet = load_fleet(directory / "fleet.yaml")
     # the killed rollouts' inventory is this one (its CA and server certificate beside its signing key)
-    assert fleet.replace(path=declared.path, deploy=dataclasses.replace(fleet.deploy, tls=declared.deploy.tls)) == declared
-    versions = [publish_copy(fleet, MODEL, "gw-fast", tag, library).version
-                for tag, library in (("v1", None), ("v2", None), ("v3-sleeps", sleeping))]
+    assert (
+        fleet.replace(path=declared.path, deploy=dataclasses.replace(fleet.deploy, tls=declared.deploy.tls)) == declared
+    )
+    versions = [
+        publish_copy(fleet, MODEL, "gw-fast", tag, library).version
+        for tag, library in (("v1", None), ("v2", None), ("v3-sleeps", sleeping))
+    ]
     assert versions == [1, 2, 3]
     server = RunningServer(fleet)
     try:
@@ -112,10 +119,28 @@ def killed_rollout(fleet, tmp_path, when, *options: str) -> None:
     process group, killed with SIGKILL by its PID as soon as `when(fleet)` holds."""
     log = tmp_path / "rollout.log"
     with open(log, "wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "edgetune", "rollout", "-f", str(fleet.path), "--model", MODEL,
-                                    "--class", "gw-fast", "--timeout-s", "120", *options],
-                                   cwd=REPO, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "edgetune",
+                "rollout",
+                "-f",
+                str(fleet.path),
+                "--model",
+                MODEL,
+                "--class",
+                "gw-fast",
+                "--timeout-s",
+                "120",
+                *options,
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 180
         while not when(fleet):
@@ -130,7 +155,9 @@ def killed_rollout(fleet, tmp_path, when, *options: str) -> None:
             process.wait(timeout=30)
 
 
-@pytest.mark.parametrize("when", [second_stage_planned, second_stage_checking], ids=["after-the-canary-stage", "in-the-second-stage"])
+@pytest.mark.parametrize(
+    "when", [second_stage_planned, second_stage_checking], ids=["after-the-canary-stage", "in-the-second-stage"]
+)
 def test_a_rollout_killed_leaves_a_true_record_and_the_next_one_rolls_its_switch_back(on_v1, tmp_path, capsys, when):
     fleet = on_v1
     killed_rollout(fleet, tmp_path, when)
@@ -141,7 +168,9 @@ def test_a_rollout_killed_leaves_a_true_record_and_the_next_one_rolls_its_switch
     assert after_kill["fast-1"] == 2
     assert after_kill["fast-2"] == UNKNOWN if when is second_stage_checking else after_kill["fast-2"] in (1, UNKNOWN)
     assert journal_path(fleet, MODEL).exists()
-    wait_for(lambda: not checking(fleet, "fast-2"), "fast-2's agent to stop its check (its channel is gone)", timeout_s=20)
+    wait_for(
+        lambda: not checking(fleet, "fast-2"), "fast-2's agent to stop its check (its channel is gone)", timeout_s=20
+    )
     assert running(fleet) == {"fast-1": 2, "fast-2": 1}
     assert all(after_kill[name] in (now, UNKNOWN) for name, now in running(fleet).items())
 
@@ -176,7 +205,9 @@ def test_a_rollout_killed_in_its_canarys_check_leaves_the_canary_unknown_until_r
     fleet = on_v1
     killed_rollout(fleet, tmp_path, lambda f: bool(checking(f, "fast-1")), "--version", "3")
     assert recorded(fleet) == {"fast-1": UNKNOWN, "fast-2": 1} and journal_path(fleet, MODEL).exists()
-    wait_for(lambda: not checking(fleet, "fast-1"), "fast-1's agent to stop its check (its channel is gone)", timeout_s=20)
+    wait_for(
+        lambda: not checking(fleet, "fast-1"), "fast-1's agent to stop its check (its channel is gone)", timeout_s=20
+    )
     assert running(fleet) == {"fast-1": 1, "fast-2": 1}
 
     main(["fleet", "status", "-f", str(fleet.path), "--json"])
@@ -190,12 +221,17 @@ def test_a_rollout_killed_in_its_canarys_check_leaves_the_canary_unknown_until_r
     assert recorded(fleet) == running(fleet) == {"fast-1": 1, "fast-2": 1} and not journal_path(fleet, MODEL).exists()
 
 
-def test_a_second_rollout_of_a_model_under_way_is_refused_and_a_damaged_journal_named(deploy_fleet, published, artifact_server):
+def test_a_second_rollout_of_a_model_under_way_is_refused_and_a_damaged_journal_named(
+    deploy_fleet, published, artifact_server
+):
     """On the loopback fleet (nothing reaches a board): the journal of mlp held as a rollout holds it."""
     plan = plan_rollout(deploy_fleet, "mlp")
     with RolloutJournal.held(deploy_fleet, "mlp") as journal:
         journal.plan_stage("canary gw-fast", {"fast-1": 2})
-        with pytest.raises(RolloutUnderWay, match=rf"a rollout of mlp is under way on this host \(its journal last written by pid {os.getpid()}\)"):
+        with pytest.raises(
+            RolloutUnderWay,
+            match=rf"a rollout of mlp is under way on this host \(its journal last written by pid {os.getpid()}\)",
+        ):
             rollout(deploy_fleet, plan)
     path = journal_path(deploy_fleet, "mlp")
     path.write_text(path.read_text().replace('"target":2', '"target":"2"'))

@@ -14,7 +14,7 @@ import dataclasses
 import json
 
 import pytest
-from deploy_support import publish_copy, served_on_v1
+from support.deploy_support import publish_copy, served_on_v1
 
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
@@ -27,7 +27,6 @@ MODEL = "mlp-health"
 FAST = ["gw-fast"]
 ON_SWITCH = 'echo "$EDGETUNE_VERSION" > {app}/$EDGETUNE_BOARD.version'
 HEALTH = 'echo "asking the app on $EDGETUNE_BOARD (v$EDGETUNE_VERSION)"; if [ -e {app}/$EDGETUNE_BOARD.broken ]; then cat {app}/$EDGETUNE_BOARD.broken; exit 1; fi'
-
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,10 @@ def runs(fleet, name: str) -> int | None:
 
 
 def test_a_board_whose_health_check_fails_goes_back_and_is_reported_failed_with_its_output(fleet, app):
-    assert {name: (app / f"{name}.version").read_text() for name in ("fast-1", "fast-2")} == {"fast-1": "1\n", "fast-2": "1\n"}
+    assert {name: (app / f"{name}.version").read_text() for name in ("fast-1", "fast-2")} == {
+        "fast-1": "1\n",
+        "fast-2": "1\n",
+    }
     v2 = publish_copy(fleet, MODEL, "gw-fast", "v2").version
     (app / "fast-2.broken").write_text("the app on fast-2 answers 503 with this model\n")
     result = rollout(fleet, plan_rollout(fleet, MODEL, classes=FAST, canary=0, max_failed_pct=50))
@@ -63,13 +65,21 @@ def test_a_board_whose_health_check_fails_goes_back_and_is_reported_failed_with_
     assert [(run["hook"], run["outcome"]) for run in fast_1["hooks"]] == [("on_switch", "passed"), ("health", "passed")]
     assert (fast_2["result"], fast_2["from_version"], fast_2["to_version"], fast_2["runs"]) == ("failed", 1, v2, 1)
     assert fast_2["error"].startswith(f"the health check failed after the switch to v{v2}: ")
-    assert fast_2["error"].endswith(f"exited 1; its output (last lines):\nasking the app on fast-2 (v{v2})\n"
-                                    "the app on fast-2 answers 503 with this model; switched back to v1")  # fmt: skip
+    assert fast_2["error"].endswith(
+        f"exited 1; its output (last lines):\nasking the app on fast-2 (v{v2})\n"
+        "the app on fast-2 answers 503 with this model; switched back to v1"
+    )
     assert [(run["hook"], run["outcome"], run["version"]) for run in fast_2["hooks"]] == [
-        ("on_switch", "passed", v2), ("health", "failed", v2), ("on_switch", "passed", 1)]
+        ("on_switch", "passed", v2),
+        ("health", "failed", v2),
+        ("on_switch", "passed", 1),
+    ]
     # the boards, their applications, deployed.json and the rollout's record agree
     assert (runs(fleet, "fast-1"), runs(fleet, "fast-2")) == (v2, 1)
-    assert {name: (app / f"{name}.version").read_text() for name in ("fast-1", "fast-2")} == {"fast-1": f"{v2}\n", "fast-2": "1\n"}
+    assert {name: (app / f"{name}.version").read_text() for name in ("fast-1", "fast-2")} == {
+        "fast-1": f"{v2}\n",
+        "fast-2": "1\n",
+    }
     deployed = load_deployed(fleet)
     assert (deployed["fast-1"][MODEL], deployed["fast-2"][MODEL]) == (v2, 1)
     events = [json.loads(line) for line in journal_path(fleet).read_text().splitlines()]

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from deploy_support import publish_version
+from support.deploy_support import publish_version
 
 from edgetune.artifact_format.codec import FrozenMap
 from edgetune.deploy import rollout as rollout_module
@@ -30,9 +30,15 @@ def published(tmp_path_factory):
     """The shipped fleet with a store and keys of the module's own, mlp v1 published for each class."""
     root = tmp_path_factory.mktemp("plan")
     fleet = load_fleet(REPO / "fleet.yaml")
-    artifacts = dataclasses.replace(fleet.artifacts, dir=root / "artifacts", signing_key=root / "keys" / "signing.key",
-                                    public_key=root / "keys" / "signing.pub")  # fmt: skip
-    fleet = fleet.replace(artifacts=artifacts, deploy=dataclasses.replace(fleet.deploy, tls=TlsFiles.beside(artifacts.signing_key)))
+    artifacts = dataclasses.replace(
+        fleet.artifacts,
+        dir=root / "artifacts",
+        signing_key=root / "keys" / "signing.key",
+        public_key=root / "keys" / "signing.pub",
+    )
+    fleet = fleet.replace(
+        artifacts=artifacts, deploy=dataclasses.replace(fleet.deploy, tls=TlsFiles.beside(artifacts.signing_key))
+    )
     for device_class in fleet.device_classes:
         publish_version(fleet, "mlp", device_class.name, b"a library")
     return fleet
@@ -45,9 +51,17 @@ def fleet_of(published):
 
     def make(**classes: int):
         template = published.boards[0]
-        boards = [dataclasses.replace(template, name=f"{c}-{i}", address=f"{c}-{i}.local", device_class=c,
-                                      labels=FrozenMap({"site": "berlin" if i % 2 == 0 else "paris"}))
-                  for c, n in classes.items() for i in range(1, n + 1)]  # fmt: skip
+        boards = [
+            dataclasses.replace(
+                template,
+                name=f"{c}-{i}",
+                address=f"{c}-{i}.local",
+                device_class=c,
+                labels=FrozenMap({"site": "berlin" if i % 2 == 0 else "paris"}),
+            )
+            for c, n in classes.items()
+            for i in range(1, n + 1)
+        ]
         return published.replace(boards=tuple(boards))
 
     return make
@@ -59,20 +73,33 @@ def sizes(plan) -> list[tuple[str, int]]:
 
 def test_a_percentage_batch_of_a_ten_board_class(fleet_of):
     fleet = fleet_of(**{"gateway-v2": 10})
-    assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="30%")) == [("batch 1", 3), ("batch 2", 3), ("batch 3", 3), ("batch 4", 1)]
+    assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="30%")) == [
+        ("batch 1", 3),
+        ("batch 2", 3),
+        ("batch 3", 3),
+        ("batch 4", 1),
+    ]
     # with its canary: 9 others, ceil(30% of 9) = 3 per batch
     assert sizes(plan_rollout(fleet, "mlp", canary=1, batch="30%")) == [
-        ("canary gateway-v2", 1), ("batch 1", 3), ("batch 2", 3), ("batch 3", 3)]
+        ("canary gateway-v2", 1),
+        ("batch 1", 3),
+        ("batch 2", 3),
+        ("batch 3", 3),
+    ]
     assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="10%")) == [(f"batch {n}", 1) for n in range(1, 11)]
     assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="100%")) == [("batch 1", 10)]
-    assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="1%")) == [(f"batch {n}", 1) for n in range(1, 11)]  # at least 1
+    assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="1%")) == [
+        (f"batch {n}", 1) for n in range(1, 11)
+    ]  # at least 1
     assert sizes(plan_rollout(fleet, "mlp", canary=0, batch="12.5%")) == [(f"batch {n}", 2) for n in range(1, 6)]
 
 
 def test_a_percentage_is_of_each_class_and_batches_take_a_share_of_every_class(fleet_of):
     fleet = fleet_of(**{"gateway-avx2": 5, "gateway-v2": 21})  # others after the canaries: 4 and 20
     plan = plan_rollout(fleet, "mlp", canary=1, batch="25%")  # 1 and 5 per batch
-    assert sizes(plan) == [("canary gateway-avx2", 1), ("canary gateway-v2", 1)] + [(f"batch {n}", 6) for n in range(1, 5)]
+    assert sizes(plan) == [("canary gateway-avx2", 1), ("canary gateway-v2", 1)] + [
+        (f"batch {n}", 6) for n in range(1, 5)
+    ]
     batch_1 = [t.board.name for t in plan.stages[2].targets]
     assert batch_1 == ["gateway-avx2-2", "gateway-v2-2", "gateway-v2-3", "gateway-v2-4", "gateway-v2-5", "gateway-v2-6"]
     assert sorted(t.board.name for t in plan.targets) == sorted(b.name for b in fleet.boards)  # each board once
@@ -81,19 +108,31 @@ def test_a_percentage_is_of_each_class_and_batches_take_a_share_of_every_class(f
 def test_a_count_batch_is_as_before(fleet_of):
     fleet = fleet_of(**{"gateway-avx2": 3, "gateway-v2": 4})
     assert sizes(plan_rollout(fleet, "mlp", canary=1, batch=2)) == [
-        ("canary gateway-avx2", 1), ("canary gateway-v2", 1), ("batch 1", 2), ("batch 2", 2), ("batch 3", 1)]
-    assert sizes(plan_rollout(fleet, "mlp", canary=1, batch="0")) == [("canary gateway-avx2", 1), ("canary gateway-v2", 1), ("batch 1", 5)]
+        ("canary gateway-avx2", 1),
+        ("canary gateway-v2", 1),
+        ("batch 1", 2),
+        ("batch 2", 2),
+        ("batch 3", 1),
+    ]
+    assert sizes(plan_rollout(fleet, "mlp", canary=1, batch="0")) == [
+        ("canary gateway-avx2", 1),
+        ("canary gateway-v2", 1),
+        ("batch 1", 5),
+    ]
 
 
-@pytest.mark.parametrize("batch, message", [
-    ("0%", "--batch 0%: a percentage must be above 0% and at most 100%"),
-    ("100.5%", "--batch 100.5%: a percentage must be above 0% and at most 100%"),
-    ("-5%", "a percentage must be above 0%"),
-    ("nan%", "a percentage must be above 0%"),
-    ("ten%", "a percentage must be above 0%"),
-    ("-1", "--batch -1: must be zero (one batch) or more boards, or a percentage"),
-    ("3 boards", "--batch 3 boards: must be a number of boards (0: one batch) or a percentage, e.g. --batch 10%"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "batch, message",
+    [
+        ("0%", "--batch 0%: a percentage must be above 0% and at most 100%"),
+        ("100.5%", "--batch 100.5%: a percentage must be above 0% and at most 100%"),
+        ("-5%", "a percentage must be above 0%"),
+        ("nan%", "a percentage must be above 0%"),
+        ("ten%", "a percentage must be above 0%"),
+        ("-1", "--batch -1: must be zero (one batch) or more boards, or a percentage"),
+        ("3 boards", "--batch 3 boards: must be a number of boards (0: one batch) or a percentage, e.g. --batch 10%"),
+    ],
+)
 def test_bad_batches_are_refused(fleet_of, batch, message):
     with pytest.raises(DeployError) as err:
         plan_rollout(fleet_of(**{"gateway-v2": 4}), "mlp", batch=batch)
@@ -103,7 +142,9 @@ def test_bad_batches_are_refused(fleet_of, batch, message):
 def test_parse_batch():
     assert parse_batch("10%") == BatchSize(percent=10.0) and str(parse_batch("10%")) == "10%"
     assert parse_batch(4) == BatchSize(count=4) == parse_batch(" 4 ")
-    assert BatchSize(percent=30).size_of(10) == 3 and BatchSize(percent=30).size_of(1) == 1 and BatchSize().size_of(7) == 7
+    assert (
+        BatchSize(percent=30).size_of(10) == 3 and BatchSize(percent=30).size_of(1) == 1 and BatchSize().size_of(7) == 7
+    )
 
 
 def test_select_narrows_the_targets_within_classes(fleet_of):
@@ -120,7 +161,9 @@ def test_a_selector_matching_nothing_is_refused_before_anything_starts(fleet_of)
     fleet = fleet_of(**{"gateway-avx2": 1, "gateway-v2": 2})
     with pytest.raises(InventoryError, match="no board has a label 'zone'"):
         plan_rollout(fleet, "mlp", select=parse_selector("zone=eu"))
-    with pytest.raises(InventoryError, match="--select site=rome matches no board; the boards have site: berlin, paris"):
+    with pytest.raises(
+        InventoryError, match="--select site=rome matches no board; the boards have site: berlin, paris"
+    ):
         plan_rollout(fleet, "mlp", select=parse_selector("site=rome"))
     with pytest.raises(InventoryError, match="--select board=gateway-v2-2 matches no board of class gateway-avx2"):
         plan_rollout(fleet, "mlp", classes=["gateway-avx2"], select=parse_selector("board=gateway-v2-2"))
@@ -156,8 +199,23 @@ def test_run_stage_drives_plan_parallel_boards_at_once(fleet_of, monkeypatch):
 
 def test_cli_refuses_a_bad_selector_and_batch_with_exit_2_and_6(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "edgetune", "rollout", "-f", str(REPO / "fleet.yaml"), "--model", "mlp",
-                               "--dry-run", *args], capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "edgetune",
+                "rollout",
+                "-f",
+                str(REPO / "fleet.yaml"),
+                "--model",
+                "mlp",
+                "--dry-run",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
 
     bad_selector = run("--select", "zone=eu")
     assert bad_selector.returncode == 2 and "--select zone=eu: no board has a label 'zone'" in bad_selector.stderr
@@ -180,7 +238,9 @@ def test_a_pending_canary_is_replaced_by_the_next_board_of_its_class_and_counts_
 
     counting = plan_rollout(fleet, "mlp", canary=1, max_failed_pct=0, count_pending=True)
     assert rollout_module._replacement_canaries(counting, canary, outcomes) is None
-    assert "failed or were lost or not reachable" in rollout_module._stop_reason(counting, canary, list(outcomes.values()))
+    assert "failed or were lost or not reachable" in rollout_module._stop_reason(
+        counting, canary, list(outcomes.values())
+    )
 
 
 def test_pending_boards_leave_a_rollout_ok_and_are_listed(fleet_of):
@@ -189,5 +249,7 @@ def test_pending_boards_leave_a_rollout_ok_and_are_listed(fleet_of):
     results = ["installed", "pending", "unchanged"]
     done = rollout_module.RolloutResult(plan, tuple(outcome(t, r) for t, r in zip(plan.targets, results)), None)
     assert done.ok and done.pending == ("gateway-v2-2",)
-    failed = rollout_module.RolloutResult(plan, tuple(outcome(t, r) for t, r in zip(plan.targets, ["installed", "pending", "failed"])), None)
+    failed = rollout_module.RolloutResult(
+        plan, tuple(outcome(t, r) for t, r in zip(plan.targets, ["installed", "pending", "failed"])), None
+    )
     assert not failed.ok

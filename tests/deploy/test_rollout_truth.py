@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_processes import check_processes, wait_for
-from deploy_support import publish_copy, publish_version, served_on_v1, sleeping_library
-from sim_checks import link_down
+from support.agent_processes import check_processes, wait_for
+from support.deploy_support import publish_copy, publish_version, served_on_v1, sleeping_library
+from support.sim_checks import link_down
 
 from edgetune.artifact.store import ArtifactStore
 from edgetune.deploy.remote import RemoteAgent
@@ -34,7 +34,6 @@ from edgetune.fleet.state import load_deployed
 MODEL = "mlp-truth"
 BOARDS = ("fast-1", "fast-2", "slow-1", "slow-2")
 FAST = ["gw-fast"]
-
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +78,9 @@ def test_every_targeted_class_has_its_own_canary_stage(deploy_fleet):
         publish_version(deploy_fleet, "mlp", device_class, device_class.encode())
 
     def stages(**settings) -> list[tuple[str, list[str]]]:
-        return [(s.name, [t.board.name for t in s.targets]) for s in plan_rollout(deploy_fleet, "mlp", **settings).stages]
+        return [
+            (s.name, [t.board.name for t in s.targets]) for s in plan_rollout(deploy_fleet, "mlp", **settings).stages
+        ]
 
     assert stages() == [("canary gw-fast", ["fast-1"]), ("canary gw-slow", ["slow-1"]), ("batch 1", ["fast-2"])]
     assert stages(canary=2) == [("canary gw-fast", ["fast-1", "fast-2"]), ("canary gw-slow", ["slow-1"])]
@@ -98,7 +99,11 @@ def test_a_canary_whose_check_outlives_the_timeout_leaves_deployed_json_matching
     assert time.monotonic() - started < 60
     records = by_board(result)
     assert not result.ok and "canary gw-fast" in result.stopped
-    assert (records["fast-1"]["result"], records["fast-1"]["from_version"], records["fast-1"]["runs"]) == ("failed", 1, 1)
+    assert (records["fast-1"]["result"], records["fast-1"]["from_version"], records["fast-1"]["runs"]) == (
+        "failed",
+        1,
+        1,
+    )
     assert "deadline" in records["fast-1"]["error"] or "read back: it runs v1" in records["fast-1"]["error"]
     assert (records["fast-2"]["result"], records["fast-2"]["runs"]) == ("skipped", 1)
     wait_for(lambda: not checking(fleet, "fast-1"), "the canary's check to be stopped", timeout_s=15)
@@ -169,7 +174,12 @@ def test_a_rollback_that_fails_is_reported_as_rollback_failed(fleet, fast_2_disk
     assert "failed or were lost" in result.stopped
     assert (records["fast-2"]["result"], records["fast-2"]["runs"]) == ("failed", 1)
     fast_1 = records["fast-1"]
-    assert (fast_1["result"], fast_1["from_version"], fast_1["to_version"], fast_1["runs"]) == ("rollback_failed", 1, v3.version, v3.version)
+    assert (fast_1["result"], fast_1["from_version"], fast_1["to_version"], fast_1["runs"]) == (
+        "rollback_failed",
+        1,
+        v3.version,
+        v3.version,
+    )
     assert "rolling back to v1 failed" in fast_1["error"] and "--version 1" in fast_1["error"]
     assert_deployed_json_is_every_board(fleet)
 
@@ -177,15 +187,21 @@ def test_a_rollback_that_fails_is_reported_as_rollback_failed(fleet, fast_2_disk
 def test_a_pin_below_the_newest_installed_is_rolled_out_as_a_logged_downgrade(fleet, caplog):
     """fast-1 runs v3 (the rollback above failed), fast-2 v1; fast-1 is pinned to v1."""
     newest = ArtifactStore(fleet.artifacts.dir).latest(MODEL, "gw-fast").version
-    pinned = fleet.replace(boards=tuple(dataclasses.replace(b, pin={MODEL: 1}) if b.name == "fast-1" else b for b in fleet.boards))
+    pinned = fleet.replace(
+        boards=tuple(dataclasses.replace(b, pin={MODEL: 1}) if b.name == "fast-1" else b for b in fleet.boards)
+    )
     with caplog.at_level(logging.WARNING, logger="edgetune.deploy.rollout"):
         result = rollout(pinned, plan_rollout(pinned, MODEL, classes=FAST, canary=0))
     records = by_board(result)
     assert result.ok, result.records()
-    assert [(r["result"], r["from_version"], r["to_version"], r["downgrade"], r["runs"]) for r in (records["fast-1"], records["fast-2"])] == [
-        ("installed", newest, 1, True, 1), ("installed", 1, newest, False, newest)]
+    assert [
+        (r["result"], r["from_version"], r["to_version"], r["downgrade"], r["runs"])
+        for r in (records["fast-1"], records["fast-2"])
+    ] == [("installed", newest, 1, True, 1), ("installed", 1, newest, False, newest)]
     warnings = [r.getMessage() for r in caplog.records if "downgrade" in r.getMessage()]
-    assert warnings == [f"fast-1: v1 of {MODEL} is below v{newest}, the newest it has installed: a deliberate downgrade (the inventory's pin)"]
+    assert warnings == [
+        f"fast-1: v1 of {MODEL} is below v{newest}, the newest it has installed: a deliberate downgrade (the inventory's pin)"
+    ]
     assert_deployed_json_is_every_board(fleet)
 
 
@@ -207,5 +223,8 @@ def test_a_board_cut_off_mid_install_stays_unknown_in_the_result_and_the_record(
     records = by_board(outcome["result"])
     assert (records["fast-1"]["result"], records["fast-1"]["runs"]) == ("unknown", "unknown")
     assert "could not be read back" in records["fast-1"]["error"]
-    assert load_deployed(fleet)["fast-1"][MODEL] == "unknown" and load_deployed(fleet)["fast-2"][MODEL] == records["fast-2"]["runs"]
+    assert (
+        load_deployed(fleet)["fast-1"][MODEL] == "unknown"
+        and load_deployed(fleet)["fast-2"][MODEL] == records["fast-2"]["runs"]
+    )
     assert not checking(fleet, "fast-1") and status(fleet, "fast-1")["version"] == 1

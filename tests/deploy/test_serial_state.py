@@ -27,7 +27,10 @@ def test_the_serial_file_is_versioned_and_an_unversioned_one_still_reads(tmp_pat
     [
         ('{"serial": true}', "serial: must be an integer, got boolean True"),
         ('{"serial": -1}', "serial: must be zero or more, got -1"),
-        ('{"schema": "edgetune.decision-serial", "schema_version": 2, "serial": 3}', "schema_version: 2 is not supported"),
+        (
+            '{"schema": "edgetune.decision-serial", "schema_version": 2, "serial": 3}',
+            "schema_version: 2 is not supported",
+        ),
         ('{"serial": 3, "extra": 1}', "extra: unknown key"),
         ("[1]", "schema: not an edgetune.decision-serial file"),
         ("{", "not valid JSON"),
@@ -38,7 +41,9 @@ def test_a_damaged_serial_file_refuses_to_sign_and_names_what_is_wrong(tmp_path,
     path.write_text(content)
     with pytest.raises(DeployError) as err:
         SerialCounter(path).next()
-    assert str(err.value).startswith(f"{path}: {expected}") and "`edgetune fleet reset-serial` writes it anew" in str(err.value)
+    assert str(err.value).startswith(f"{path}: {expected}") and "`edgetune fleet reset-serial` writes it anew" in str(
+        err.value
+    )
     assert path.read_text() == content
 
 

@@ -16,8 +16,8 @@ import time
 import urllib.request
 
 import pytest
-from artifact_server import RunningServer
-from fleet_marker import starts_fleet
+from support.artifact_server import RunningServer
+from support.fleet_marker import starts_fleet
 
 from edgetune.deploy.log_limit import RepeatFilter
 
@@ -40,8 +40,13 @@ def limited_server(fleet, **limits):
 @pytest.fixture
 @starts_fleet
 def guarded(deploy_fleet, published):
-    server = limited_server(deploy_fleet, max_connections=200, max_connections_per_client=PER_CLIENT,
-                            header_timeout_s=HEADER_TIMEOUT_S, keepalive_timeout_s=KEEPALIVE_TIMEOUT_S)  # fmt: skip
+    server = limited_server(
+        deploy_fleet,
+        max_connections=200,
+        max_connections_per_client=PER_CLIENT,
+        header_timeout_s=HEADER_TIMEOUT_S,
+        keepalive_timeout_s=KEEPALIVE_TIMEOUT_S,
+    )
     try:
         yield server, published
     finally:
@@ -92,7 +97,9 @@ def read_answer(sock: ssl.SSLSocket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += sock.recv(4096)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+    length = int(
+        next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    )
     while len(body) < length:
         body += sock.recv(4096)
     return head + b"\r\n\r\n" + body
@@ -135,8 +142,9 @@ def board_gets(server, token: str, version) -> None:
     """What a board does: `/v1/health`, then its tarball (the bytes stored)."""
     with urllib.request.urlopen(server.url + "/v1/health", timeout=5, context=server.context) as answer:
         assert answer.status == 200 and answer.read() == b'{"ok":true}'
-    request = urllib.request.Request(f"{server.url}/v1/artifacts/mlp/gw-fast/v{version.version}.tar.gz",
-                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    request = urllib.request.Request(
+        f"{server.url}/v1/artifacts/mlp/gw-fast/v{version.version}.tar.gz", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=5, context=server.context) as answer:
         assert answer.status == 200 and answer.read() == version.tarball.read_bytes()
 
@@ -150,10 +158,14 @@ def test_idle_connections_and_slowloris_are_cut_while_boards_download(guarded, c
             started = time.monotonic()
             idle[connect(server, source)] = started
     attacks = {name: {} for name in ("slowloris", "slow second request", "idle after answer")}
-    threads = [threading.Thread(target=drip, args=(server, "127.0.2.1", None, attacks["slowloris"])),
-               threading.Thread(target=drip, args=(server, "127.0.2.2", b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n",
-                                                   attacks["slow second request"])),
-               threading.Thread(target=idle_after_answer, args=(server, "127.0.2.3", attacks["idle after answer"]))]  # fmt: skip
+    threads = [
+        threading.Thread(target=drip, args=(server, "127.0.2.1", None, attacks["slowloris"])),
+        threading.Thread(
+            target=drip,
+            args=(server, "127.0.2.2", b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n", attacks["slow second request"]),
+        ),
+        threading.Thread(target=idle_after_answer, args=(server, "127.0.2.3", attacks["idle after answer"])),
+    ]
     for thread in threads:
         thread.start()
 

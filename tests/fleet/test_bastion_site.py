@@ -1,9 +1,9 @@
 """A site behind a bastion, end to end over the SSH transport: fleet up, tune, build, serve,
 rollout, regress and rollback, with nothing of edgetune listening on a board's network.
 
-Real OpenSSH servers in network namespaces made here (tests/netns_hosts.py): a bastion `jump`
+Real OpenSSH servers in network namespaces made here (tests/support/netns_hosts.py): a bastion `jump`
 on a bridge of this machine that does not forward IP, and behind it, on a bridge inside its
-namespace, boards b1 and b2 whose Python is a board image (tests/board_image.py) and which have
+namespace, boards b1 and b2 whose Python is a board image (tests/support/board_image.py) and which have
 no route but their own network. This machine has no route to them (a route marks their network
 unreachable). fleet.yaml names the boards by Host aliases of an ssh config with ProxyJump; the
 tracker and the artifact server listen on this machine's bridge address, which no board can
@@ -24,12 +24,12 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-from artifact_server import RunningServer
-from board_image import board_image
-from deploy_support import republish
-from netns_hosts import add_bridge, add_inner_bridge, keygen, remove_bridge, start_host, stop_host
-from quick_profiles import quick_profiles
-from quiet_host import quiet_host
+from support.artifact_server import RunningServer
+from support.board_image import board_image
+from support.deploy_support import republish
+from support.netns_hosts import add_bridge, add_inner_bridge, keygen, remove_bridge, start_host, stop_host
+from support.quick_profiles import quick_profiles
+from support.quiet_host import quiet_host
 
 from edgetune.fleet.process import running
 from edgetune.fleet.ssh import BoardSession, fingerprint
@@ -69,8 +69,15 @@ class Site:
         return load_fleet(self.fleet_yaml)
 
 
-def write_fleet(root: Path, net: str, slot: int, image: Path, boards=tuple(BOARDS), transport: str | None = None,
-                name: str = "fleet") -> Path:  # fmt: skip
+def write_fleet(
+    root: Path,
+    net: str,
+    slot: int,
+    image: Path,
+    boards=tuple(BOARDS),
+    transport: str | None = None,
+    name: str = "fleet",
+) -> Path:
     directory = root / name
     directory.mkdir(parents=True, exist_ok=True)
     ssh = {"known_hosts": str(root / "known_hosts"), "config": str(root / "ssh_config"), "connect_timeout_s": 5}
@@ -81,15 +88,30 @@ def write_fleet(root: Path, net: str, slot: int, image: Path, boards=tuple(BOARD
         "version": 1,
         "name": f"site-t{slot}-{name}",
         "workdir": str(directory / "work"),
-        "trackers": [{"name": "host", "bind_host": f"{net}.1", "public_address": f"{net}.1", "port": port, "port_end": port + 4}],
+        "trackers": [
+            {"name": "host", "bind_host": f"{net}.1", "public_address": f"{net}.1", "port": port, "port_end": port + 4}
+        ],
         "ssh": ssh,
-        "device_classes": [{"name": CLASS, "profile": str(quick_profiles(root / "device_profiles", ("x86-64-v3",)) / "x86-64-v3.yaml")}],
-        "boards": [{"name": b, "address": b, "device_class": CLASS, "python": str(image / "bin" / "python"),
-                    "workdir": str(directory / "boards" / b / "var/lib/edgetune")} for b in boards],  # fmt: skip
+        "device_classes": [
+            {"name": CLASS, "profile": str(quick_profiles(root / "device_profiles", ("x86-64-v3",)) / "x86-64-v3.yaml")}
+        ],
+        "boards": [
+            {
+                "name": b,
+                "address": b,
+                "device_class": CLASS,
+                "python": str(image / "bin" / "python"),
+                "workdir": str(directory / "boards" / b / "var/lib/edgetune"),
+            }
+            for b in boards
+        ],
         "models": [{"name": MODEL, "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256], "dtype": "float32"}]}],
         "tuning": {"trials_per_class": 16, "trials_per_iter": 8, "max_trials_per_task": 8},
-        "artifacts": {"dir": str(directory / "artifacts"), "signing_key": str(directory / "keys/signing.key"),
-                      "public_key": str(directory / "keys/signing.pub")},  # fmt: skip
+        "artifacts": {
+            "dir": str(directory / "artifacts"),
+            "signing_key": str(directory / "keys/signing.key"),
+            "public_key": str(directory / "keys/signing.pub"),
+        },
         "deploy": {"bind": f"{net}.1:{8590 + slot}", "url": f"https://{net}.1:{8590 + slot}"},
     }
     path = directory / "fleet.yaml"
@@ -103,8 +125,10 @@ def in_netns(netns: str, *argv: str, check: bool = True) -> subprocess.Completed
 
 def connect_from(netns: str, address: str, port: int) -> str:
     """What a TCP connect from inside `netns` to address:port meets: 'open', or the error's name."""
-    probe = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
-             "    print('open')\nexcept OSError as err:\n    print(type(err).__name__)\n")  # fmt: skip
+    probe = (
+        "import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
+        "    print('open')\nexcept OSError as err:\n    print(type(err).__name__)\n"
+    )
     return in_netns(netns, "python3", "-c", probe, address, str(port)).stdout.strip()
 
 
@@ -116,7 +140,9 @@ def listeners(netns: str) -> set[str]:
 
 def other_processes(host) -> list[int]:
     """The processes in the host's namespace besides its sshd listener."""
-    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=True).stdout.split()
+    pids = subprocess.run(
+        ["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=True
+    ).stdout.split()
     return [int(pid) for pid in pids if int(pid) != host.sshd_pid]
 
 
@@ -153,8 +179,15 @@ def site(sim_slot, tmp_path_factory):
         in_netns(prefix + "jump", "sysctl", "-qw", "net.ipv4.ip_forward=0")
         add_inner_bridge(prefix + "jump", "inner", f"{net}.129", 26)
         for name, last in BOARDS.items():
-            hosts[name] = start_host(name, prefix + name, f"{net}.{last}", 26, root / name, authorized,
-                                     netns_bridge=(prefix + "jump", "inner"))  # fmt: skip
+            hosts[name] = start_host(
+                name,
+                prefix + name,
+                f"{net}.{last}",
+                26,
+                root / name,
+                authorized,
+                netns_bridge=(prefix + "jump", "inner"),
+            )
         fleet_yaml = write_fleet(root, net, sim_slot, image)
         bastion = fingerprint(paramiko.PKey.from_path(hosts["jump"].host_key))  # as read off the bastion's console
         for name in BOARDS:
@@ -200,7 +233,11 @@ def test_only_sshd_listens_on_a_boards_network(site, up):
     records = load_fleet_state(site.fleet()).boards
     for name, last in BOARDS.items():
         board_ns, port = site.hosts[name].netns, records[name].tunnel.rpc_port
-        assert {listen for listen in listeners(board_ns) if not listen.startswith("127.0.0.1:")} <= {"0.0.0.0:22", "[::]:22", "*:22"}
+        assert {listen for listen in listeners(board_ns) if not listen.startswith("127.0.0.1:")} <= {
+            "0.0.0.0:22",
+            "[::]:22",
+            "*:22",
+        }
         assert f"127.0.0.1:{port}" in listeners(board_ns)  # the rpc_server, on the loopback only
         assert connect_from(site.hosts["jump"].netns, f"{site.net}.{last}", port) == "ConnectionRefusedError"
         assert connect_from(site.hosts["jump"].netns, f"{site.net}.{last}", 9090) == "ConnectionRefusedError"
@@ -218,7 +255,9 @@ def built(site, up):
     fleet = site.fleet()
     init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
     dropped, done = threading.Event(), threading.Event()
-    dropper = threading.Thread(target=drop_mid_measurement, args=(fleet, site.hosts["jump"], dropped, done), daemon=True)
+    dropper = threading.Thread(
+        target=drop_mid_measurement, args=(fleet, site.hosts["jump"], dropped, done), daemon=True
+    )
     dropper.start()
     try:
         tuned = tune_class(fleet, CLASS, TuneOptions(search=SearchSettings(population_size=64)))
@@ -294,7 +333,9 @@ def test_rollout_downloads_through_the_ssh_connection(served):
     fleet, result = served
     assert result.ok, result.records()
     assert sorted((r["board"], r["result"], r["to_version"]) for r in result.records()) == [
-        ("b1", "installed", 1), ("b2", "installed", 1)]  # fmt: skip
+        ("b1", "installed", 1),
+        ("b2", "installed", 1),
+    ]
 
 
 def test_regress_measures_each_board_behind_the_bastion(served):
@@ -340,7 +381,7 @@ HOSTILE_PYTHON = """\
 #!/bin/sh
 # root on this board: its agent's `status` answers with a version that is no version
 case "$*" in
-  *" status --json") echo '{{"board": "b2", "device_class": "{cls}", "firmware": "x", "models": {{"{model}": {{"version": {{"owned": true}}, "since": null, "firmware": null, "previous": null, "highest_installed": 1, "kept": [1]}}}}}}'; exit 0;;
+  *" status --json") echo '{{"schema": "edgetune.agent-answer", "schema_version": 1, "verb": "status", "record": {{"board": "b2", "device_class": "{cls}", "firmware": "x", "models": {{"{model}": {{"version": {{"owned": true}}, "since": null, "firmware": null, "previous": null, "highest_installed": 1, "kept": [1]}}}}}}}}'; exit 0;;
 esac
 exec {python} "$@"
 """
@@ -362,7 +403,10 @@ def test_a_board_answering_a_malformed_status_fails_alone_and_the_record_stays_r
     result = rollout(lying, plan_rollout(lying, MODEL, max_failed_pct=50))
     outcomes = {r["board"]: r for r in result.records()}
     assert outcomes["b1"]["result"] == "installed", outcomes
-    assert outcomes["b2"]["result"] == "failed" and "b2: the agent's answer to `status` is not what an agent answers" in outcomes["b2"]["error"]
+    assert (
+        outcomes["b2"]["result"] == "failed"
+        and "b2: the agent's answer to `status`: record." in outcomes["b2"]["error"]
+    )
     assert "models.mlp.version: must be an integer" in outcomes["b2"]["error"]
     deployed = load_deployed(fleet)  # readable, every value a version or "unknown"
     assert deployed["b1"][MODEL] == outcomes["b1"]["to_version"] and deployed["b2"][MODEL] == "unknown"
@@ -375,7 +419,9 @@ def test_a_direct_board_without_a_route_to_the_tracker_fails_fast_naming_the_cau
     from edgetune.fleet.lifecycle import REGISTER_TIMEOUT_S
     from edgetune.inventory import load_fleet
 
-    fleet = load_fleet(write_fleet(site.root, site.net, site.slot, board_image(), ("b1",), transport="direct", name="direct"))
+    fleet = load_fleet(
+        write_fleet(site.root, site.net, site.slot, board_image(), ("b1",), transport="direct", name="direct")
+    )
     started = time.monotonic()
     try:
         result = fleet_up(fleet)
@@ -410,8 +456,12 @@ def test_what_a_killed_fleet_up_left_unrecorded_is_stopped_by_the_next(site, ser
         assert len(rpc_listeners(site.hosts[name].netns)) == 1, rpc_listeners(site.hosts[name].netns)
 
     assert fleet_down(fleet).ok
-    killed = subprocess.Popen([sys.executable, "-m", "edgetune", "fleet", "up", "-f", str(site.fleet_yaml)], cwd="/",
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "edgetune", "fleet", "up", "-f", str(site.fleet_yaml)],
+        cwd="/",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not keepers(site.fleet_yaml):

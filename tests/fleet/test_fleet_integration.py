@@ -18,7 +18,7 @@ import numpy as np
 import paramiko
 import pytest
 import tvm
-from sim_checks import leftovers, link_down
+from support.sim_checks import leftovers, link_down
 from tvm import rpc, te
 
 from edgetune.artifact.measure import interleave
@@ -94,7 +94,9 @@ def test_kernel_runs_on_each_class_and_the_quota_slows_the_slow_class(sim_fleet,
     timers = {name: on_class(sim_fleet, name, vector_add(sim_fleet, name, tmp_path)) for name in ("gw-fast", "gw-slow")}
     samples = interleave(timers, rounds=4)  # another test's load falls on both alike
     fast, slow = (float(np.median(samples[name])) for name in timers)
-    print(f"vector add of {VECTOR} floats: gw-fast {fast * 1e6:.1f} us, gw-slow {slow * 1e6:.1f} us, {slow / fast:.1f}x")
+    print(
+        f"vector add of {VECTOR} floats: gw-fast {fast * 1e6:.1f} us, gw-slow {slow * 1e6:.1f} us, {slow / fast:.1f}x"
+    )
     assert slow > 1.5 * fast  # half a core: about twice as slow
 
 
@@ -120,7 +122,9 @@ def test_killed_rpc_server_is_reported_and_only_it_is_restarted(sim_fleet):
     assert result.ok, result.failed
     after = load_fleet_state(sim_fleet).boards
     assert after["fast-2"].pid != before["fast-2"].pid
-    assert {n: r.pid for n, r in after.items() if n != "fast-2"} == {n: r.pid for n, r in before.items() if n != "fast-2"}
+    assert {n: r.pid for n, r in after.items() if n != "fast-2"} == {
+        n: r.pid for n, r in before.items() if n != "fast-2"
+    }
     assert statuses(sim_fleet)["fast-2"].registered
 
 

@@ -37,7 +37,9 @@ from edgetune.inventory.schema import Board, SshSettings
 
 
 def make_board(tmp_path: Path, name: str = "b1", address: str = "127.0.0.1", port: int = 22, **ssh) -> Board:
-    settings = SshSettings(port=port, key=tmp_path / "id", known_hosts=tmp_path / "known_hosts", connect_timeout_s=1.0, **ssh)
+    settings = SshSettings(
+        port=port, key=tmp_path / "id", known_hosts=tmp_path / "known_hosts", connect_timeout_s=1.0, **ssh
+    )
     return Board(name, address, "cls", "host", "/usr/bin/python3", "/tmp/w", settings)
 
 
@@ -91,7 +93,9 @@ def test_a_key_of_another_type_is_refused_when_one_is_recorded(tmp_path):
 
 
 def test_trust_needs_a_known_hosts_file(tmp_path):
-    board = dataclasses.replace(make_board(tmp_path), ssh=dataclasses.replace(make_board(tmp_path).ssh, known_hosts=None))
+    board = dataclasses.replace(
+        make_board(tmp_path), ssh=dataclasses.replace(make_board(tmp_path).ssh, known_hosts=None)
+    )
     with pytest.raises(FleetError, match="no known_hosts file is set"):
         record_host_key(board, rsa_key())
 
@@ -101,7 +105,9 @@ def _ed25519_pem() -> str:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
 
 
 def test_fingerprint_matches_openssh(tmp_path):
@@ -160,7 +166,9 @@ def test_auth_failure_message(tmp_path, monkeypatch):
 FACTS = on_board.BoardFacts("3.11.7", "0.27.0", None, 10_000, "fw")
 V3 = {"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1}
 AVX512 = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 1}
-ZEN3_FLAGS = tuple("fpu sse sse2 pni ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand avx2 bmi1 bmi2".split())
+ZEN3_FLAGS = tuple(
+    "fpu sse sse2 pni ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand avx2 bmi1 bmi2".split()
+)
 
 
 def test_preflight_accepts_a_matching_board_down_to_the_least_free_space(tmp_path):
@@ -174,8 +182,14 @@ def test_preflight_accepts_a_matching_board_down_to_the_least_free_space(tmp_pat
 @pytest.mark.parametrize(
     "facts, message",
     [
-        (on_board.BoardFacts("3.11.7", "0.26.0", None, 10_000, ""), "board runs TVM 0.26.0, this host runs TVM 0.27.0; the Relax VM refuses"),
-        (on_board.BoardFacts("3.11.7", None, "ModuleNotFoundError: No module named 'tvm'", 10_000, ""), "cannot import the TVM runtime"),
+        (
+            on_board.BoardFacts("3.11.7", "0.26.0", None, 10_000, ""),
+            "board runs TVM 0.26.0, this host runs TVM 0.27.0; the Relax VM refuses",
+        ),
+        (
+            on_board.BoardFacts("3.11.7", None, "ModuleNotFoundError: No module named 'tvm'", 10_000, ""),
+            "cannot import the TVM runtime",
+        ),
         (on_board.BoardFacts("3.11.7", "0.27.0", None, 10, ""), "only 10 MB free in /tmp/w"),
     ],
 )
@@ -188,7 +202,10 @@ def test_preflight_refuses_a_board_whose_cpu_lacks_what_its_class_targets(tmp_pa
     board = make_board(tmp_path)
     zen3 = dataclasses.replace(FACTS, cpu_flags=ZEN3_FLAGS)
     assert on_board.check_ready(board, zen3, "0.27.0", V3) is None
-    with pytest.raises(BoardNotReady, match=r"targets icelake-server .* uses avx512bitalg, avx512bw, .*avx512f, .* which this board's CPU lacks"):
+    with pytest.raises(
+        BoardNotReady,
+        match=r"targets icelake-server .* uses avx512bitalg, avx512bw, .*avx512f, .* which this board's CPU lacks",
+    ):
         on_board.check_ready(board, zen3, "0.27.0", AVX512)
     assert on_board.missing_instruction_sets({**V3, "mattr": ["+avx512vnni"]}, ZEN3_FLAGS) == ["avx512f", "avx512vnni"]
     assert on_board.missing_instruction_sets(AVX512, ()) == []  # no x86 flags shown (an Arm board): not judged here
@@ -198,23 +215,33 @@ ZEN4_FLAGS = ZEN3_FLAGS + ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx51
 ZEN4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 1}
 
 
-@pytest.mark.parametrize("vendor, family, flags, target, advised", [
-    ("AuthenticAMD", "25", ZEN4_FLAGS, AVX512, True),  # a Zen 4 built for full-width AVX-512
-    ("AuthenticAMD", "25", ZEN4_FLAGS, ZEN4, False),  # its own profile
-    ("AuthenticAMD", "25", ZEN4_FLAGS, V3, False),  # AVX2 code: no 512-bit vectors to split
-    ("AuthenticAMD", "25", ZEN3_FLAGS, V3, False),  # a Zen 3: same family, no AVX-512
-    ("AuthenticAMD", "26", ZEN4_FLAGS, AVX512, False),  # a Zen 5 (full-width units on desktop and server parts)
-    ("GenuineIntel", "6", ZEN4_FLAGS, AVX512, False),
-    ("", "", (), AVX512, False),  # an Arm board, or facts without a preflight probe
-])  # fmt: skip
-def test_preflight_names_the_profile_for_a_cpu_whose_avx512_units_are_half_width(tmp_path, vendor, family, flags, target, advised):
+@pytest.mark.parametrize(
+    "vendor, family, flags, target, advised",
+    [
+        ("AuthenticAMD", "25", ZEN4_FLAGS, AVX512, True),  # a Zen 4 built for full-width AVX-512
+        ("AuthenticAMD", "25", ZEN4_FLAGS, ZEN4, False),  # its own profile
+        ("AuthenticAMD", "25", ZEN4_FLAGS, V3, False),  # AVX2 code: no 512-bit vectors to split
+        ("AuthenticAMD", "25", ZEN3_FLAGS, V3, False),  # a Zen 3: same family, no AVX-512
+        ("AuthenticAMD", "26", ZEN4_FLAGS, AVX512, False),  # a Zen 5 (full-width units on desktop and server parts)
+        ("GenuineIntel", "6", ZEN4_FLAGS, AVX512, False),
+        ("", "", (), AVX512, False),  # an Arm board, or facts without a preflight probe
+    ],
+)
+def test_preflight_names_the_profile_for_a_cpu_whose_avx512_units_are_half_width(
+    tmp_path, vendor, family, flags, target, advised
+):
     facts = dataclasses.replace(FACTS, cpu_vendor=vendor, cpu_family=family, cpu_flags=flags)
     advice = on_board.datapath_advice(make_board(tmp_path), target, facts)
     assert (advice is not None) == advised, advice
     if advised:
-        assert advice.startswith("b1: its CPU is an AMD Zen 4 (AuthenticAMD family 25)") and "targets icelake-server" in advice
+        assert (
+            advice.startswith("b1: its CPU is an AMD Zen 4 (AuthenticAMD family 25)")
+            and "targets icelake-server" in advice
+        )
         assert "mcpu znver4 (device_profiles/x86-zen4.yaml)" in advice
-    assert on_board.check_ready(make_board(tmp_path), facts if flags else FACTS, "0.27.0", V3) is None  # advice, never a refusal
+    assert (
+        on_board.check_ready(make_board(tmp_path), facts if flags else FACTS, "0.27.0", V3) is None
+    )  # advice, never a refusal
 
 
 def test_preflight_names_the_missing_board_packages_and_the_command_that_installs_them(tmp_path):
@@ -239,7 +266,10 @@ def test_tracker_summary_parsing():
     summary = TrackerSummary.from_tvm(
         {
             "queue_info": {"fast": {"free": 1, "pending": 0}},
-            "server_info": [{"key": "server:fast", "addr": ["10.0.0.2", 9090]}, {"key": "server:fast", "addr": ["10.0.0.3", 9090]}],
+            "server_info": [
+                {"key": "server:fast", "addr": ["10.0.0.2", 9090]},
+                {"key": "server:fast", "addr": ["10.0.0.3", 9090]},
+            ],
         }
     )
     assert summary.servers == {"fast": ("10.0.0.2", "10.0.0.3")}
@@ -271,7 +301,10 @@ def test_one_failing_board_does_not_stop_the_others(tmp_path):
 
 
 def test_state_round_trip(fleet):
-    state = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9190, 42)}, {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")})
+    state = FleetState(
+        {"host": TrackerRecord("host", "10.0.0.1", 9190, 42)},
+        {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")},
+    )
     save_fleet_state(fleet, state)
     assert load_fleet_state(fleet) == state
     files = list((fleet.workdir / "state").iterdir())
@@ -301,7 +334,10 @@ def test_state_write_that_crashes_keeps_the_old_state_and_no_temp_file(fleet, mo
         monkeypatch.setattr(durable.os, "write", write_half_then_die)
     else:
         monkeypatch.setattr(durable.os, "replace", die_at_rename)
-    new = FleetState({"host": TrackerRecord("host", "10.0.0.1", 9191, 43)}, {"b": BoardRecord(7, "10.0.0.1:9191", "c", "3.11", "0.27", "fw")})
+    new = FleetState(
+        {"host": TrackerRecord("host", "10.0.0.1", 9191, 43)},
+        {"b": BoardRecord(7, "10.0.0.1:9191", "c", "3.11", "0.27", "fw")},
+    )
     with pytest.raises(OSError):
         save_fleet_state(fleet, new)
     monkeypatch.undo()

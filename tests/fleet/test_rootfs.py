@@ -59,15 +59,22 @@ artifacts: {{dir: artifacts, signing_key: work/k, public_key: work/k.pub}}
 def test_an_arm_board_this_host_cannot_have_fails_alone_and_says_why(tmp_path, sim_slot):
     import sys
 
-    from sim_checks import leftovers
+    from support.sim_checks import leftovers
 
     from edgetune.fleet import sim_down, sim_up
     from edgetune.inventory import load_fleet
 
     path = tmp_path / "fleet.yaml"
-    path.write_text(ARM_NEXT_TO_X86.format(slot=sim_slot, subnet=9 + sim_slot, port=9290 + 10 * sim_slot,
-                                           cache=tmp_path / "cache", repo=Path(__file__).resolve().parents[2],
-                                           python=sys.executable))  # fmt: skip
+    path.write_text(
+        ARM_NEXT_TO_X86.format(
+            slot=sim_slot,
+            subnet=9 + sim_slot,
+            port=9290 + 10 * sim_slot,
+            cache=tmp_path / "cache",
+            repo=Path(__file__).resolve().parents[2],
+            python=sys.executable,
+        )
+    )
     fleet = load_fleet(path)
     try:
         result = sim_up(fleet)

@@ -64,9 +64,22 @@ def public_directory():
 def test_a_token_written_to_a_board_is_never_readable_by_another_user(sim_fleet, public_directory):
     if not shutil.which("setpriv") or not Path("/usr/bin/python3").exists():
         pytest.skip("needs setpriv (util-linux) and /usr/bin/python3 to run the watcher as nobody")
-    watcher = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                                "/usr/bin/python3", "-c", WATCHER, str(public_directory)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")  # fmt: skip
+    watcher = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            WATCHER,
+            str(public_directory),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
     try:
         assert watcher.stdout.readline().strip() == "watching", watcher.stderr.read()
         with BoardSession(sim_fleet.boards[0]) as session:

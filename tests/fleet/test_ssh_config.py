@@ -90,7 +90,9 @@ def test_the_first_hops_own_proxyjump_is_followed_and_a_loop_is_refused(tmp_path
     chained = ALIASES.replace("Host jump\n", "Host jump\n    ProxyJump far\n")
     assert [hop.alias for hop in resolve_route(board_with(tmp_path, chained)).jumps] == ["far", "jump"]
     looping = ALIASES.replace("Host jump\n", "Host jump\n    ProxyJump jump\n")
-    with pytest.raises(SshConfigInvalid, match=rf"gw-7: ssh config .*: ProxyJump goes through more than {MAX_HOPS} bastions"):
+    with pytest.raises(
+        SshConfigInvalid, match=rf"gw-7: ssh config .*: ProxyJump goes through more than {MAX_HOPS} bastions"
+    ):
         resolve_route(board_with(tmp_path, looping))
 
 
@@ -101,8 +103,14 @@ def test_proxyjump_none_goes_direct(tmp_path):
 
 @pytest.mark.parametrize(
     ("transport", "through_bastion", "expected"),
-    [(None, True, True), (None, False, True), ("auto", True, True), ("auto", False, False), ("ssh", False, True),
-     ("direct", True, False)],
+    [
+        (None, True, True),
+        (None, False, True),
+        ("auto", True, True),
+        ("auto", False, False),
+        ("ssh", False, True),
+        ("direct", True, False),
+    ],
 )
 def test_the_ssh_transport_is_the_default_everywhere(tmp_path, transport, through_bastion, expected):
     settings = {} if transport is None else {"transport": transport}
@@ -122,7 +130,16 @@ def test_the_ssh_transport_is_the_default_everywhere(tmp_path, transport, throug
         ("Host gw-7\n    ProxyCommand nc %h %p\n", "Host gw-7: ProxyCommand is not supported"),
         ("Host gw-7\n  = no key\n", "Unparsable line"),
     ],
-    ids=["port-word", "port-too-big", "bastion-port-zero", "jump-port", "jump-empty", "jump-space", "proxycommand", "syntax"],
+    ids=[
+        "port-word",
+        "port-too-big",
+        "bastion-port-zero",
+        "jump-port",
+        "jump-empty",
+        "jump-space",
+        "proxycommand",
+        "syntax",
+    ],
 )
 def test_values_edgetune_cannot_use_are_refused_naming_the_board_and_file(tmp_path, text, message):
     with pytest.raises(SshConfigInvalid) as err:
@@ -133,21 +150,29 @@ def test_values_edgetune_cannot_use_are_refused_naming_the_board_and_file(tmp_pa
 def test_a_config_file_gone_since_the_inventory_was_loaded(tmp_path):
     board = board_with(tmp_path, ALIASES)
     board.ssh.config.unlink()
-    with pytest.raises(SshConfigInvalid, match=r"gw-7: ssh config .*ssh_config cannot be read \(No such file or directory\)"):
+    with pytest.raises(
+        SshConfigInvalid, match=r"gw-7: ssh config .*ssh_config cannot be read \(No such file or directory\)"
+    ):
         resolve_route(board)
 
 
 def test_includes_are_followed_as_openssh_does(tmp_path, home):
     (home / ".ssh" / "boards.conf").write_text("Host gw-7\n    HostName 10.0.1.77\n")  # relative: in ~/.ssh
     (tmp_path / "users.conf").write_text("User from-include\n")
-    text = "Include boards.conf\nHost gw-7\n    Include " + str(tmp_path / "users.conf") + "\n    Port 2277\nHost other\n    Port 1\n"
+    text = (
+        "Include boards.conf\nHost gw-7\n    Include "
+        + str(tmp_path / "users.conf")
+        + "\n    Port 2277\nHost other\n    Port 1\n"
+    )
     target = resolve_route(board_with(tmp_path, text)).target
     assert (target.host, target.user, target.port) == ("10.0.1.77", "from-include", 2277)  # Port stays in gw-7's block
 
 
 def test_an_include_of_blocks_inside_a_block_is_refused(tmp_path, home):
     (home / ".ssh" / "boards.conf").write_text("Host gw-7\n    HostName 10.0.1.77\n")
-    with pytest.raises(SshConfigInvalid, match="an Include inside 'Host gw-\\*' names a file with Host or Match blocks"):
+    with pytest.raises(
+        SshConfigInvalid, match="an Include inside 'Host gw-\\*' names a file with Host or Match blocks"
+    ):
         resolve_route(board_with(tmp_path, "Host gw-*\n    Include boards.conf\n"))
 
 
@@ -209,7 +234,9 @@ def test_the_address_the_tracker_lists_a_board_under(tmp_path):
         derived = rpc_address(board_with(tmp_path, None, address=address, transport="ssh"))
         parts = [int(p) for p in derived.split(".")]
         assert parts[0] == 127 and 1 <= parts[1] <= 254 and 1 <= parts[3] <= 254, derived
-        assert derived == rpc_address(board_with(tmp_path, None, address=address, transport="ssh"))  # the same every time, with no state
+        assert derived == rpc_address(
+            board_with(tmp_path, None, address=address, transport="ssh")
+        )  # the same every time, with no state
 
 
 def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
@@ -224,7 +251,10 @@ def test_fleet_up_refuses_boards_the_tracker_would_confuse(spare_fleet_yaml):
     clashing = fleet.replace(boards=(first, replace(second, address="11." + first.address.split(".", 1)[1]), *rest))
     clashes = _address_clashes(list(clashing.boards))
     assert set(clashes) == {first.name, second.name}
-    assert f"{second.name}: the tracker would list it under 127." in clashes[second.name] and first.name in clashes[second.name]
+    assert (
+        f"{second.name}: the tracker would list it under 127." in clashes[second.name]
+        and first.name in clashes[second.name]
+    )
     assert _address_clashes(list(fleet.boards)) == {}
 
 
@@ -236,8 +266,12 @@ def test_known_hosts_entries_about_a_host_are_found_among_thousands_and_hashed_o
     plain, hashed = (paramiko.RSAKey.generate(1024) for _ in range(2))
     other = paramiko.RSAKey.generate(1024).get_base64()
     lines = [f"10.9.{i // 250}.{i % 250} ssh-rsa {other}" for i in range(5000)]
-    lines += [f"10.0.1.7 ssh-rsa {plain.get_base64()}",
-              f"{paramiko.HostKeys.hash_host('10.0.1.8')} ssh-rsa {hashed.get_base64()}", "# a comment", ""]  # fmt: skip
+    lines += [
+        f"10.0.1.7 ssh-rsa {plain.get_base64()}",
+        f"{paramiko.HostKeys.hash_host('10.0.1.8')} ssh-rsa {hashed.get_base64()}",
+        "# a comment",
+        "",
+    ]
     (tmp_path / "known_hosts").write_text("\n".join(lines) + "\n")
     board = board_with(tmp_path, None)
     assert _known_hosts(board, {"10.0.1.7"}).lookup("10.0.1.7")["ssh-rsa"] == plain

@@ -1,6 +1,6 @@
 """Boards reached as operators reach them: through bastions, with an ssh config and ssh-agent.
 
-Real OpenSSH servers in network namespaces made here (tests/netns_hosts.py): a bastion
+Real OpenSSH servers in network namespaces made here (tests/support/netns_hosts.py): a bastion
 `jump1` on a bridge of this machine, and behind it, on a bridge inside jump1's namespace,
 boards gw-1 and gw-2 and a second bastion `jump2`, behind which board gw-3 sits on a bridge
 inside jump2's namespace. This machine has no route to the inner networks (a route marks them
@@ -21,7 +21,7 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-from netns_hosts import (
+from support.netns_hosts import (
     add_bridge,
     add_inner_bridge,
     keygen,
@@ -112,17 +112,37 @@ def site(sim_slot, tmp_path_factory):
     add_bridge(bridge, f"{net}.1", 25)
     subprocess.run(["ip", "route", "add", "unreachable", inner], check=True)
     try:
-        hosts["jump1"] = start_host("jump1", prefix + "jump1", f"{net}.2", 25, root / "jump1", authorized, bridge=bridge)
+        hosts["jump1"] = start_host(
+            "jump1", prefix + "jump1", f"{net}.2", 25, root / "jump1", authorized, bridge=bridge
+        )
         add_inner_bridge(prefix + "jump1", "inner", f"{net}.129", 26)
         hosts["jump2"] = start_host(
-            "jump2", prefix + "jump2", f"{net}.130", 26, root / "jump2", authorized, netns_bridge=(prefix + "jump1", "inner")
+            "jump2",
+            prefix + "jump2",
+            f"{net}.130",
+            26,
+            root / "jump2",
+            authorized,
+            netns_bridge=(prefix + "jump1", "inner"),
         )
         add_inner_bridge(prefix + "jump2", "deep", f"{net}.193", 26)
-        for name, address, behind in (("gw-1", 140, ("jump1", "inner")), ("gw-2", 141, ("jump1", "inner")), ("gw-3", 200, ("jump2", "deep"))):
+        for name, address, behind in (
+            ("gw-1", 140, ("jump1", "inner")),
+            ("gw-2", 141, ("jump1", "inner")),
+            ("gw-3", 200, ("jump2", "deep")),
+        ):
             hosts[name] = start_host(
-                name, prefix + name, f"{net}.{address}", 26, root / name, authorized, netns_bridge=(prefix + behind[0], behind[1])
+                name,
+                prefix + name,
+                f"{net}.{address}",
+                26,
+                root / name,
+                authorized,
+                netns_bridge=(prefix + behind[0], behind[1]),
             )
-        built = Site(root, net, root / "id_ed25519", root / "agent_key", root / "ssh_config", root / "known_hosts", hosts)
+        built = Site(
+            root, net, root / "id_ed25519", root / "agent_key", root / "ssh_config", root / "known_hosts", hosts
+        )
         fleet = load_fleet(write_fleet(root, built, BOARDS))
         bastions = [fingerprint(host_key(hosts[name])) for name in ("jump1", "jump2")]
         for board in BOARDS:
@@ -136,7 +156,9 @@ def site(sim_slot, tmp_path_factory):
         remove_bridge(bridge)
 
 
-def write_fleet(directory: Path, site: Site, boards, known_hosts: Path | None = None, config: Path | None = None) -> Path:
+def write_fleet(
+    directory: Path, site: Site, boards, known_hosts: Path | None = None, config: Path | None = None
+) -> Path:
     """A fleet.yaml of `boards`, each named by its Host alias; no key named: the ssh config's
     IdentityFile (or an ssh-agent) provides it."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -145,10 +167,20 @@ def write_fleet(directory: Path, site: Site, boards, known_hosts: Path | None = 
         "name": "ssh-operators",
         "workdir": str(directory / "work"),
         "trackers": [{"name": "host", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9190}],
-        "ssh": {"known_hosts": str(known_hosts or site.known_hosts), "config": str(config or site.config), "connect_timeout_s": 5},
+        "ssh": {
+            "known_hosts": str(known_hosts or site.known_hosts),
+            "config": str(config or site.config),
+            "connect_timeout_s": 5,
+        },
         "device_classes": [{"name": "gw", "profile": str(REPO / "device_profiles/x86-avx512.yaml")}],
         "boards": [
-            {"name": name, "address": name, "device_class": "gw", "python": "/usr/bin/python3", "workdir": str(directory / "boards" / name)}
+            {
+                "name": name,
+                "address": name,
+                "device_class": "gw",
+                "python": "/usr/bin/python3",
+                "workdir": str(directory / "boards" / name),
+            }
             for name in boards
         ],
         "models": [{"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256]}]}],
@@ -179,7 +211,9 @@ def recorded(known_hosts: Path, name: str) -> list[paramiko.PKey]:
 
 def test_this_machine_has_no_route_to_the_boards(site, tmp_path):
     board = load_fleet(write_fleet(tmp_path, site, ["gw-1"])).board("gw-1")
-    direct = dataclasses.replace(board, address=f"{site.net}.140", ssh=dataclasses.replace(board.ssh, config=None, key=site.key))
+    direct = dataclasses.replace(
+        board, address=f"{site.net}.140", ssh=dataclasses.replace(board.ssh, config=None, key=site.key)
+    )
     with pytest.raises(SshUnreachable, match=rf"gw-1: root@{site.net}.140:22: unreachable \(No route to host\)"):
         BoardSession(direct).run("true")
 
@@ -189,7 +223,9 @@ def test_trust_through_bastions_records_every_hop(site, tmp_path, caplog, capsys
     known_hosts = tmp_path / "known_hosts"
     fleet_yaml = write_fleet(tmp_path, site, BOARDS, known_hosts=known_hosts)
     fleet = load_fleet(fleet_yaml)
-    with pytest.raises(HostKeyUnknown, match=rf"gw-1: host key of bastion {site.net}.2 .* run `edgetune fleet trust gw-1`"):
+    with pytest.raises(
+        HostKeyUnknown, match=rf"gw-1: host key of bastion {site.net}.2 .* run `edgetune fleet trust gw-1`"
+    ):
         BoardSession(fleet.board("gw-1")).run("true")
 
     jump1, jump2 = (fingerprint(host_key(site.hosts[name])) for name in ("jump1", "jump2"))
@@ -205,7 +241,10 @@ def test_trust_through_bastions_records_every_hop(site, tmp_path, caplog, capsys
     assert recorded(known_hosts, f"{site.net}.140") == [host_key(site.hosts["gw-1"])]
     shown = f"gw-1: bastion {site.net}.2: trusted ssh-ed25519 {fingerprint(host_key(site.hosts['jump1']))}; recorded in {known_hosts}"
     assert shown in caplog.text
-    assert main(["fleet", "trust", "gw-3", "--bastion-fingerprint", jump2.removeprefix("SHA256:"), "-f", str(fleet_yaml)]) == 0  # jump1 known already
+    assert (
+        main(["fleet", "trust", "gw-3", "--bastion-fingerprint", jump2.removeprefix("SHA256:"), "-f", str(fleet_yaml)])
+        == 0
+    )  # jump1 known already
     assert recorded(known_hosts, f"{site.net}.130") == [host_key(site.hosts["jump2"])]
     assert recorded(known_hosts, f"{site.net}.200") == [host_key(site.hosts["gw-3"])]
     assert len(known_hosts.read_text().splitlines()) == 4
@@ -216,7 +255,11 @@ def test_a_command_runs_on_every_board_through_one_or_two_bastions(site, tmp_pat
     fleet = load_fleet(write_fleet(tmp_path, site, BOARDS))
     result = for_each_board(fleet.boards, eth0_address)
     assert result.ok, result.failed
-    assert result.succeeded == {"gw-1": f"{site.net}.140/26", "gw-2": f"{site.net}.141/26", "gw-3": f"{site.net}.200/26"}
+    assert result.succeeded == {
+        "gw-1": f"{site.net}.140/26",
+        "gw-2": f"{site.net}.141/26",
+        "gw-3": f"{site.net}.200/26",
+    }
 
 
 def test_closing_a_session_closes_every_hop(site, tmp_path):
@@ -241,7 +284,9 @@ def ssh_connections(host) -> int:
 def ssh_agent(site, tmp_path, monkeypatch):
     """A real ssh-agent holding the key nothing names, as SSH_AUTH_SOCK; stopped by its PID."""
     socket_path = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 5
         while not socket_path.exists() and time.monotonic() < deadline:
@@ -263,7 +308,9 @@ def test_a_key_served_only_by_ssh_agent_logs_in_through_the_bastion(site, tmp_pa
     assert board.ssh.key is None
     assert eth0_address(board) == f"{site.net}.141/26"
     monkeypatch.delenv("SSH_AUTH_SOCK")
-    with pytest.raises(SshAuthFailed, match=rf"agent-gw: via bastion agent-jump \(root@{site.net}.2:22\): no key to log in with"):
+    with pytest.raises(
+        SshAuthFailed, match=rf"agent-gw: via bastion agent-jump \(root@{site.net}.2:22\): no key to log in with"
+    ):
         BoardSession(board).run("true")
 
 
@@ -284,7 +331,10 @@ def test_hops_that_cannot_be_passed_fail_their_boards_only(site, tmp_path, monke
         f"gw-noport: via bastion jump1 (root@{site.net}.2:22): cannot reach the board at {site.net}.141:2200: "
         "connection refused (is sshd running on the board?)"
     )
-    assert status["gw-stranger"].error == f"gw-stranger: via bastion jump1 (stranger@{site.net}.2:22): authentication failed with key {site.key}"
+    assert (
+        status["gw-stranger"].error
+        == f"gw-stranger: via bastion jump1 (stranger@{site.net}.2:22): authentication failed with key {site.key}"
+    )
 
 
 def test_a_stopped_then_reinstalled_second_bastion_fails_its_board_only(site, tmp_path):

@@ -34,11 +34,20 @@ def fleet(spare_fleet_yaml):
 
 
 def test_every_state_file_carries_its_schema_and_version(fleet):
-    save_fleet_state(fleet, FleetState({"host": TrackerRecord(**TRACKER)}, {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")}))
+    save_fleet_state(
+        fleet,
+        FleetState(
+            {"host": TrackerRecord(**TRACKER)}, {"b": BoardRecord(7, "10.0.0.1:9190", "c", "3.11", "0.27", "fw")}
+        ),
+    )
     save_sim_pids(fleet, {"b": 1234})
     record_deployed(fleet, "b", "mlp", 3)
     record_deployed(fleet, "b", "mlp2", "unknown")
-    for name, schema in (("fleet", "edgetune.fleet-state"), ("sim", "edgetune.sim-state"), ("deployed", "edgetune.deployed")):
+    for name, schema in (
+        ("fleet", "edgetune.fleet-state"),
+        ("sim", "edgetune.sim-state"),
+        ("deployed", "edgetune.deployed"),
+    ):
         raw = json.loads(state_path(fleet, name).read_bytes())
         assert (raw["schema"], raw["schema_version"]) == (schema, 1)
     assert load_sim_pids(fleet) == {"b": 1234}
@@ -58,9 +67,18 @@ def test_files_written_before_the_version_keys_still_read(fleet):
     "content, message",
     [
         ({"trackers": {"host": {**TRACKER, "address": "x"}}}, "fleet.json: trackers.host.address: unknown key"),
-        ({"trackers": {"host": {k: v for k, v in TRACKER.items() if k != "pid"}}}, "fleet.json: trackers.host.pid: required field is missing"),
-        ({"trackers": {"host": {**TRACKER, "port": "9190"}}}, "fleet.json: trackers.host.port: must be an integer, got str '9190'"),
-        ({"schema": "edgetune.fleet-state", "schema_version": 2}, "fleet.json: schema_version: 2 is not supported (this edgetune reads version 1)"),
+        (
+            {"trackers": {"host": {k: v for k, v in TRACKER.items() if k != "pid"}}},
+            "fleet.json: trackers.host.pid: required field is missing",
+        ),
+        (
+            {"trackers": {"host": {**TRACKER, "port": "9190"}}},
+            "fleet.json: trackers.host.port: must be an integer, got str '9190'",
+        ),
+        (
+            {"schema": "edgetune.fleet-state", "schema_version": 2},
+            "fleet.json: schema_version: 2 is not supported (this edgetune reads version 1)",
+        ),
         ({"schema": "edgetune.sim-state", "schema_version": 1}, "fleet.json: schema: not an edgetune.fleet-state file"),
         ([], "fleet.json: schema: not an edgetune.fleet-state file"),
     ],
@@ -83,8 +101,16 @@ def test_duplicate_keys_are_refused(fleet):
         load_deployed(fleet)
 
 
-@given(value=st.one_of(st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2), st.text().filter(lambda t: t != "unknown"),
-                       st.integers(max_value=0), st.booleans(), st.floats(allow_nan=True), st.lists(st.integers(), max_size=2)))
+@given(
+    value=st.one_of(
+        st.dictionaries(st.text(max_size=5), st.booleans(), max_size=2),
+        st.text().filter(lambda t: t != "unknown"),
+        st.integers(max_value=0),
+        st.booleans(),
+        st.floats(allow_nan=True),
+        st.lists(st.integers(), max_size=2),
+    )
+)
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_value_no_version_is_refused_and_the_record_stays_as_it_was(fleet, value):
     """What a board says it runs reaches deployed.json only as a version, None or "unknown"."""

@@ -11,8 +11,8 @@ import json
 import sys
 
 import pytest
-from quick_profiles import quick_profiles
-from sim_checks import running
+from support.quick_profiles import quick_profiles
+from support.sim_checks import running
 
 from edgetune.artifact.release import build_artifacts
 from edgetune.artifact.store import ArtifactStore
@@ -62,11 +62,21 @@ def pooled(sim_slot, tmp_path_factory):
 
     directory = tmp_path_factory.mktemp("pool-fleet")
     path = directory / "fleet.yaml"
-    path.write_text(FLEET_YAML.format(
-        slot=sim_slot, subnet=9 + sim_slot, port=9290 + 10 * sim_slot, port_end=9299 + 10 * sim_slot, klass=CLASS,
-        profiles=quick_profiles(directory / "device_profiles", ("x86-64-v3",)), python=sys.executable))  # fmt: skip
+    path.write_text(
+        FLEET_YAML.format(
+            slot=sim_slot,
+            subnet=9 + sim_slot,
+            port=9290 + 10 * sim_slot,
+            port_end=9299 + 10 * sim_slot,
+            klass=CLASS,
+            profiles=quick_profiles(directory / "device_profiles", ("x86-64-v3",)),
+            python=sys.executable,
+        )
+    )
     fleet = load_fleet(path)
-    everyone = fleet.replace(device_classes=tuple(dataclasses.replace(c, tuning_pool=None) for c in fleet.device_classes))
+    everyone = fleet.replace(
+        device_classes=tuple(dataclasses.replace(c, tuning_pool=None) for c in fleet.device_classes)
+    )
     with running(everyone):
         before = load_fleet_state(fleet).boards[TARGET]
         yield fleet, before, main(["fleet", "up", "-f", str(path)])

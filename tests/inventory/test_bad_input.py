@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_loader import REPO, base_fleet, write
+from support.inventory_files import REPO, base_fleet, write
 
 from edgetune.cli import main
 from edgetune.errors import ArtifactError, InventoryError
@@ -63,8 +63,14 @@ def test_board_name_given_as_a_list(fleet_dir, capsys):
 @pytest.mark.parametrize(
     "data, expected",
     [
-        ("name: caf\xe9\n".encode("latin-1"), "fleet.yaml: is not UTF-8 text (byte 0xe9 on line 1 is invalid); save it as UTF-8"),
-        ("version: 1\n".encode("utf-16"), "fleet.yaml: is UTF-16 or UTF-32 text, or binary (it holds NUL bytes); save it as UTF-8"),
+        (
+            "name: caf\xe9\n".encode("latin-1"),
+            "fleet.yaml: is not UTF-8 text (byte 0xe9 on line 1 is invalid); save it as UTF-8",
+        ),
+        (
+            "version: 1\n".encode("utf-16"),
+            "fleet.yaml: is UTF-16 or UTF-32 text, or binary (it holds NUL bytes); save it as UTF-8",
+        ),
         ("version: 1\n".encode("utf-16-be"), "fleet.yaml: is UTF-16 or UTF-32 text, or binary (it holds NUL bytes)"),
     ],
     ids=["latin-1", "utf-16-bom", "utf-16-no-bom"],
@@ -87,28 +93,63 @@ def test_deep_nesting(fleet_dir, capsys, depth):
 
 
 def test_deep_nesting_names_the_path(fleet_dir):
-    with pytest.raises(InventoryError, match=r"profile.yaml: hardware.deep(\[0\])+: is nested too deeply \(more than 32 levels\)"):
+    with pytest.raises(
+        InventoryError, match=r"profile.yaml: hardware.deep(\[0\])+: is nested too deeply \(more than 32 levels\)"
+    ):
         load_fleet(profile_with(fleet_dir, "  deep: " + "[" * 40 + "]" * 40 + "\n"))
 
 
 @pytest.mark.parametrize(
     "replace, expected",
     [
-        ({"trials_per_class: 64": "trials_per_class: .nan"}, "fleet.yaml: tuning.trials_per_class: must be a finite number, got .nan"),
+        (
+            {"trials_per_class: 64": "trials_per_class: .nan"},
+            "fleet.yaml: tuning.trials_per_class: must be a finite number, got .nan",
+        ),
         ({"weight: 2": "weight: .inf"}, "fleet.yaml: models[1].weight: must be a finite number, got .inf"),
         ({"weight: 2": "weight: 1.0e+400"}, "fleet.yaml: models[1].weight: must be a finite number"),
         ({"weight: 2": "weight: 1.0e+300"}, "fleet.yaml: models[1].weight: must be at most 1e+06"),
-        ({"port: 9190": "port: 1" + "0" * 5000}, "fleet.yaml: trackers[0].port: the integer 10000000000000000000... is too large"),
-        ({"trials_per_class: 64": "trials_per_class: 100000000000000000000"}, "fleet.yaml: tuning.trials_per_class: the integer 100000000000000000000 is too large"),
-        ({"trials_per_class: 64": "trials_per_class: 9000000000"}, "fleet.yaml: tuning.trials_per_class: must be at most 1e+06"),
-        ({"trials_per_iter: 16": "trials_per_iter: 100000"}, "fleet.yaml: tuning.trials_per_iter: must be at most 10000"),
+        (
+            {"port: 9190": "port: 1" + "0" * 5000},
+            "fleet.yaml: trackers[0].port: the integer 10000000000000000000... is too large",
+        ),
+        (
+            {"trials_per_class: 64": "trials_per_class: 100000000000000000000"},
+            "fleet.yaml: tuning.trials_per_class: the integer 100000000000000000000 is too large",
+        ),
+        (
+            {"trials_per_class: 64": "trials_per_class: 9000000000"},
+            "fleet.yaml: tuning.trials_per_class: must be at most 1e+06",
+        ),
+        (
+            {"trials_per_iter: 16": "trials_per_iter: 100000"},
+            "fleet.yaml: tuning.trials_per_iter: must be at most 10000",
+        ),
         ({"cpu_quota: 0.5": "cpu_quota: 1.0e+300"}, "fleet.yaml: boards[0].simulated.cpu_quota: must be at most 64"),
-        ({"shape:\n    - 1\n    - 4": "shape: [65536, 65536]"}, "fleet.yaml: models[1].inputs[0].shape: holds 4294967296 elements"),
-        ({"shape:\n    - 1\n    - 4": "shape: [1, 1, 1, 1, 1, 1, 1, 1, 1]"}, "fleet.yaml: models[1].inputs[0].shape: has 9 elements, more than the 8 allowed"),
+        (
+            {"shape:\n    - 1\n    - 4": "shape: [65536, 65536]"},
+            "fleet.yaml: models[1].inputs[0].shape: holds 4294967296 elements",
+        ),
+        (
+            {"shape:\n    - 1\n    - 4": "shape: [1, 1, 1, 1, 1, 1, 1, 1, 1]"},
+            "fleet.yaml: models[1].inputs[0].shape: has 9 elements, more than the 8 allowed",
+        ),
         ({"port: 9190": "port: 9190\n  connect_timeout_s: 1.0e+200"}, "trackers[0].connect_timeout_s: unknown key"),
     ],
-    ids=["nan", "inf", "overflow-to-inf", "huge-float", "int-beyond-digit-limit", "int-beyond-2**53",
-         "trials", "trials-per-iter", "quota", "shape-elements", "shape-rank", "unknown-key"],
+    ids=[
+        "nan",
+        "inf",
+        "overflow-to-inf",
+        "huge-float",
+        "int-beyond-digit-limit",
+        "int-beyond-2**53",
+        "trials",
+        "trials-per-iter",
+        "quota",
+        "shape-elements",
+        "shape-rank",
+        "unknown-key",
+    ],
 )
 def test_non_finite_and_astronomical_numbers(fleet_dir, capsys, replace, expected):
     refused(fleet_text(fleet_dir, replace), expected, capsys)
@@ -135,7 +176,11 @@ def test_measurement_counts_are_capped(fleet_dir, capsys, measurement, expected)
 def test_duplicate_keys_name_both_lines(fleet_dir, capsys):
     path = fleet_text(fleet_dir, {"- name: b1\n": "- name: b1\n  name: b9\n"})
     first = path.read_text().splitlines().index("- name: b1") + 1
-    refused(path, f"fleet.yaml: boards[0].name: duplicate key (first on line {first}; the last would silently win) (line {first + 1})", capsys)
+    refused(
+        path,
+        f"fleet.yaml: boards[0].name: duplicate key (first on line {first}; the last would silently win) (line {first + 1})",
+        capsys,
+    )
 
 
 def test_duplicate_top_level_section(fleet_dir, capsys):
@@ -152,9 +197,21 @@ def test_billion_laughs_in_hardware(fleet_dir, capsys):
 
 def test_hardware_must_be_few_plain_json_values(fleet_dir, capsys):
     refused(profile_with(fleet_dir, "  speed: .nan\n"), "profile.yaml: hardware.speed: must be a finite number", capsys)
-    refused(profile_with(fleet_dir, "  built: !!timestamp 2024-05-01\n"), "profile.yaml: hardware.built: the tag tag:yaml.org,2002:timestamp is not allowed", capsys)
-    refused(profile_with(fleet_dir, "  blob: !!binary aGVsbG8=\n"), "profile.yaml: hardware.blob: the tag tag:yaml.org,2002:binary is not allowed", capsys)
-    refused(profile_with(fleet_dir, "  ids: [" + ", ".join(map(str, range(300))) + "]\n"), "profile.yaml: hardware.ids: has 300 elements", capsys)
+    refused(
+        profile_with(fleet_dir, "  built: !!timestamp 2024-05-01\n"),
+        "profile.yaml: hardware.built: the tag tag:yaml.org,2002:timestamp is not allowed",
+        capsys,
+    )
+    refused(
+        profile_with(fleet_dir, "  blob: !!binary aGVsbG8=\n"),
+        "profile.yaml: hardware.blob: the tag tag:yaml.org,2002:binary is not allowed",
+        capsys,
+    )
+    refused(
+        profile_with(fleet_dir, "  ids: [" + ", ".join(map(str, range(300))) + "]\n"),
+        "profile.yaml: hardware.ids: has 300 elements",
+        capsys,
+    )
     many = "".join(f"  fact{i}: [{i}, {i}]\n" for i in range(100))
     refused(profile_with(fleet_dir, many), "profile.yaml: hardware: holds more than 256 values", capsys)
     refused(profile_with(fleet_dir, "  1: x\n"), "profile.yaml: hardware: the key 1 is not a string; quote it", capsys)
@@ -168,13 +225,19 @@ def test_a_date_in_hardware_stays_text_and_serialises(fleet_dir):
 
 
 def test_recursive_alias(fleet_dir, capsys):
-    refused(profile_with(fleet_dir, "  loop: &me [*me]\n"), "profile.yaml: hardware.loop[0]: the alias *me refers to a value that contains it", capsys)
+    refused(
+        profile_with(fleet_dir, "  loop: &me [*me]\n"),
+        "profile.yaml: hardware.loop[0]: the alias *me refers to a value that contains it",
+        capsys,
+    )
 
 
 def test_anchors_and_merge_keys_still_work(fleet_dir):
     path = fleet_text(fleet_dir, {"  simulated:\n    cpu_quota: 0.5\n": "  simulated: &quota\n    cpu_quota: 0.5\n"})
     data = yaml.safe_load(path.read_text())
-    text = path.read_text().replace("  workdir: /var/lib/edgetune\n", "  workdir: /var/lib/edgetune\n  threads: &two 2\n", 1)
+    text = path.read_text().replace(
+        "  workdir: /var/lib/edgetune\n", "  workdir: /var/lib/edgetune\n  threads: &two 2\n", 1
+    )
     text = text.replace("tuning:\n", "tuning:\n  <<: {trials_per_iter: *two}\n", 1)
     path.write_text(text)
     fleet = load_fleet(path)
@@ -185,20 +248,35 @@ def test_anchors_and_merge_keys_still_work(fleet_dir):
 def test_borrow_chain_is_ordered_and_loops_of_any_length_refused(fleet_dir, capsys):
     data = base_fleet(fleet_dir)
     data["device_classes"].append({"name": "third", "profile": str(REPO / "device_profiles/rpi5.yaml")})
-    data["boards"].append({"name": "pi5", "address": "pi5.local", "device_class": "third",
-                           "python": "/usr/bin/python3", "workdir": "/var/lib/edgetune"})
+    data["boards"].append(
+        {
+            "name": "pi5",
+            "address": "pi5.local",
+            "device_class": "third",
+            "python": "/usr/bin/python3",
+            "workdir": "/var/lib/edgetune",
+        }
+    )
     data["tuning"]["borrow"] = {"third": "rpi4", "rpi4": "avx512"}
     fleet = load_fleet(write(fleet_dir, data))
     assert fleet.tuning.borrow_stages(["third", "rpi4", "avx512"]) == [["avx512"], ["rpi4"], ["third"]]
     assert fleet.tuning.borrow_stages(["third", "rpi4"]) == [["rpi4"], ["third"]]
     assert fleet.tuning.borrow_stages(["third", "avx512"]) == [["third", "avx512"]]
     data["tuning"]["borrow"]["avx512"] = "third"
-    refused(write(fleet_dir, data), "fleet.yaml: tuning.borrow.third: borrowing goes round in a circle (third -> rpi4 -> avx512 -> third)", capsys)
+    refused(
+        write(fleet_dir, data),
+        "fleet.yaml: tuning.borrow.third: borrowing goes round in a circle (third -> rpi4 -> avx512 -> third)",
+        capsys,
+    )
 
 
 @pytest.mark.parametrize("version", ["1.0", "true", "'1'", "[1]"])
 def test_version_must_be_the_integer_1(fleet_dir, capsys, version):
-    refused(fleet_text(fleet_dir, {"version: 1\n": f"version: {version}\n"}), "fleet.yaml: version: unsupported version", capsys)
+    refused(
+        fleet_text(fleet_dir, {"version: 1\n": f"version: {version}\n"}),
+        "fleet.yaml: version: unsupported version",
+        capsys,
+    )
 
 
 @pytest.mark.parametrize("address", ["999.1.1.1", "10.0.0.256", "1.2.3", "10.0.0.1.5", "pi.123"])
@@ -223,13 +301,18 @@ def test_host_names_and_ipv6_are_fine(fleet_dir):
         ("{kind: llvm, mcpu: [a]}", "profile.yaml: target.mcpu: must be a string, got a list"),
         ("{kind: llvm, num-cores: 100000}", "profile.yaml: target.num-cores: must be between 1 and 1024"),
         ("{kind: llvm, mattr: ['']}", "profile.yaml: target.mattr: a list option must hold strings"),
-        ("{kind: llvm, mcpu: x86-64, opt-level: {a: 1}}", "profile.yaml: target.opt-level: must be an integer, got a mapping"),
+        (
+            "{kind: llvm, mcpu: x86-64, opt-level: {a: 1}}",
+            "profile.yaml: target.opt-level: must be an integer, got a mapping",
+        ),
         ("{kind: '', mcpu: x86-64}", "profile.yaml: target.kind: must not be empty"),
     ],
 )
 def test_target_options_are_typed(fleet_dir, capsys, target, expected):
     profile = fleet_dir / "profile.yaml"
-    profile.write_text(PROFILE.read_text().replace("target: {kind: llvm, mcpu: icelake-server, num-cores: 1}", f"target: {target}"))
+    profile.write_text(
+        PROFILE.read_text().replace("target: {kind: llvm, mcpu: icelake-server, num-cores: 1}", f"target: {target}")
+    )
     data = base_fleet(fleet_dir)
     data["device_classes"][0]["profile"] = str(profile)
     refused(write(fleet_dir, data), expected, capsys)
@@ -239,7 +322,9 @@ def test_ssh_key_that_is_a_folder_or_a_public_key(fleet_dir, capsys):
     data = base_fleet(fleet_dir)
     (fleet_dir / "keys").mkdir()
     data["ssh"]["key"] = "keys"
-    refused(write(fleet_dir, data), f"fleet.yaml: ssh.key: private key file '{fleet_dir / 'keys'}' is not a file", capsys)
+    refused(
+        write(fleet_dir, data), f"fleet.yaml: ssh.key: private key file '{fleet_dir / 'keys'}' is not a file", capsys
+    )
     public = fleet_dir / "id_ed25519.pub"
     public.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB user@host\n")
     public.chmod(0o600)
@@ -253,10 +338,16 @@ def test_known_hosts_unset_or_a_folder(fleet_dir, capsys):
     refused(write(fleet_dir, data), "fleet.yaml: ssh.known_hosts: required field is missing", capsys)
     (fleet_dir / "kh").mkdir()
     data["ssh"]["known_hosts"] = "kh"
-    refused(write(fleet_dir, data), f"fleet.yaml: ssh.known_hosts: '{fleet_dir / 'kh'}' is a folder, not a file", capsys)
+    refused(
+        write(fleet_dir, data), f"fleet.yaml: ssh.known_hosts: '{fleet_dir / 'kh'}' is a folder, not a file", capsys
+    )
     data["ssh"]["known_hosts"] = "known_hosts"
     data["boards"][1]["ssh"] = {"known_hosts": "/dev/null"}
-    refused(write(fleet_dir, data), "fleet.yaml: boards[1].ssh.known_hosts: '/dev/null' is a device or other special file", capsys)
+    refused(
+        write(fleet_dir, data),
+        "fleet.yaml: boards[1].ssh.known_hosts: '/dev/null' is a device or other special file",
+        capsys,
+    )
 
 
 @pytest.mark.parametrize(
@@ -264,7 +355,10 @@ def test_known_hosts_unset_or_a_folder(fleet_dir, capsys):
     [
         ("/dev/null", "fleet.yaml: workdir: '/dev/null' is a device or other special file, not a folder"),
         ("fleet.yaml", "is a file, not a folder"),
-        ("relu.onnx/work", "fleet.yaml: workdir: '{dir}/relu.onnx/work' cannot be made: '{dir}/relu.onnx' is not a folder"),
+        (
+            "relu.onnx/work",
+            "fleet.yaml: workdir: '{dir}/relu.onnx/work' cannot be made: '{dir}/relu.onnx' is not a folder",
+        ),
     ],
 )
 def test_workdir_that_is_not_a_folder(fleet_dir, capsys, workdir, expected):
@@ -288,7 +382,11 @@ def test_other_local_folders_and_files_are_checked_too(fleet_dir, capsys):
 def test_class_without_boards_is_named(fleet_dir, capsys):
     data = base_fleet(fleet_dir)
     data["boards"] = data["boards"][:1]
-    refused(write(fleet_dir, data), "fleet.yaml: device_classes[1]: class 'rpi4' has no boards, so it can be neither tuned nor measured", capsys)
+    refused(
+        write(fleet_dir, data),
+        "fleet.yaml: device_classes[1]: class 'rpi4' has no boards, so it can be neither tuned nor measured",
+        capsys,
+    )
 
 
 def test_public_key_equal_to_signing_key_is_refused_before_keys_init_writes(fleet_dir, capsys):
@@ -334,7 +432,10 @@ def test_fifo_and_folder_are_refused_without_blocking(fleet_dir, capsys):
         ("a: 1\n---\nb: 2\n", "f.yaml: holds more than one YAML document"),
         ("a: *nowhere\n", "f.yaml: a: the alias *nowhere has no anchor"),
         ("a: !custom x\n", "f.yaml: a: the tag !custom is not allowed here"),
-        ("a: !!python/object:os.system x\n", "f.yaml: a: the tag tag:yaml.org,2002:python/object:os.system is not allowed"),
+        (
+            "a: !!python/object:os.system x\n",
+            "f.yaml: a: the tag tag:yaml.org,2002:python/object:os.system is not allowed",
+        ),
         ("a: " + "x" * 5000 + "\n", "f.yaml: a: a string of 5000 characters is too long"),
     ],
 )
@@ -347,7 +448,16 @@ def test_reader_refuses_what_json_cannot_hold(tmp_path, text, expected):
 
 def test_reader_keeps_yaml_scalars_it_can(tmp_path):
     (tmp_path / "f.yaml").write_text("a: 0x1F\nb: 1_000\nc: ~\nd: on\ne: 2.5\nf: 2024-05-01\ng: '<<'\nh: [<<]\n")
-    assert read_yaml(tmp_path / "f.yaml") == {"a": 31, "b": 1000, "c": None, "d": True, "e": 2.5, "f": "2024-05-01", "g": "<<", "h": ["<<"]}
+    assert read_yaml(tmp_path / "f.yaml") == {
+        "a": 31,
+        "b": 1000,
+        "c": None,
+        "d": True,
+        "e": 2.5,
+        "f": "2024-05-01",
+        "g": "<<",
+        "h": ["<<"],
+    }
 
 
 def test_shipped_profile_loads_unchanged():
@@ -357,4 +467,6 @@ def test_shipped_profile_loads_unchanged():
 def test_a_key_file_that_is_not_a_private_key_is_refused(fleet_dir, capsys):
     data = base_fleet(fleet_dir)
     Path(data["ssh"]["key"]).write_text("just some text\n")
-    refused(write(fleet_dir, data), "fleet.yaml: ssh.key: '" + data["ssh"]["key"] + "' is not a PEM private key", capsys)
+    refused(
+        write(fleet_dir, data), "fleet.yaml: ssh.key: '" + data["ssh"]["key"] + "' is not a PEM private key", capsys
+    )

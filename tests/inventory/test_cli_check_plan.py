@@ -7,16 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from edgetune.cli import main
 from edgetune.inventory.fleet_plan import split_budget
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.tvm  # `edgetune plan` imports the models and extracts their tuning tasks
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgetune", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "edgetune", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_check_summarises_the_default_fleet():

@@ -28,10 +28,46 @@ _NAMED_PLACE = re.compile(
     rf"error: (?:\S*/)?(?:fleet\.yaml|{re.escape(PROFILE_NAME)}): (?:[\w-]+|\[\".*?\"\])(?:\[\d+\]|\[\".*?\"\]|\.[\w-]+)*: "
 )
 
-_AWKWARD_STRINGS = ["", " ", "..", "/", "/dev/null", "é", "💥", "999.1.1.1", "10.231.7.11", "llvm", "icelake-server",
-                    "gateway-avx512", "host", "mlp", "a" * 300, "~", "-1", "1.0", "true", "null", "x\ty"]
-_AWKWARD_NUMBERS = [0, -1, 1, 2**31, 2**53 + 1, 2**64, 10**30, 10**400, 0.5, -0.0, 1e308, 1e-320,
-                    float("nan"), float("inf"), float("-inf")]
+_AWKWARD_STRINGS = [
+    "",
+    " ",
+    "..",
+    "/",
+    "/dev/null",
+    "é",
+    "💥",
+    "999.1.1.1",
+    "10.231.7.11",
+    "llvm",
+    "icelake-server",
+    "gateway-avx512",
+    "host",
+    "mlp",
+    "a" * 300,
+    "~",
+    "-1",
+    "1.0",
+    "true",
+    "null",
+    "x\ty",
+]
+_AWKWARD_NUMBERS = [
+    0,
+    -1,
+    1,
+    2**31,
+    2**53 + 1,
+    2**64,
+    10**30,
+    10**400,
+    0.5,
+    -0.0,
+    1e308,
+    1e-320,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+]
 _scalars = st.one_of(
     st.none(),
     st.booleans(),

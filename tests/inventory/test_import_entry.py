@@ -2,7 +2,7 @@
 YAML whatever the model, with nothing TVM or onnxruntime print in it; a model with dynamic sizes
 is not run and no time limit is suggested for it; a model TVM fails on ends in a clean error.
 
-The models are the suite's real ONNX graphs (tests/onnx_samples.py, built with onnx.helper and
+The models are the suite's real ONNX graphs (tests/support/onnx_samples.py, built with onnx.helper and
 onnxruntime's quantizer), graphs built here the way exporters write dynamic sizes, and the pinned
 public models of bench/real_models.py where they are already in its cache (never downloaded here:
 `.venv/bin/python bench/real_models.py` fetches them)."""
@@ -19,7 +19,8 @@ import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
-from onnx_samples import (
+from real_models import MODELS, UNSEEN, cache_dir
+from support.onnx_samples import (
     qdq_model,
     save,
     write_conv_model,
@@ -33,9 +34,6 @@ from edgetune.cli import main
 from edgetune.errors import InventoryError, TuneError
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-from real_models import MODELS, UNSEEN, cache_dir  # noqa: E402
 
 # What TVM's and onnxruntime's code writes when it converts or runs a model: none of it may
 # reach stdout.
@@ -48,19 +46,28 @@ def dynamic_reshape_model(path: Path) -> Path:
     Concat with -1, as exporters write `x.view(x.size(0), -1)`), then its mean: the pattern TVM's
     converter prints `Error converting operator Reshape` for at unsuitable sizes."""
     rng = np.random.default_rng(5)
-    weights = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
-               numpy_helper.from_array(np.array([0], np.int64), "zero"),
-               numpy_helper.from_array(np.array([1], np.int64), "one"),
-               numpy_helper.from_array(np.array([-1], np.int64), "rest")]  # fmt: skip
-    nodes = [helper.make_node("Conv", ["image", "w"], ["conv"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["conv"], ["relu"]),
-             helper.make_node("Shape", ["relu"], ["shape"]),
-             helper.make_node("Slice", ["shape", "zero", "one"], ["batch"]),
-             helper.make_node("Concat", ["batch", "rest"], ["flat_shape"], axis=0),
-             helper.make_node("Reshape", ["relu", "flat_shape"], ["flat"]),
-             helper.make_node("ReduceMean", ["flat"], ["y"], axes=[1])]  # fmt: skip
-    return save(path, nodes, [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 8, "width"])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])], weights)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w"], ["conv"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("Shape", ["relu"], ["shape"]),
+        helper.make_node("Slice", ["shape", "zero", "one"], ["batch"]),
+        helper.make_node("Concat", ["batch", "rest"], ["flat_shape"], axis=0),
+        helper.make_node("Reshape", ["relu", "flat_shape"], ["flat"]),
+        helper.make_node("ReduceMean", ["flat"], ["y"], axes=[1]),
+    ]
+    return save(
+        path,
+        nodes,
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 8, "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+        weights,
+    )
 
 
 def pool_then(path: Path, last: str, dims: list) -> Path:
@@ -68,10 +75,17 @@ def pool_then(path: Path, last: str, dims: list) -> Path:
     at a 1 x 1 image onnxruntime pools to 1 x 1 but TVM to 0 x 0, as PP-OCR's text-direction
     classifier does at sizes 1, so TVM divides by zero (the mean) or cannot reshape."""
     weights = [numpy_helper.from_array(np.array([1, 4], np.int64), "shape")] if last == "Reshape" else []
-    nodes = [helper.make_node("MaxPool", ["x"], ["pooled"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node(last, ["pooled", "shape"] if last == "Reshape" else ["pooled"], ["y"])]  # fmt: skip
-    return save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["pooled"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node(last, ["pooled", "shape"] if last == "Reshape" else ["pooled"], ["y"]),
+    ]
+    return save(
+        path,
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        weights,
+    )
 
 
 def paddle_style_dynamic(path: Path) -> Path:
@@ -109,9 +123,15 @@ def dynamic_inputs(path: Path) -> list[str]:
     """The graph's inputs with a size it leaves open, read with onnx alone."""
     proto = onnx.load(str(path), load_external_data=False)
     weights = {w.name for w in proto.graph.initializer}
-    return [value.name for value in proto.graph.input if value.name not in weights and (
-        not value.type.tensor_type.HasField("shape")
-        or any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim))]
+    return [
+        value.name
+        for value in proto.graph.input
+        if value.name not in weights
+        and (
+            not value.type.tensor_type.HasField("shape")
+            or any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim)
+        )
+    ]
 
 
 def check_entry(out: str, name: str, path: Path) -> dict:
@@ -137,7 +157,7 @@ def check_import(path: Path, name: str, dynamic: list[str], capfd) -> None:
     assert [i["name"] for i in entry["inputs"]] == [v.name for v in graph.graph.input if v.name not in weights]
     if dynamic:
         assert "time_limit_s" not in out, out
-        reason = out[out.index("# no tuning time limit suggested"):]
+        reason = out[out.index("# no tuning time limit suggested") :]
         assert all(f" {name}: " in reason for name in dynamic), reason
         assert "models[].inputs[].shape" in reason and "`edgetune plan`" in reason, reason
     else:
@@ -153,8 +173,18 @@ def test_import_of_each_suite_model_prints_a_valid_entry_and_nothing_else(sample
     check_import(path, sample, dynamic, capfd)
 
 
-@pytest.mark.parametrize("path", cached_real_models() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no model of bench/real_models.py in its cache (fetch: .venv/bin/python bench/real_models.py)"))])
+@pytest.mark.parametrize(
+    "path",
+    cached_real_models()
+    or [
+        pytest.param(
+            None,
+            marks=pytest.mark.skip(
+                reason="no model of bench/real_models.py in its cache (fetch: .venv/bin/python bench/real_models.py)"
+            ),
+        )
+    ],
+)
 def test_import_of_each_cached_public_model_prints_a_valid_entry_and_nothing_else(path, tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     check_import(path, path.stem, dynamic_inputs(path), capfd)
@@ -175,21 +205,33 @@ def test_a_model_with_dynamic_sizes_is_not_run(tmp_path, monkeypatch, capfd):
 
 def run_import(path: Path) -> subprocess.CompletedProcess:
     """`edgetune import` as a user runs it: its own process, its real descriptors 1 and 2."""
-    return subprocess.run([sys.executable, "-m", "edgetune", "import", str(path)], capture_output=True, text=True,
-                          cwd=path.parent, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "edgetune", "import", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
-@pytest.mark.parametrize("last,message", [
-    # TVM's converter prints `Error converting operator Reshape, with inputs: [...]` (several lines)
-    ("Reshape", "TVM's ONNX frontend failed: ValueError: Reshape expects the new shape to be convertible"),
-    # TVM's legalization of the mean divides by the zero size (an InternalError out of C++)
-    ("GlobalAveragePool", "TVM cannot extract its tasks: InternalError: Check failed: fb->value != 0 (0 vs. 0) : Divide by zero"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "last,message",
+    [
+        # TVM's converter prints `Error converting operator Reshape, with inputs: [...]` (several lines)
+        ("Reshape", "TVM's ONNX frontend failed: ValueError: Reshape expects the new shape to be convertible"),
+        # TVM's legalization of the mean divides by the zero size (an InternalError out of C++)
+        (
+            "GlobalAveragePool",
+            "TVM cannot extract its tasks: InternalError: Check failed: fb->value != 0 (0 vs. 0) : Divide by zero",
+        ),
+    ],
+)
 def test_a_model_tvm_cannot_convert_is_a_clean_error_after_its_entry(tmp_path, last, message):
     path = pool_then(tmp_path / "pooled.onnx", last, [1, 4, 1, 1])
     done = run_import(path)
     assert done.returncode == TuneError.exit_code == 4, done.stderr
-    assert "Traceback" not in done.stderr and "File \"" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr
     assert "error: model 'pooled' " in done.stderr and message in done.stderr, done.stderr
     out = done.stdout
     check_entry(out, "pooled", path)
@@ -202,10 +244,16 @@ def test_a_model_tvm_cannot_convert_is_a_clean_error_after_its_entry(tmp_path, l
 
 def test_an_input_edgetune_cannot_feed_is_an_inventory_error_after_its_entry(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
-    path = save(tmp_path / "flags.onnx", [helper.make_node("Not", ["flags"], ["inverted"]),
-                                          helper.make_node("Cast", ["inverted"], ["y"], to=TensorProto.FLOAT)],
-                [helper.make_tensor_value_info("flags", TensorProto.BOOL, [1, 4])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [])  # fmt: skip
+    path = save(
+        tmp_path / "flags.onnx",
+        [
+            helper.make_node("Not", ["flags"], ["inverted"]),
+            helper.make_node("Cast", ["inverted"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [helper.make_tensor_value_info("flags", TensorProto.BOOL, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [],
+    )
     assert main(["import", str(path)]) == InventoryError.exit_code == 2
     captured = capfd.readouterr()
     entry = check_entry(captured.out, "flags", path)

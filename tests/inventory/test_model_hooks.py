@@ -5,8 +5,8 @@ YAML path and what is allowed."""
 from __future__ import annotations
 
 import pytest
-from inventory_dump import fleet_to_dict
-from test_loader import base_fleet, write
+from support.inventory_dump import fleet_to_dict
+from support.inventory_files import base_fleet, write
 
 from edgetune.agent.config import HealthCheck as AgentHealthCheck
 from edgetune.agent.config import ModelHooks
@@ -42,15 +42,36 @@ def test_hooks_load_round_trip_and_reach_agent_json(fleet_dir):
 BAD_HOOKS = [
     ({"on_switch": ""}, "fleet.yaml: models[0].on_switch: must not be empty"),
     ({"on_switch": ["systemctl", "reload"]}, "fleet.yaml: models[0].on_switch: must be a string, got a list"),
-    ({"on_switch": "reload\0app"}, "fleet.yaml: models[0].on_switch: holds the control character or invalid code point U+0000"),
-    ({"on_switch": "x" * 5000}, "fleet.yaml: models[0].on_switch: a string of 5000 characters is too long (at most 4096)"),
-    ({"health": "/opt/app/check"}, "fleet.yaml: models[0].health: must be a mapping with keys command, timeout_s, got str"),
+    (
+        {"on_switch": "reload\0app"},
+        "fleet.yaml: models[0].on_switch: holds the control character or invalid code point U+0000",
+    ),
+    (
+        {"on_switch": "x" * 5000},
+        "fleet.yaml: models[0].on_switch: a string of 5000 characters is too long (at most 4096)",
+    ),
+    (
+        {"health": "/opt/app/check"},
+        "fleet.yaml: models[0].health: must be a mapping with keys command, timeout_s, got str",
+    ),
     ({"health": {"timeout_s": 5}}, "fleet.yaml: models[0].health.command: required field is missing"),
     ({"health": {"command": "  "}}, "fleet.yaml: models[0].health.command: must not be empty"),
-    ({"health": {"command": "x", "timeout_s": 0}}, "fleet.yaml: models[0].health.timeout_s: must be between 1 and 3600, got 0"),
-    ({"health": {"command": "x", "timeout_s": 7200}}, "fleet.yaml: models[0].health.timeout_s: must be between 1 and 3600, got 7200"),
-    ({"health": {"command": "x", "timeout_s": "30s"}}, "fleet.yaml: models[0].health.timeout_s: must be a number, got str '30s'"),
-    ({"health": {"command": "x", "timeout": 5}}, "fleet.yaml: models[0].health.timeout: unknown key (did you mean 'timeout_s'?)"),
+    (
+        {"health": {"command": "x", "timeout_s": 0}},
+        "fleet.yaml: models[0].health.timeout_s: must be between 1 and 3600, got 0",
+    ),
+    (
+        {"health": {"command": "x", "timeout_s": 7200}},
+        "fleet.yaml: models[0].health.timeout_s: must be between 1 and 3600, got 7200",
+    ),
+    (
+        {"health": {"command": "x", "timeout_s": "30s"}},
+        "fleet.yaml: models[0].health.timeout_s: must be a number, got str '30s'",
+    ),
+    (
+        {"health": {"command": "x", "timeout": 5}},
+        "fleet.yaml: models[0].health.timeout: unknown key (did you mean 'timeout_s'?)",
+    ),
 ]
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from inventory_dump import fleet_to_dict
 from onnx import TensorProto, helper, numpy_helper
-from onnx_samples import write_separable_block
-from test_loader import base_fleet, write
+from support.inventory_dump import fleet_to_dict
+from support.inventory_files import base_fleet, write
+from support.onnx_samples import write_separable_block
 
 from edgetune.cli import main
 from edgetune.errors import InventoryError
@@ -29,15 +29,19 @@ def save_encoder(path, ids_dims=("batch", "sequence")):
     """input_ids (int64 [batch, sequence]) and a scalar sample rate, as exported models have them."""
     table = numpy_helper.from_array(np.ones((2, 4), np.float32), "table")
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "token_type_ids"], ["embedded"], axis=0),
-         helper.make_node("Cast", ["sr"], ["sr_float"], to=TensorProto.FLOAT),
-         helper.make_node("Mul", ["embedded", "sr_float"], ["out"])],
+        [
+            helper.make_node("Gather", ["table", "token_type_ids"], ["embedded"], axis=0),
+            helper.make_node("Cast", ["sr"], ["sr_float"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["embedded", "sr_float"], ["out"]),
+        ],
         "encoder",
-        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, list(ids_dims)),
-         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [
+            helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, list(ids_dims)),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
         initializer=[table],
-    )  # fmt: skip
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -70,22 +74,28 @@ def test_rank_0_inputs_values_and_reference_file_load_and_round_trip(fleet_dir, 
     assert "token_type_ids[1, 8]:int64 in [0, 1] sr[]:int64=16000" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"range": [1, 0]}, r"inputs\[0\].values.range: low must not exceed high, got \[1, 0\]"),
-    ({"range": [0, 1.5]}, r"inputs\[0\].values.range\[1\]: must be an integer, got float 1.5"),
-    ({"range": [0]}, r"inputs\[0\].values.range: must be \[low, high\]"),
-    ({"fixed": 300}, None),
-    ({"fixed": 1, "range": [0, 1]}, r"inputs\[0\].values: give exactly one of"),
-    ({"between": [0, 1]}, r"inputs\[0\].values.between: unknown key"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"range": [1, 0]}, r"inputs\[0\].values.range: low must not exceed high, got \[1, 0\]"),
+        ({"range": [0, 1.5]}, r"inputs\[0\].values.range\[1\]: must be an integer, got float 1.5"),
+        ({"range": [0]}, r"inputs\[0\].values.range: must be \[low, high\]"),
+        ({"fixed": 300}, None),
+        ({"fixed": 1, "range": [0, 1]}, r"inputs\[0\].values: give exactly one of"),
+        ({"between": [0, 1]}, r"inputs\[0\].values.between: unknown key"),
+    ],
+)
 def test_bad_values_are_refused_with_their_path(fleet_dir, values, message):
     inputs = [{"name": "token_type_ids", "shape": [1, 8], "dtype": "int8", "values": values}, GOOD_INPUTS[1]]
-    with pytest.raises(InventoryError, match=message or r"inputs\[0\].values.fixed: 300 does not fit in int8 \(from -128 to 127\)"):
+    with pytest.raises(
+        InventoryError, match=message or r"inputs\[0\].values.fixed: 300 does not fit in int8 \(from -128 to 127\)"
+    ):
         load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, inputs)))
 
 
-@pytest.mark.parametrize("high,message", [(".inf", r"must be a finite number, got .inf"),
-                                          ("1.0e+39", r"1e\+39 does not fit in float32")])
+@pytest.mark.parametrize(
+    "high,message", [(".inf", r"must be a finite number, got .inf"), ("1.0e+39", r"1e\+39 does not fit in float32")]
+)
 def test_float_bounds_are_finite_numbers_the_dtype_holds(fleet_dir, high, message):
     gain = {"name": "gain", "shape": [], "dtype": "float32", "values": {"range": [0.5, "HIGH"]}}
     path = write(fleet_dir, encoder_fleet(fleet_dir, [*GOOD_INPUTS, gain]))
@@ -94,14 +104,26 @@ def test_float_bounds_are_finite_numbers_the_dtype_holds(fleet_dir, high, messag
         load_fleet(path)
 
 
-@pytest.mark.parametrize("arrays,message", [
-    ({"token_type_ids": np.zeros((1, 7), np.int64)}, r"array 'token_type_ids' is int64\[1, 7\], but the input is declared int64\[1, 8\]"),
-    ({"token_type_ids": np.zeros((1, 8), np.int32)}, r"array 'token_type_ids' is int32\[1, 8\]"),
-    ({"input_ids": np.zeros((1, 8), np.int64)}, r"holds arrays input_ids that are not declared inputs"),
-    ({}, r"has no array for input\(s\) token_type_ids"),
-    ({"token_type_ids": np.full((1, 8), 5, np.int64)}, r"array 'token_type_ids' holds values from 5 to 5, outside the declared range \[0, 1\]"),
-    ({"token_type_ids": np.zeros((1, 8), np.int64), "sr": np.array(8000, np.int64)}, r"array 'sr' must hold the input's fixed value 16000"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "arrays,message",
+    [
+        (
+            {"token_type_ids": np.zeros((1, 7), np.int64)},
+            r"array 'token_type_ids' is int64\[1, 7\], but the input is declared int64\[1, 8\]",
+        ),
+        ({"token_type_ids": np.zeros((1, 8), np.int32)}, r"array 'token_type_ids' is int32\[1, 8\]"),
+        ({"input_ids": np.zeros((1, 8), np.int64)}, r"holds arrays input_ids that are not declared inputs"),
+        ({}, r"has no array for input\(s\) token_type_ids"),
+        (
+            {"token_type_ids": np.full((1, 8), 5, np.int64)},
+            r"array 'token_type_ids' holds values from 5 to 5, outside the declared range \[0, 1\]",
+        ),
+        (
+            {"token_type_ids": np.zeros((1, 8), np.int64), "sr": np.array(8000, np.int64)},
+            r"array 'sr' must hold the input's fixed value 16000",
+        ),
+    ],
+)
 def test_reference_file_is_checked_against_the_declared_inputs(fleet_dir, arrays, message):
     np.savez(fleet_dir / "ref.npz", **arrays)
     with pytest.raises(InventoryError, match=r"fleet.yaml: models\[1\].reference_input: " + message):
@@ -114,12 +136,26 @@ def test_reference_file_that_is_not_npz_is_refused(fleet_dir):
         load_fleet(write(fleet_dir, encoder_fleet(fleet_dir, GOOD_INPUTS, reference_input="ref.npz")))
 
 
-@pytest.mark.parametrize("change,declared,graph", [
-    ({"name": "input_ids"}, "input 'input_ids' is declared but the graph has no input of that name",
-     "the graph's input 'token_type_ids' is not declared"),
-    ({"shape": [8]}, "input 'token_type_ids' is declared with rank 1 (shape [8])", "rank 2 in the graph (token_type_ids: int64[batch, sequence])"),
-    ({"dtype": "int32", "values": {"range": [0, 1]}}, "input 'token_type_ids' is declared int32", "is int64 in the graph"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change,declared,graph",
+    [
+        (
+            {"name": "input_ids"},
+            "input 'input_ids' is declared but the graph has no input of that name",
+            "the graph's input 'token_type_ids' is not declared",
+        ),
+        (
+            {"shape": [8]},
+            "input 'token_type_ids' is declared with rank 1 (shape [8])",
+            "rank 2 in the graph (token_type_ids: int64[batch, sequence])",
+        ),
+        (
+            {"dtype": "int32", "values": {"range": [0, 1]}},
+            "input 'token_type_ids' is declared int32",
+            "is int64 in the graph",
+        ),
+    ],
+)
 def test_check_exits_2_naming_both_sides_and_listing_the_graphs_inputs(fleet_dir, capsys, change, declared, graph):
     inputs = [{**GOOD_INPUTS[0], **change}, GOOD_INPUTS[1]]
     write(fleet_dir, encoder_fleet(fleet_dir, inputs))
@@ -159,10 +195,16 @@ def test_import_of_a_file_that_is_not_onnx_is_a_clear_error(fleet_dir, capsys):
     assert "error: model.onnx: 'model.onnx' is not an ONNX model (DecodeError" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"quantized_weights": "float"}, r"models\[0\].quantized_weights: applies to ONNX models only"),
-    ({"inputs": [{"name": "x", "shape": [1, 256], "values": {"fixed": 1.0}}]}, r"models\[0\].inputs\[0\].values: a fixed value is baked into an ONNX model"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"quantized_weights": "float"}, r"models\[0\].quantized_weights: applies to ONNX models only"),
+        (
+            {"inputs": [{"name": "x", "shape": [1, 256], "values": {"fixed": 1.0}}]},
+            r"models\[0\].inputs\[0\].values: a fixed value is baked into an ONNX model",
+        ),
+    ],
+)
 def test_builtin_models_take_neither_fixed_inputs_nor_quantized_weights(fleet_dir, change, message):
     data = base_fleet(fleet_dir)
     data["models"][0].update(change)
@@ -174,8 +216,11 @@ def test_integer_arithmetic_needs_the_nhwc_layout(fleet_dir):
     data = encoder_fleet(fleet_dir, GOOD_INPUTS, quantized_weights="integer")
     assert load_fleet(write(fleet_dir, data)).models[1].layout == "auto"  # the default: NHWC for integer
     data["models"][1]["layout"] = "NCHW"
-    with pytest.raises(InventoryError, match=r"models\[1\].quantized_weights: 'integer' computes convolutions "
-                                             r"in the NHWC micro-kernel; use 'layout: NHWC' or 'layout: auto' \(layout is NCHW\)"):
+    with pytest.raises(
+        InventoryError,
+        match=r"models\[1\].quantized_weights: 'integer' computes convolutions "
+        r"in the NHWC micro-kernel; use 'layout: NHWC' or 'layout: auto' \(layout is NCHW\)",
+    ):
         load_fleet(write(fleet_dir, data))
     data["models"][1]["layout"] = "NHWC"
     assert load_fleet(write(fleet_dir, data)).models[1].quantized_weights == "integer"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from inventory_dump import fleet_to_dict
-from test_loader import fleet_dir, write  # noqa: F401 (fleet_dir: a fixture)
-from tests_samples import FAKE_PRIVATE_KEY
+from support.inventory_dump import fleet_to_dict
+from support.inventory_files import write
+from support.tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.artifact_format.codec import FrozenMap
 from edgetune.errors import InventoryError
@@ -28,15 +28,28 @@ def _fleet_data(tmp: Path) -> dict:
     key.write_text(FAKE_PRIVATE_KEY)
     key.chmod(0o600)
     return {
-        "version": 1, "name": "labelled", "workdir": "work",
+        "version": 1,
+        "name": "labelled",
+        "workdir": "work",
         "trackers": [{"name": "host", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9190}],
         "ssh": {"user": "root", "key": str(key), "known_hosts": "known_hosts"},
         "device_classes": [{"name": "rpi4", "profile": str(REPO / "device_profiles/rpi4.yaml")}],
         "boards": [
-            {"name": "pi-1", "address": "pi-1.local", "device_class": "rpi4", "python": "/usr/bin/python3",
-             "workdir": "/var/lib/edgetune", "labels": {"site": "berlin", "tier": "field", "rack": "12"}},
-            {"name": "pi-2", "address": "pi-2.local", "device_class": "rpi4", "python": "/usr/bin/python3",
-             "workdir": "/var/lib/edgetune"},
+            {
+                "name": "pi-1",
+                "address": "pi-1.local",
+                "device_class": "rpi4",
+                "python": "/usr/bin/python3",
+                "workdir": "/var/lib/edgetune",
+                "labels": {"site": "berlin", "tier": "field", "rack": "12"},
+            },
+            {
+                "name": "pi-2",
+                "address": "pi-2.local",
+                "device_class": "rpi4",
+                "python": "/usr/bin/python3",
+                "workdir": "/var/lib/edgetune",
+            },
         ],
         "models": [{"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256]}]}],
         "tuning": {"trials_per_class": 64},
@@ -62,22 +75,34 @@ def test_deploy_parallel_defaults_to_a_width_sized_to_the_fleet(fleet_dir):
     assert [deploy.parallel_for(n) for n in (1, 320, 321, 1000, 2560, 10000)] == [16, 16, 17, 50, 128, 128]
 
 
-@pytest.mark.parametrize("labels, expected", [
-    ({"rack": 12}, "boards[0].labels.rack: must be a string (quote it: '12'), got int 12"),
-    ({"canary": True}, "boards[0].labels.canary: must be a string (quote it: 'true'), got bool True"),
-    ({"site": None}, "boards[0].labels.site: must be a string value, got nothing"),
-    ({"class": "x"}, "boards[0].labels.class: 'class' is not a label name: selectors use it for the board's device class"),
-    ({"board": "x"}, "boards[0].labels.board: 'board' is not a label name"),
-    ({"a b": "x"}, "is not a valid label name (1-63 letters, digits, '.', '_' and '-', starting with a letter or digit)"),
-    ({"-site": "x"}, "'-site' is not a valid label name"),
-    ({"site": "a,b"}, "boards[0].labels.site: 'a,b' is not a valid label value"),
-    ({"site": "a=b"}, "'a=b' is not a valid label value"),
-    ({"site": ""}, "'' is not a valid label value"),
-    ({"x" * 64: "y"}, "is too long for a label name (64 characters, at most 63)"),
-    ({"site": "y" * 64}, "boards[0].labels.site: 'yyyy"),
-    ("berlin", "boards[0].labels: must be a mapping of label name to value, e.g. {site: berlin, tier: field}, got str 'berlin'"),
-    ({f"k{i}": "v" for i in range(65)}, "boards[0].labels: "),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "labels, expected",
+    [
+        ({"rack": 12}, "boards[0].labels.rack: must be a string (quote it: '12'), got int 12"),
+        ({"canary": True}, "boards[0].labels.canary: must be a string (quote it: 'true'), got bool True"),
+        ({"site": None}, "boards[0].labels.site: must be a string value, got nothing"),
+        (
+            {"class": "x"},
+            "boards[0].labels.class: 'class' is not a label name: selectors use it for the board's device class",
+        ),
+        ({"board": "x"}, "boards[0].labels.board: 'board' is not a label name"),
+        (
+            {"a b": "x"},
+            "is not a valid label name (1-63 letters, digits, '.', '_' and '-', starting with a letter or digit)",
+        ),
+        ({"-site": "x"}, "'-site' is not a valid label name"),
+        ({"site": "a,b"}, "boards[0].labels.site: 'a,b' is not a valid label value"),
+        ({"site": "a=b"}, "'a=b' is not a valid label value"),
+        ({"site": ""}, "'' is not a valid label value"),
+        ({"x" * 64: "y"}, "is too long for a label name (64 characters, at most 63)"),
+        ({"site": "y" * 64}, "boards[0].labels.site: 'yyyy"),
+        (
+            "berlin",
+            "boards[0].labels: must be a mapping of label name to value, e.g. {site: berlin, tier: field}, got str 'berlin'",
+        ),
+        ({f"k{i}": "v" for i in range(65)}, "boards[0].labels: "),
+    ],
+)
 def test_bad_labels_are_refused_with_the_file_and_path(fleet_dir, labels, expected):
     data = _fleet_data(fleet_dir)
     data["boards"][0]["labels"] = labels
@@ -87,10 +112,14 @@ def test_bad_labels_are_refused_with_the_file_and_path(fleet_dir, labels, expect
     assert expected in str(err.value)
 
 
-@pytest.mark.parametrize("parallel, expected", [
-    (0, "deploy.parallel: must be between 1 and 1024"), (2000, "deploy.parallel: must be between 1 and 1024"),
-    ("8", "deploy.parallel: must be an integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "parallel, expected",
+    [
+        (0, "deploy.parallel: must be between 1 and 1024"),
+        (2000, "deploy.parallel: must be between 1 and 1024"),
+        ("8", "deploy.parallel: must be an integer"),
+    ],
+)
 def test_bad_deploy_parallel_is_refused(fleet_dir, parallel, expected):
     data = _fleet_data(fleet_dir)
     data["deploy"]["parallel"] = parallel
@@ -100,12 +129,24 @@ def test_bad_deploy_parallel_is_refused(fleet_dir, parallel, expected):
 
 # -- selectors (pure) ----------------------------------------------------------------------------------
 def _board(name: str, device_class: str = "c1", **labels: str) -> Board:
-    return Board(name=name, address=f"{name}.local", device_class=device_class, tracker="host", python="/usr/bin/python3",
-                 workdir="/w", ssh=SshSettings(), labels=FrozenMap(labels))  # fmt: skip
+    return Board(
+        name=name,
+        address=f"{name}.local",
+        device_class=device_class,
+        tracker="host",
+        python="/usr/bin/python3",
+        workdir="/w",
+        ssh=SshSettings(),
+        labels=FrozenMap(labels),
+    )
 
 
-BOARDS = (_board("a1", site="berlin", tier="field"), _board("a2", site="berlin", tier="lab"),
-          _board("b1", "c2", site="paris", tier="field"), _board("b2", "c2"))  # fmt: skip
+BOARDS = (
+    _board("a1", site="berlin", tier="field"),
+    _board("a2", site="berlin", tier="lab"),
+    _board("b1", "c2", site="paris", tier="field"),
+    _board("b2", "c2"),
+)
 
 
 def _names(boards) -> list[str]:
@@ -117,25 +158,36 @@ def test_parse_selector_keeps_the_pairs_in_order():
     assert parse_selector("class=c2").text == "class=c2"
 
 
-@pytest.mark.parametrize("text, selected", [
-    ("site=berlin", ["a1", "a2"]), ("site=berlin,tier=field", ["a1"]), ("tier=field", ["a1", "b1"]),
-    ("class=c2", ["b1", "b2"]), ("class=c2,tier=field", ["b1"]), ("board=b2", ["b2"]), ("board=a1,site=berlin", ["a1"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, selected",
+    [
+        ("site=berlin", ["a1", "a2"]),
+        ("site=berlin,tier=field", ["a1"]),
+        ("tier=field", ["a1", "b1"]),
+        ("class=c2", ["b1", "b2"]),
+        ("class=c2,tier=field", ["b1"]),
+        ("board=b2", ["b2"]),
+        ("board=a1,site=berlin", ["a1"]),
+    ],
+)
 def test_select_boards_picks_the_boards_matching_every_pair(text, selected):
     assert _names(select_boards(BOARDS, parse_selector(text))) == selected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "--select '': '' is not key=value"),
-    ("site", "--select 'site': 'site' is not key=value"),
-    ("site=", "'site=' is not key=value"),
-    ("=berlin", "'=berlin' is not key=value"),
-    ("site=berlin,,tier=field", "'' is not key=value"),
-    ("site=berlin,site=paris", "'site' is given twice"),
-    ("si te=berlin", "'si te' is not a valid label name"),
-    ("site=ber lin", "'ber lin' is not a valid label value"),
-    ("class=../x", "'../x' is not a valid name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "--select '': '' is not key=value"),
+        ("site", "--select 'site': 'site' is not key=value"),
+        ("site=", "'site=' is not key=value"),
+        ("=berlin", "'=berlin' is not key=value"),
+        ("site=berlin,,tier=field", "'' is not key=value"),
+        ("site=berlin,site=paris", "'site' is given twice"),
+        ("si te=berlin", "'si te' is not a valid label name"),
+        ("site=ber lin", "'ber lin' is not a valid label value"),
+        ("class=../x", "'../x' is not a valid name"),
+    ],
+)
 def test_bad_selectors_are_refused(text, message):
     with pytest.raises(InventoryError) as err:
         parse_selector(text)
@@ -145,14 +197,19 @@ def test_bad_selectors_are_refused(text, message):
 def test_a_label_no_board_has_is_refused_with_the_labels_they_have():
     with pytest.raises(InventoryError) as err:
         select_boards(BOARDS, parse_selector("zone=eu"))
-    assert str(err.value) == ("--select zone=eu: no board has a label 'zone' (the labels boards have: site, tier; "
-                              "or class and board: a board's device class and name)")  # fmt: skip
+    assert str(err.value) == (
+        "--select zone=eu: no board has a label 'zone' (the labels boards have: site, tier; "
+        "or class and board: a board's device class and name)"
+    )
 
 
 def test_a_selector_matching_no_board_is_refused_with_the_values_boards_have():
     with pytest.raises(InventoryError) as err:
         select_boards(BOARDS, parse_selector("site=paris,tier=lab"))
-    assert str(err.value) == "--select site=paris,tier=lab matches no board; the boards have site: berlin, paris; tier: field, lab"
+    assert (
+        str(err.value)
+        == "--select site=paris,tier=lab matches no board; the boards have site: berlin, paris; tier: field, lab"
+    )
     with pytest.raises(InventoryError, match="matches no board; the boards have class: c1, c2"):
         select_boards(BOARDS, parse_selector("class=c3"))
     assert InventoryError.exit_code == 2  # nothing was started

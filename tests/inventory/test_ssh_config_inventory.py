@@ -4,8 +4,8 @@ like every other file the inventory names, and the keys, users and ports it may 
 from __future__ import annotations
 
 import pytest
-from inventory_dump import fleet_to_dict
-from test_loader import base_fleet, write
+from support.inventory_dump import fleet_to_dict
+from support.inventory_files import base_fleet, write
 
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
@@ -30,13 +30,23 @@ def refused(fleet_dir, data, message: str) -> None:
 @pytest.mark.parametrize(
     "where, value, message",
     [
-        ("fleet", "missing_config", ("fleet.yaml: ssh.config: ssh config file 'missing_config' does not exist "
-                                     "(looked for {dir}/missing_config); name an OpenSSH client config file, or 'none' for none")),
+        (
+            "fleet",
+            "missing_config",
+            (
+                "fleet.yaml: ssh.config: ssh config file 'missing_config' does not exist "
+                "(looked for {dir}/missing_config); name an OpenSSH client config file, or 'none' for none"
+            ),
+        ),
         ("fleet", ".", "fleet.yaml: ssh.config: ssh config file '.' is not a file"),
         ("fleet", ["a"], "fleet.yaml: ssh.config: must be a string, got a list"),
         ("fleet", 22, "fleet.yaml: ssh.config: must be a string, got int 22"),
         ("fleet", "", "fleet.yaml: ssh.config: must not be empty"),
-        ("board", "/nonexistent/ssh_config", "fleet.yaml: boards[1].ssh.config: ssh config file '/nonexistent/ssh_config' does not exist"),
+        (
+            "board",
+            "/nonexistent/ssh_config",
+            "fleet.yaml: boards[1].ssh.config: ssh config file '/nonexistent/ssh_config' does not exist",
+        ),
     ],
     ids=["missing", "folder", "list", "integer", "empty", "board-missing"],
 )
@@ -86,8 +96,12 @@ def test_without_a_named_key_a_config_file_or_an_agent_must_provide_one(fleet_di
     data["device_classes"] = data["device_classes"][1:]
     data["tuning"]["borrow"] = {}
     del data["ssh"]["key"]
-    refused(fleet_dir, data, "fleet.yaml: ssh.key: required field is missing: the private key used to log in to the board "
-                             "(or an ssh config file, ssh.config, whose IdentityFile names it, or a running ssh-agent, SSH_AUTH_SOCK)")
+    refused(
+        fleet_dir,
+        data,
+        "fleet.yaml: ssh.key: required field is missing: the private key used to log in to the board "
+        "(or an ssh config file, ssh.config, whose IdentityFile names it, or a running ssh-agent, SSH_AUTH_SOCK)",
+    )
     monkeypatch.setenv("SSH_AUTH_SOCK", str(fleet_dir / "agent.sock"))
     assert load_fleet(write(fleet_dir, data)).board("pi-1").ssh.key is None
     monkeypatch.delenv("SSH_AUTH_SOCK")
@@ -100,5 +114,9 @@ def test_a_simulated_board_needs_its_key_named(fleet_dir, monkeypatch):
     monkeypatch.setenv("SSH_AUTH_SOCK", str(fleet_dir / "agent.sock"))
     data = base_fleet(fleet_dir)
     del data["ssh"]["key"]
-    refused(fleet_dir, data, "fleet.yaml: ssh.key: required field is missing: a simulated board needs the private key "
-                             "`edgetune sim up` makes and authorizes on it")
+    refused(
+        fleet_dir,
+        data,
+        "fleet.yaml: ssh.key: required field is missing: a simulated board needs the private key "
+        "`edgetune sim up` makes and authorizes on it",
+    )

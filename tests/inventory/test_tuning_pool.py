@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from inventory_dump import fleet_to_dict
-from test_loader import fleet_dir, write  # noqa: F401 (fleet_dir: a fixture)
-from tests_samples import FAKE_PRIVATE_KEY
+from support.inventory_dump import fleet_to_dict
+from support.inventory_files import write
+from support.tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.errors import InventoryError
 from edgetune.inventory import load_fleet
@@ -21,8 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _board(name: str, device_class: str, **labels: str) -> dict:
-    return {"name": name, "address": f"{name}.local", "device_class": device_class, "python": "/usr/bin/python3",
-            "workdir": "/var/lib/edgetune", "labels": labels}  # fmt: skip
+    return {
+        "name": name,
+        "address": f"{name}.local",
+        "device_class": device_class,
+        "python": "/usr/bin/python3",
+        "workdir": "/var/lib/edgetune",
+        "labels": labels,
+    }
 
 
 def _fleet_data(tmp: Path, pool=None) -> dict:
@@ -33,23 +39,31 @@ def _fleet_data(tmp: Path, pool=None) -> dict:
     if pool is not None:
         gw["tuning_pool"] = pool
     return {
-        "version": 1, "name": "pooled", "workdir": "work",
+        "version": 1,
+        "name": "pooled",
+        "workdir": "work",
         "trackers": [{"name": "host", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9190}],
         "ssh": {"user": "root", "key": str(key), "known_hosts": "known_hosts"},
         "device_classes": [gw, {"name": "cam", "profile": str(REPO / "device_profiles/rpi5.yaml")}],
-        "boards": [_board("field-1", "gw", role="field"), _board("lab-1", "gw", role="lab", site="berlin"),
-                   _board("lab-2", "gw", role="lab"), _board("cam-1", "cam", role="lab")],
+        "boards": [
+            _board("field-1", "gw", role="field"),
+            _board("lab-1", "gw", role="lab", site="berlin"),
+            _board("lab-2", "gw", role="lab"),
+            _board("cam-1", "cam", role="lab"),
+        ],
         "models": [{"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256]}]}],
         "tuning": {"trials_per_class": 64},
         "artifacts": {"dir": "artifacts", "signing_key": "keys/signing.key", "public_key": "keys/signing.pub"},
-    }  # fmt: skip
+    }
 
 
 def _load(tmp: Path, pool):
     return load_fleet(write(tmp, _fleet_data(tmp, pool)))
 
 
-@pytest.mark.parametrize("pool", [["lab-2", "lab-1"], ["role=lab"], ["lab-2", "site=berlin"], ["lab-1", "lab-1", "board=lab-2"]])
+@pytest.mark.parametrize(
+    "pool", [["lab-2", "lab-1"], ["role=lab"], ["lab-2", "site=berlin"], ["lab-1", "lab-1", "board=lab-2"]]
+)
 def test_names_and_selectors_make_the_pool_in_inventory_order(fleet_dir, pool):
     fleet = _load(fleet_dir, pool)
     assert fleet.device_class("gw").tuning_pool == ("lab-1", "lab-2")
@@ -73,24 +87,42 @@ def test_plan_names_the_pool_and_marks_the_targets(fleet_dir):
     assert gw.tracker == "host"
 
 
-@pytest.mark.parametrize("pool, expected", [
-    ([], "device_classes[0].tuning_pool: is empty: a class whose pool has no board can be neither tuned nor "
-         "measured; name at least one of its boards, or leave tuning_pool out (every board of the class tunes)"),
-    (["lab_1"], "device_classes[0].tuning_pool[0]: 'lab_1' is not a board of the fleet (did you mean 'lab-1'?); "
-                "allowed: the class's boards (field-1, lab-1, lab-2), or selectors key=value[,key=value...] over "
-                "their labels"),
-    (["lab-1", "cam-1"], "device_classes[0].tuning_pool[1]: 'cam-1' is a board of class 'cam', not of 'gw'; "
-                         "allowed: the class's boards (field-1, lab-1, lab-2)"),
-    (["role=bench"], "device_classes[0].tuning_pool[0]: selector 'role=bench' matches no board of class 'gw' "
-                     "(its boards have role: field, lab); allowed: the class's boards"),
-    (["rack=12"], "selector 'rack=12' matches no board of class 'gw' (its boards have rack: none)"),
-    (["role="], "device_classes[0].tuning_pool[0]: selector 'role=': 'role=' is not key=value"),
-    (["role=lab,role=field"], "'role' is given twice"),
-    ("lab-1", "device_classes[0].tuning_pool: must be a list of the class's board names or selectors "
-              "key=value[,key=value...], e.g. [lab-1, lab-2] or [role=lab], got str 'lab-1'"),
-    ([7], "device_classes[0].tuning_pool[0]: must be a string, got int 7"),
-    ([""], "device_classes[0].tuning_pool[0]: must not be empty"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "pool, expected",
+    [
+        (
+            [],
+            "device_classes[0].tuning_pool: is empty: a class whose pool has no board can be neither tuned nor "
+            "measured; name at least one of its boards, or leave tuning_pool out (every board of the class tunes)",
+        ),
+        (
+            ["lab_1"],
+            "device_classes[0].tuning_pool[0]: 'lab_1' is not a board of the fleet (did you mean 'lab-1'?); "
+            "allowed: the class's boards (field-1, lab-1, lab-2), or selectors key=value[,key=value...] over "
+            "their labels",
+        ),
+        (
+            ["lab-1", "cam-1"],
+            "device_classes[0].tuning_pool[1]: 'cam-1' is a board of class 'cam', not of 'gw'; "
+            "allowed: the class's boards (field-1, lab-1, lab-2)",
+        ),
+        (
+            ["role=bench"],
+            "device_classes[0].tuning_pool[0]: selector 'role=bench' matches no board of class 'gw' "
+            "(its boards have role: field, lab); allowed: the class's boards",
+        ),
+        (["rack=12"], "selector 'rack=12' matches no board of class 'gw' (its boards have rack: none)"),
+        (["role="], "device_classes[0].tuning_pool[0]: selector 'role=': 'role=' is not key=value"),
+        (["role=lab,role=field"], "'role' is given twice"),
+        (
+            "lab-1",
+            "device_classes[0].tuning_pool: must be a list of the class's board names or selectors "
+            "key=value[,key=value...], e.g. [lab-1, lab-2] or [role=lab], got str 'lab-1'",
+        ),
+        ([7], "device_classes[0].tuning_pool[0]: must be a string, got int 7"),
+        ([""], "device_classes[0].tuning_pool[0]: must not be empty"),
+    ],
+)
 def test_a_bad_pool_is_refused_with_the_file_the_field_and_what_is_allowed(fleet_dir, pool, expected):
     with pytest.raises(InventoryError) as err:
         _load(fleet_dir, pool)

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from artifact_server import RunningServer
-from quiet_host import quiet_host
-from sim_checks import link_down
+from support.artifact_server import RunningServer
+from support.quiet_host import quiet_host
+from support.sim_checks import link_down
 
 from edgetune.deploy.remote import RemoteAgent
 from edgetune.deploy.rollout import plan_rollout, rollout
@@ -56,7 +56,9 @@ def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
     of the whole fleet in a row are the slow-marked test below."""
     report = regress(deployed, boards=["fast-1", "slow-1"], models=[MODEL])
     found = verdicts(report)
-    assert found.keys() == {"fast-1", "slow-1"} and set(found.values()) <= NOT_SLOWER, [v.to_json() for v in report.verdicts]
+    assert found.keys() == {"fast-1", "slow-1"} and set(found.values()) <= NOT_SLOWER, [
+        v.to_json() for v in report.verdicts
+    ]
     assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
     assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
 
@@ -84,13 +86,13 @@ def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, 
     assert by_board["fast-2"].firmware_changed and by_board["fast-2"].verdict in NOT_SLOWER
     assert not by_board["fast-1"].firmware_changed and report.exit_code == 0
 
-    calls, real_call = [], RemoteAgent.call
+    calls, real_answer = [], RemoteAgent.answer
 
-    def recorded_call(agent, verb, *args, **kwargs):  # the real call, noted
+    def recorded_answer(agent, verb, *args, **kwargs):  # the real verb run, noted
         calls.append((agent.board.name, verb))
-        return real_call(agent, verb, *args, **kwargs)
+        return real_answer(agent, verb, *args, **kwargs)
 
-    monkeypatch.setattr(RemoteAgent, "call", recorded_call)
+    monkeypatch.setattr(RemoteAgent, "answer", recorded_answer)
     changed_only = regress(deployed, models=[MODEL], changed_only=True)
     assert [v.board for v in changed_only.verdicts] == ["fast-2"]
     # the others are not timed (fast-2 may be twice: a first timing that says slower is confirmed)
@@ -177,8 +179,8 @@ def test_tuning_build_and_install_record_each_boards_firmware(deployed):
     manifest = ArtifactStore(deployed.artifacts.dir).get(MODEL, "gw-fast", 1).manifest
     assert {b.board: b.firmware for b in manifest.boards}["fast-1"] == now
     with BoardSession(deployed.board("fast-1")) as session:
-        status = RemoteAgent(session, deployed).call("status")
-    assert status["firmware"] == now and status["models"][MODEL]["firmware"] == now
+        status = RemoteAgent(session, deployed).status()
+    assert status.firmware == now and status.models[MODEL].firmware == now
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import os
 import shutil
 
 import pytest
-from artifact_server import RunningServer
-from fleet_marker import starts_fleet
+from support.artifact_server import RunningServer
+from support.fleet_marker import starts_fleet
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -30,8 +30,13 @@ def browser():
         pytest.skip(f"no browser: missing {', '.join(missing)} (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                     "--ignore-certificate-errors"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--ignore-certificate-errors",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
@@ -46,8 +51,8 @@ def browser():
 def served_synthetic(tmp_path):
     """A 20-board synthetic fleet with a deploy section, its operator token, a board token,
     and the real server with the dashboard: (fleet, server)."""
-    from loopback import free_port
-    from synthetic_fleet import write_synthetic_fleet
+    from support.loopback import free_port
+    from support.synthetic_fleet import write_synthetic_fleet
 
     from edgetune.artifact_format.signing import init_keys
     from edgetune.deploy.operator import ensure_operator_token

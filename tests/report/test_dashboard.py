@@ -11,21 +11,13 @@ import urllib.request
 
 import pytest
 from selenium.webdriver.common.by import By
-from synthetic_fleet import slowed, write_synthetic_fleet
+from support.browser_checks import broken_images, console_errors
+from support.synthetic_fleet import slowed, write_synthetic_fleet
 
 from edgetune.cli import main
 from edgetune.report import DashboardCache, render, report
 
 BOARDS = 1000
-
-
-def console_errors(browser) -> list[dict]:
-    return [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
-
-
-def broken_images(browser) -> list[str]:
-    return browser.execute_script(
-        "return Array.from(document.images).filter((i) => !i.complete || i.naturalWidth === 0).map((i) => i.alt);")
 
 
 def test_a_1000_board_fleet_renders_and_loads_in_the_browser(tmp_path, browser):
@@ -34,14 +26,18 @@ def test_a_1000_board_fleet_renders_and_loads_in_the_browser(tmp_path, browser):
     browser.get_log("browser")  # start from an empty console log
     browser.get(page.as_uri())
     assert browser.execute_script("return document.querySelectorAll('#boards tbody tr').length") == BOARDS
-    slower = {r.get_attribute("data-board") for r in browser.find_elements(By.CSS_SELECTOR, "#boards tr:has(td.verdict-slower)")}
+    slower = {
+        r.get_attribute("data-board")
+        for r in browser.find_elements(By.CSS_SELECTOR, "#boards tr:has(td.verdict-slower)")
+    }
     assert slower == {b.name for b in fleet.boards if slowed(b.name)} and slower
     assert browser.find_elements(By.CSS_SELECTOR, "img.curve") and not broken_images(browser)
     assert not console_errors(browser)
     # the filter keeps the slower boards; sorting by the verdict column puts the slowest first
     browser.find_element(By.ID, "board-filter").send_keys("slower")
     visible = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#boards tbody tr')).filter((r) => !r.hidden).map((r) => r.dataset.board);")
+        "return Array.from(document.querySelectorAll('#boards tbody tr')).filter((r) => !r.hidden).map((r) => r.dataset.board);"
+    )
     assert set(visible) == slower
     header = browser.find_element(By.XPATH, "//table[@id='boards']//th[text()='mlp: last regress']")
     header.click()
@@ -71,7 +67,7 @@ def test_damaged_files_are_named_in_the_page(tmp_path):
     summary = tmp_path / "work" / "reports" / "gw-fast" / "mlp" / "summary.json"
     summary.write_text("{not json")
     html = render(fleet).decode()
-    problems = html[html.index("id=problems"):html.index("</div>", html.index("id=problems"))]
+    problems = html[html.index("id=problems") : html.index("</div>", html.index("id=problems"))]
     assert str(deployed) in problems and f"{journal}: line 5" in problems and str(summary) in problems
     assert html.count("slower") >= 1  # what could be read is still shown
 
@@ -138,8 +134,10 @@ def test_the_board_api_refuses_the_operator_token(served_synthetic):
     from edgetune.deploy.operator import operator_token_path
 
     fleet, server = served_synthetic
-    request = urllib.request.Request(f"{server.url}/v1/boards/{fleet.boards[0].name}/models/mlp",
-                                     headers={"Authorization": f"Bearer {operator_token_path(fleet).read_text()}"})
+    request = urllib.request.Request(
+        f"{server.url}/v1/boards/{fleet.boards[0].name}/models/mlp",
+        headers={"Authorization": f"Bearer {operator_token_path(fleet).read_text()}"},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, context=server.context, timeout=30)
     assert refused.value.code == 401

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
-from artifact_server import RunningServer
 from selenium.webdriver.common.by import By
-from test_dashboard import broken_images, console_errors
+from support.artifact_server import RunningServer
+from support.browser_checks import broken_images, console_errors
 
 MODEL = "mlp"
 SLOWED = "fast-1"
@@ -45,7 +45,9 @@ def checked_fleet(released_fleet, tmp_path_factory):
             sim_firmware_file(fleet, sim.board).unlink(missing_ok=True)
             cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, cgroups.member_pids(sim.cgroup)[0])
         verdicts = {v.board: v for v in report_.verdicts}
-        assert verdicts[SLOWED].verdict == "slower", [(v.board, v.verdict, v.ratio, v.interval) for v in report_.verdicts]
+        assert verdicts[SLOWED].verdict == "slower", [
+            (v.board, v.verdict, v.ratio, v.interval) for v in report_.verdicts
+        ]
         yield fleet, report(fleet, tmp_path_factory.mktemp("dashboard")), server, verdicts
     finally:
         server.stop()
@@ -60,7 +62,10 @@ def test_the_page_shows_the_fleet_as_its_files_say(checked_fleet, browser):
     deployed = load_deployed(fleet)
     for board in fleet.boards:
         row = browser.find_element(By.CSS_SELECTOR, f'#boards tr[data-board="{board.name}"]')
-        assert row.find_element(By.CSS_SELECTOR, f'td.running[data-model="{MODEL}"]').text == f"v{deployed[board.name][MODEL]}"
+        assert (
+            row.find_element(By.CSS_SELECTOR, f'td.running[data-model="{MODEL}"]').text
+            == f"v{deployed[board.name][MODEL]}"
+        )
     cell = browser.find_element(By.CSS_SELECTOR, f'#boards tr[data-board="{SLOWED}"] td.verdict')
     verdict = verdicts[SLOWED]
     assert cell.text == f"slower {verdict.ratio:.2f}x [{verdict.interval[0]:.2f}, {verdict.interval[1]:.2f}]"

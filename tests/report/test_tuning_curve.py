@@ -14,12 +14,21 @@ TASKS = (KernelTask("dense_a", "a", 1e6, 1.0, (("mlp", 1),)), KernelTask("dense_
 
 
 def test_the_early_curve_starts_at_the_first_trial_and_meets_the_whole_model_curve():
-    trials = [TrialRecord("a", 4e-3), TrialRecord("a", None), TrialRecord("a", 3e-3), TrialRecord("b", 2e-3),
-              TrialRecord("b", 1e-3), TrialRecord("other", 1e-9)]  # fmt: skip
+    trials = [
+        TrialRecord("a", 4e-3),
+        TrialRecord("a", None),
+        TrialRecord("a", 3e-3),
+        TrialRecord("b", 2e-3),
+        TrialRecord("b", 1e-3),
+        TrialRecord("other", 1e-9),
+    ]
     early = early_curve(TASKS, "mlp", trials)
     # b is counted at its first measured 2 ms (x2 calls) until it has a record of its own
     assert [(p.trials, round(p.latency_s * 1e3, 6), p.stand_ins) for p in early] == [
-        (1, 8.0, 1), (2, 8.0, 1), (3, 7.0, 1)]  # fmt: skip
+        (1, 8.0, 1),
+        (2, 8.0, 1),
+        (3, 7.0, 1),
+    ]
     assert [(p.trials, round(p.latency_s * 1e3, 6)) for p in model_curve(TASKS, "mlp", trials)] == [(4, 7.0), (5, 5.0)]
 
 
@@ -38,7 +47,10 @@ def test_with_untuned_times_the_curve_starts_at_the_untuned_model_at_trial_0():
     early = early_curve(TASKS, "mlp", trials, {"a": 9e-3, "b": 5e-3, "other": 1.0})
     # untuned: a 9 ms + b 5 ms x 2 calls = 19 ms; b stays at its untuned 5 ms until measured
     assert [(p.trials, round(p.latency_s * 1e3, 6), p.stand_ins, p.untuned) for p in early] == [
-        (0, 19.0, 2, 2), (1, 14.0, 1, 1), (2, 13.0, 1, 1)]  # fmt: skip
+        (0, 19.0, 2, 2),
+        (1, 14.0, 1, 1),
+        (2, 13.0, 1, 1),
+    ]
     assert round(untuned_latency(TASKS, "mlp", {"a": 9e-3, "b": 5e-3}) * 1e3, 6) == 19.0
 
 

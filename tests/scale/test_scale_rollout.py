@@ -2,7 +2,7 @@
 scenario (`run_scale`) at a size a test can afford, on a simulated-fleet slot of its own.
 
 Every board is a network namespace with its own sshd whose Python is a board image
-(tests/board_image.py); mlp is compiled here for the fleet's class and published, the real
+(tests/support/board_image.py); mlp is compiled here for the fleet's class and published, the real
 artifact server runs as `edgetune serve`, and every board has a pull timer (the agent's own loop
 on simulated boards). The links of every 10th board go down, `edgetune rollout` runs, the links
 come back. Checked as a user would: the boards taken down, and only they, are pending; every
@@ -16,14 +16,8 @@ on 2 cores).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from scale_rollout import MODEL, Network, catch_up_bound_s, run_scale, write_fleet_yaml  # noqa: E402
+from scale_rollout import MODEL, Network, catch_up_bound_s, run_scale, write_fleet_yaml
 
 pytestmark = pytest.mark.scale
 
@@ -36,7 +30,7 @@ PERIOD_S = 5.0
 def scale_run(sim_slot, tmp_path_factory):
     """The scenario, run once for the module on slot N's bridge and subnet (10.231.(9+N).0/24):
     what it measured (`ScaleRun`); the fleet is down again when it returns."""
-    from board_image import board_image
+    from support.board_image import board_image
 
     from edgetune.fleet.errors import SimError
     from edgetune.fleet.sim import check_prerequisites
@@ -46,8 +40,13 @@ def scale_run(sim_slot, tmp_path_factory):
         check_prerequisites()
     except SimError as err:
         pytest.skip(f"no simulated fleet on this machine: {err}")
-    net = Network(f"scale-t{sim_slot}", f"etune-t{sim_slot}", f"10.231.{9 + sim_slot}.0/24",
-                  deploy_port=8470 + sim_slot, tracker_port=9290 + 10 * sim_slot)  # fmt: skip
+    net = Network(
+        f"scale-t{sim_slot}",
+        f"etune-t{sim_slot}",
+        f"10.231.{9 + sim_slot}.0/24",
+        deploy_port=8470 + sim_slot,
+        tracker_port=9290 + 10 * sim_slot,
+    )
     root = tmp_path_factory.mktemp("scale")
     # a connect timeout above the default fleet's 10 s: on a loaded 2-core host, an SSH key exchange
     # can take longer than that, and a board not reached in time is pending, not one of those taken down
@@ -59,7 +58,9 @@ def test_the_rollout_succeeds_with_the_boards_taken_offline_and_only_them_pendin
     result = scale_run.result
     records = {record["board"]: record for record in result.records()}
     assert len(scale_run.offline) == round(BOARDS * OFFLINE_PCT / 100)
-    assert result.ok and result.stopped is None, [r for r in records.values() if r["result"] not in ("installed", "unchanged")]
+    assert result.ok and result.stopped is None, [
+        r for r in records.values() if r["result"] not in ("installed", "unchanged")
+    ]
     assert sorted(result.pending) == sorted(scale_run.offline), records
     for name in scale_run.offline:
         assert "not reachable at its turn" in records[name]["error"], records[name]
@@ -69,7 +70,11 @@ def test_every_board_not_taken_offline_runs_the_version(scale_run):
     version = scale_run.versions[scale_run.fleet.boards[0].device_class]
     reached = [r for r in scale_run.result.records() if r["board"] not in scale_run.offline]
     assert len(reached) == BOARDS - len(scale_run.offline)
-    assert {r["board"]: (r["result"], r["runs"]) for r in reached if r["result"] not in ("installed", "unchanged") or r["runs"] != version} == {}
+    assert {
+        r["board"]: (r["result"], r["runs"])
+        for r in reached
+        if r["result"] not in ("installed", "unchanged") or r["runs"] != version
+    } == {}
 
 
 def test_once_the_links_are_back_every_board_reports_the_version_within_a_bound_from_the_period(scale_run):
@@ -88,7 +93,7 @@ def test_the_server_answered_every_request_of_the_boards(scale_run):
 
 
 def test_nothing_of_the_fleet_is_left(scale_run):
-    from sim_checks import leftovers
+    from support.sim_checks import leftovers
 
     assert leftovers(scale_run.fleet) == []
     assert MODEL in {m.name for m in scale_run.fleet.models}

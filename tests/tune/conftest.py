@@ -3,15 +3,9 @@ the test can kill (loopback_boards.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fleet_marker import starts_fleet  # noqa: E402
-from loopback_boards import Loopback  # noqa: E402  (importable once this folder is on the path)
+from support.fleet_marker import starts_fleet
+from support.loopback_boards import Loopback
 
 
 @pytest.fixture

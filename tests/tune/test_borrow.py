@@ -13,9 +13,9 @@ import json
 import warnings
 
 import pytest
-from fleet_marker import starts_fleet
-from fleets import V2, V3, make_fleet, mlp
-from loopback_boards import Loopback
+from support.fleet_marker import starts_fleet
+from support.fleets import V2, V3, make_fleet, mlp
+from support.loopback_boards import Loopback
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.tune.database import ClassDatabasePaths, read_trials, untuned_times
@@ -36,9 +36,17 @@ def borrowing(tmp_path_factory):
         for name in CLASSES:
             loopback.start_board(name, name)
         loopback.wait_registered(len(CLASSES))
-        fleet = make_fleet(workdir, loopback.port, {"classa": V3, "classb": V2, "classc": V2},
-                           {name: 1 for name in CLASSES}, (mlp(),), BUDGET, PER_ITER, 16,
-                           borrow={"classb": "classa", "classc": "classa"})
+        fleet = make_fleet(
+            workdir,
+            loopback.port,
+            {"classa": V3, "classb": V2, "classc": V2},
+            {name: 1 for name in CLASSES},
+            (mlp(),),
+            BUDGET,
+            PER_ITER,
+            16,
+            borrow={"classb": "classa", "classc": "classa"},
+        )
         first = tune_fleet(fleet, TuneOptions(classes=("classa", "classb")))
         again = tune_fleet(fleet, TuneOptions(classes=("classa", "classb")))
         baseline = tune_fleet(fleet, TuneOptions(classes=("classc",), borrow=False))
@@ -51,8 +59,9 @@ def _records(fleet, device_class: str) -> list[tuple[str, list, list[float], dic
     """(workload hash, trace, run_secs, target) of every record, in the order measured."""
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     hashes = [json.loads(line)[0] for line in paths.workload.open()]
-    return [(hashes[w], trace, secs, target)
-            for w, (trace, secs, target, _) in map(json.loads, paths.tuning_record.open())]
+    return [
+        (hashes[w], trace, secs, target) for w, (trace, secs, target, _) in map(json.loads, paths.tuning_record.open())
+    ]
 
 
 def _measurements_on_board(fleet, board: str) -> int:
@@ -123,9 +132,11 @@ def test_summary_records_the_donor_and_trials_to_within_10pct(borrowing):
     assert with_borrow["curve"][0][0] < without["curve"][0][0]
     # Whether borrowing gets within 10 % of its own final estimate sooner varies run to run
     # at this budget (both finals differ); the numbers are printed, not asserted.
-    print(f"mlp on x86-64-v2, {BUDGET} trials: within 10 % of the final estimate after "
-          f"{with_borrow['trials_to_within_10pct']} trials with borrowing (first estimate "
-          f"{with_borrow['curve'][0][1] * 1e6:.1f} us after {with_borrow['curve'][0][0]}, final "
-          f"{with_borrow['estimated_latency_s'] * 1e6:.1f} us), {without['trials_to_within_10pct']} "
-          f"without (first {without['curve'][0][1] * 1e6:.1f} us after {without['curve'][0][0]}, "
-          f"final {without['estimated_latency_s'] * 1e6:.1f} us)")
+    print(
+        f"mlp on x86-64-v2, {BUDGET} trials: within 10 % of the final estimate after "
+        f"{with_borrow['trials_to_within_10pct']} trials with borrowing (first estimate "
+        f"{with_borrow['curve'][0][1] * 1e6:.1f} us after {with_borrow['curve'][0][0]}, final "
+        f"{with_borrow['estimated_latency_s'] * 1e6:.1f} us), {without['trials_to_within_10pct']} "
+        f"without (first {without['curve'][0][1] * 1e6:.1f} us after {without['curve'][0][0]}, "
+        f"final {without['estimated_latency_s'] * 1e6:.1f} us)"
+    )

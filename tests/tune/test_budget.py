@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import tvm
-from fleet_marker import starts_fleet
-from fleets import V3, make_fleet, mlp
-from loopback_boards import Loopback
-from onnx_samples import conv_model
+from support.fleet_marker import starts_fleet
+from support.fleets import V3, make_fleet, mlp
+from support.loopback_boards import Loopback
+from support.onnx_samples import conv_model
 from tvm import te
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -78,20 +78,39 @@ def runs(tmp_path_factory):
         tasks = class_tasks(both.models, build_target(both.device_class("classa").profile)).tasks
         conv_tasks = [t for t in tasks if t.calls_in("mlp") == 0]
         to_run = len(conv_tasks) * PER_ITER + 2 * PER_ITER  # a round per conv task, one more per mlp task
-        second_fleet = _policy(both, trials_per_class=after_first + to_run, max_trials_per_task=3 * PER_ITER,
-                               early_stop=STRICT)
+        second_fleet = _policy(
+            both, trials_per_class=after_first + to_run, max_trials_per_task=3 * PER_ITER, early_stop=STRICT
+        )
         second_plan = plan_class(second_fleet, "classa", both.models, tasks, read_trials(paths))
         second = tune_fleet(second_fleet, QUICK)
         after_second = len(read_trials(paths))
-        second_rows = {row["workload_hash"]: row for path in second.classes[0].summaries  # the third run rewrites them
-                       for row in json.loads(Path(path).read_text())["tasks"]}
-        limited = _policy(both, trials_per_class=None, trials_per_task=None, max_trials_per_task=None,
-                          early_stop=None, time_limit_s=TIME_LIMIT_S)
+        second_rows = {
+            row["workload_hash"]: row
+            for path in second.classes[0].summaries  # the third run rewrites them
+            for row in json.loads(Path(path).read_text())["tasks"]
+        }
+        limited = _policy(
+            both,
+            trials_per_class=None,
+            trials_per_task=None,
+            max_trials_per_task=None,
+            early_stop=None,
+            time_limit_s=TIME_LIMIT_S,
+        )
         third = tune_fleet(limited, QUICK)
         yield {
-            "paths": paths, "first": first, "after_first": after_first, "conv_tasks": conv_tasks,
-            "second_plan": second_plan, "second": second, "after_second": after_second, "second_rows": second_rows,
-            "third": third, "fleet": limited, "to_run": to_run, "tasks": tasks,
+            "paths": paths,
+            "first": first,
+            "after_first": after_first,
+            "conv_tasks": conv_tasks,
+            "second_plan": second_plan,
+            "second": second,
+            "after_second": after_second,
+            "second_rows": second_rows,
+            "third": third,
+            "fleet": limited,
+            "to_run": to_run,
+            "tasks": tasks,
         }
     finally:
         loopback.close()
@@ -112,7 +131,7 @@ def test_every_task_is_measured_before_any_gets_a_second_round(runs):
     first, second = runs["first"], runs["second"]
     assert first.ok and second.ok, [c.error for c in (*first.classes, *second.classes)]
     trials = read_trials(runs["paths"])
-    for records in (trials[: runs["after_first"]], trials[runs["after_first"]: runs["after_second"]]):
+    for records in (trials[: runs["after_first"]], trials[runs["after_first"] : runs["after_second"]]):
         order = [h for h, _ in _batches(records)]
         tasks = set(order)
         assert len(tasks) >= 2
@@ -124,7 +143,7 @@ def test_a_task_at_its_knee_gets_nothing_and_its_share_goes_to_tasks_still_gaini
     mlp_tasks = [t for t in plan.tasks if "mlp" in t.models]
     assert all(t.at_knee and t.done == 2 * PER_ITER for t in mlp_tasks)
     assert plan.freed == 2 * PER_ITER and plan.remaining == runs["to_run"]
-    run = read_trials(runs["paths"])[runs["after_first"]: runs["after_second"]]
+    run = read_trials(runs["paths"])[runs["after_first"] : runs["after_second"]]
     assert second.trials_run == len(run) <= runs["to_run"]
     assert not {t.workload_hash for t in run} & {t.workload_hash for t in mlp_tasks}  # no trial on the mlp:
     per_task = [sum(r.workload_hash == t.workload_hash for r in run) for t in runs["conv_tasks"]]
@@ -134,8 +153,11 @@ def test_a_task_at_its_knee_gets_nothing_and_its_share_goes_to_tasks_still_gaini
     assert max(per_task) <= 2 * PER_ITER
     rows = runs["second_rows"]
     assert all(rows[t.workload_hash]["stopped"] == AT_KNEE_BEFORE for t in mlp_tasks)  # the report says why
-    assert all(rows[t.workload_hash]["stopped"].startswith("knee: best improved less than 99%")
-               for t, n in zip(runs["conv_tasks"], per_task) if n > PER_ITER)
+    assert all(
+        rows[t.workload_hash]["stopped"].startswith("knee: best improved less than 99%")
+        for t, n in zip(runs["conv_tasks"], per_task)
+        if n > PER_ITER
+    )
     assert second.stopped == "every task reached its knee, its cap or the end of its search space"
 
 
@@ -145,20 +167,26 @@ def test_a_time_budget_ends_the_run_within_a_round_of_its_limit_with_its_report(
     assert third.stopped == f"time limit of {TIME_LIMIT_S:g} s reached: a further round would end past it"
     summary = json.loads(Path(third.summaries[0]).read_text())
     assert summary["stopped"] == third.stopped and summary["trials"] > 0
-    run = read_trials(runs["paths"])[runs["after_second"]:]
+    run = read_trials(runs["paths"])[runs["after_second"] :]
     assert len(run) == third.trials_run > 0  # every trial measured was recorded
     # not before the last two rounds' worth of the limit, and past it by less than its longest
     # round (the mean decides; a round slowed by the host's other work overruns by its excess)
     mean_round = third.search_time_s / len(_batches(run))
     assert third.longest_round_s is not None
-    assert TIME_LIMIT_S - 2 * mean_round <= third.search_time_s <= TIME_LIMIT_S + third.longest_round_s, \
-        (third.search_time_s, mean_round, third.longest_round_s)
+    assert TIME_LIMIT_S - 2 * mean_round <= third.search_time_s <= TIME_LIMIT_S + third.longest_round_s, (
+        third.search_time_s,
+        mean_round,
+        third.longest_round_s,
+    )
 
 
 def test_a_time_budget_measures_every_task_before_any_second_round(runs):
-    order = [h for h, _ in _batches(read_trials(runs["paths"])[runs["after_second"]:])]
-    stops = {row["workload_hash"]: row["stopped"] for path in runs["third"].classes[0].summaries
-             for row in json.loads(Path(path).read_text())["tasks"]}  # fmt: skip
+    order = [h for h, _ in _batches(read_trials(runs["paths"])[runs["after_second"] :])]
+    stops = {
+        row["workload_hash"]: row["stopped"]
+        for path in runs["third"].classes[0].summaries
+        for row in json.loads(Path(path).read_text())["tasks"]
+    }
     # a task whose search found no schedule the database lacks had its round, empty: no batch
     ended = {h for h, why in stops.items() if why == SEARCH_SPACE_END and h not in order}
     rounds = [t.workload_hash for t in runs["tasks"] if t.workload_hash not in ended]
@@ -231,20 +259,37 @@ def test_a_task_whose_search_space_ran_out_stops_at_its_first_empty_round(tmp_pa
     host = tvm.target.Target({"kind": "llvm", "num-cores": 1})  # a 4-float ReLU: a handful of schedules
     load_cpu_intrinsics(host)  # as the class process does: TuneContext would import all of TVM's (15-50 s)
     context = ms.TuneContext(
-        mod=tvm.IRModule({"main": te.create_prim_func([data, relu])}), target=host, space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=16, genetic_num_iters=1), task_name="relu",
+        mod=tvm.IRModule({"main": te.create_prim_func([data, relu])}),
+        target=host,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=16, genetic_num_iters=1),
+        task_name="relu",
     )
     budget = 40
     ledger = TaskLedger("relu", weight=1.0, share=budget, ceiling=budget, history=[])
-    state = RunState(device_class="host", task_calls={}, ledgers=[ledger], names=["relu"],
-                     run_budget=budget, trials_per_iter=PER_ITER, early_stop=None, time_limit_s=None)
+    state = RunState(
+        device_class="host",
+        task_calls={},
+        ledgers=[ledger],
+        names=["relu"],
+        run_budget=budget,
+        trials_per_iter=PER_ITER,
+        early_stop=None,
+        time_limit_s=None,
+    )
     sizes: list[int] = []
     (tmp_path / "candidates").mkdir()
     ms.tune.tune_tasks(
-        tasks=[context], task_weights=[1.0], work_dir=str(tmp_path), max_trials_global=budget,
-        max_trials_per_task=budget, num_trials_per_iter=PER_ITER,
-        builder=make_builder(str(tmp_path / "candidates"), None, max_workers=1), runner=ms.runner.LocalRunner(),
-        database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel(),
+        tasks=[context],
+        task_weights=[1.0],
+        work_dir=str(tmp_path),
+        max_trials_global=budget,
+        max_trials_per_task=budget,
+        num_trials_per_iter=PER_ITER,
+        builder=make_builder(str(tmp_path / "candidates"), None, max_workers=1),
+        runner=ms.runner.LocalRunner(),
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Rounds(state, sizes)],
         task_scheduler=BudgetScheduler(state),
     )

@@ -129,7 +129,9 @@ def test_one_process_at_a_time_tunes_or_repairs_a_class(real_database, tmp_path)
     paths = _copy(real_database, tmp_path / "db")
     with locked_database(paths) as database:
         assert len(database) == 4
-        with pytest.raises(TuneError, match=rf"{paths.directory} is in use by another edgetune process \(pid {os.getpid()}\)"):
+        with pytest.raises(
+            TuneError, match=rf"{paths.directory} is in use by another edgetune process \(pid {os.getpid()}\)"
+        ):
             with exclusive(paths):
                 pass
     with exclusive(paths):  # released
@@ -196,7 +198,9 @@ def test_a_build_keeps_unscheduled_the_kernels_measured_faster_so(real_database,
     assert records.kept_untuned == {hashes[0]} == faster_untuned(copy)
     workloads = {kernel_hash(r.workload.mod): r.workload.mod for r in open_database(copy).get_all_tuning_records()}
     assert records.database.query_tuning_record(workloads[hashes[0]], TARGET, "main") is None
-    assert records.database.query_tuning_record(workloads[hashes[1]], TARGET, "main").run_secs[0].value == pytest.approx(1e-5)
+    assert records.database.query_tuning_record(workloads[hashes[1]], TARGET, "main").run_secs[
+        0
+    ].value == pytest.approx(1e-5)
     append_untuned(copy, {hashes[0]: None})  # measured again and failed: the latest line wins
     assert faster_untuned(copy) == frozenset()
     assert open_for_build(copy).kept_untuned == frozenset()

@@ -11,7 +11,7 @@ import gc
 import time
 
 import tvm
-from fleets import V3, make_fleet, mlp
+from support.fleets import V3, make_fleet, mlp
 from tvm import rpc, te
 from tvm.s_tir import meta_schedule as ms
 
@@ -33,7 +33,8 @@ def _candidate(tmp_path, size: int = 1024) -> ms.runner.RunnerInput:
     b = te.compute((size,), lambda i: a[i] * 2.0, name="b")
     func = te.create_prim_func([a, b])
     built = make_builder(str(tmp_path), None, max_workers=1).build(
-        [ms.builder.BuilderInput(tvm.IRModule({"main": func}), tvm.target.Target("llvm"))])[0]
+        [ms.builder.BuilderInput(tvm.IRModule({"main": func}), tvm.target.Target("llvm"))]
+    )[0]
     assert built.error_msg is None, built.error_msg
     return ms.runner.RunnerInput(built.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(func))
 
@@ -67,9 +68,11 @@ def test_exclusive_runner_returns_the_batch_measured_and_the_plain_one_at_once(l
 
 def test_classes_with_a_simulated_board_measure_exclusively_unless_told_otherwise(tmp_path):
     real = make_fleet(tmp_path, 9000, {"a": V3}, {"a": 2}, (mlp(),), trials=8)
-    one_simulated = real.replace(boards=tuple(
-        dataclasses.replace(b, simulated=Simulation(cpu_quota=0.5)) if b.name == "a-1" else b for b in real.boards
-    ))
+    one_simulated = real.replace(
+        boards=tuple(
+            dataclasses.replace(b, simulated=Simulation(cpu_quota=0.5)) if b.name == "a-1" else b for b in real.boards
+        )
+    )
     assert measures_exclusively(one_simulated, "a", TuneOptions())  # it would time the host's builds
     assert not measures_exclusively(real, "a", TuneOptions())  # real boards: the host does not disturb them
     assert not measures_exclusively(one_simulated, "a", TuneOptions(measure_exclusively=False))

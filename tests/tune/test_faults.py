@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from fleets import V3, make_fleet, mlp
-from tests_samples import FAKE_PRIVATE_KEY
+from support.fleets import V3, make_fleet, mlp
+from support.tests_samples import FAKE_PRIVATE_KEY
 from tvm import rpc
 from tvm.rpc import base
 
@@ -66,16 +66,25 @@ def _one_board_fleet(loopback, tmp_path: Path, budget: int) -> tuple[Path, Class
     (tmp_path / "id").chmod(0o600)
     (tmp_path / "known_hosts").write_text("")
     fleet_yaml = tmp_path / "fleet.yaml"
-    fleet_yaml.write_text(FLEET_YAML.format(port=loopback.port, port_end=loopback.port + 1, dir=tmp_path,
-                                            repo=REPO, python=sys.executable, budget=budget))
+    fleet_yaml.write_text(
+        FLEET_YAML.format(
+            port=loopback.port,
+            port_end=loopback.port + 1,
+            dir=tmp_path,
+            repo=REPO,
+            python=sys.executable,
+            budget=budget,
+        )
+    )
     return fleet_yaml, ClassDatabasePaths(tmp_path / "work" / "databases" / "classa")
 
 
 def test_sigkill_mid_run_then_rerun_completes(loopback, tmp_path):
     fleet_yaml, paths = _one_board_fleet(loopback, tmp_path, BUDGET)
     command = [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml), "--json"]
-    run = subprocess.Popen(command, cwd=REPO, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         _wait_for_records(paths, 8)
     finally:
@@ -101,8 +110,9 @@ def test_ctrl_c_stops_after_the_round_in_flight_keeping_its_trials_and_report(lo
     """Ctrl-C reaches the terminal's whole process group: `edgetune tune` and its class process."""
     fleet_yaml, paths = _one_board_fleet(loopback, tmp_path, CTRL_C_BUDGET)
     command = [sys.executable, "-m", "edgetune", "tune", "-f", str(fleet_yaml)]
-    run = subprocess.Popen(command, cwd=REPO, start_new_session=True, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = subprocess.Popen(
+        command, cwd=REPO, start_new_session=True, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         _wait_for_records(paths, 8)
         os.killpg(run.pid, signal.SIGINT)
@@ -120,7 +130,9 @@ def test_ctrl_c_stops_after_the_round_in_flight_keeping_its_trials_and_report(lo
     assert 8 <= kept < CTRL_C_BUDGET
     summary = json.loads((tmp_path / "work" / "reports" / "classa" / "mlp" / "summary.json").read_text())
     assert summary["trials"] == kept
-    plan = subprocess.run([*command, "--dry-run", "--json"], check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
+    plan = subprocess.run(
+        [*command, "--dry-run", "--json"], check=False, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     (planned,) = json.loads(plan.stdout)["classes"]
     assert planned["done"] == kept and planned["remaining"] == CTRL_C_BUDGET - kept
 
@@ -139,7 +151,9 @@ def test_board_dying_mid_run_does_not_stop_its_class(loopback, tmp_path):
     assert result.ok, result.classes[0].error
     assert result.classes[0].trials_run >= BUDGET
     assert sum(t.latency_s is not None for t in read_trials(paths)[8:]) > 0  # a2 kept measuring ...
-    assert "timeout in RPC session" not in (loopback.directory / "a2.log").read_text(), loopback.logs()  # ... without a stall
+    assert "timeout in RPC session" not in (loopback.directory / "a2.log").read_text(), (
+        loopback.logs()
+    )  # ... without a stall
 
 
 def _vanish_mid_session(loopback, key: str) -> None:

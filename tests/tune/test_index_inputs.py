@@ -14,9 +14,9 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
-from fleets import V3, make_fleet
 from onnx import TensorProto, helper, numpy_helper
-from onnx_samples import save
+from support.fleets import V3, make_fleet
+from support.onnx_samples import save
 from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
@@ -40,18 +40,31 @@ def embedding_model(directory: Path) -> Model:
     matmul: three tasks (the index normalisation, the take, the matmul; NCHW keeps the matmul one
     kernel; `auto` writes it as a pointwise convolution, its two reshapes two more kernels)."""
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((TABLE_ROWS, 32)).astype("float32"), "table"),
-               numpy_helper.from_array(rng.standard_normal((32, 16)).astype("float32"), "w")]  # fmt: skip
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["embedded"], axis=0),
-             helper.make_node("MatMul", ["embedded", "w"], ["y"])]  # fmt: skip
-    path = save(directory / "embedding.onnx", nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], weights)  # fmt: skip
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((TABLE_ROWS, 32)).astype("float32"), "table"),
+        numpy_helper.from_array(rng.standard_normal((32, 16)).astype("float32"), "w"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["embedded"], axis=0),
+        helper.make_node("MatMul", ["embedded", "w"], ["y"]),
+    ]
+    path = save(
+        directory / "embedding.onnx",
+        nodes,
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        weights,
+    )
     return Model(name="embedding", inputs=(ModelInput("ids", (1, 8), "int64"),), onnx=path, layout="NCHW")
 
 
 @T.prim_func(s_tir=True)
-def scatter(data: T.Buffer((16, 4), "float32"), ids: T.Buffer((3,), "int32"),
-            updates: T.Buffer((3, 4), "float32"), out: T.Buffer((16, 4), "float32")):  # fmt: skip
+def scatter(
+    data: T.Buffer((16, 4), "float32"),
+    ids: T.Buffer((3,), "int32"),
+    updates: T.Buffer((3, 4), "float32"),
+    out: T.Buffer((16, 4), "float32"),
+):
     for i, j in T.grid(16, 4):
         with T.sblock("copy"):
             vi, vj = T.axis.remap("SS", [i, j])
@@ -63,8 +76,12 @@ def scatter(data: T.Buffer((16, 4), "float32"), ids: T.Buffer((3,), "int32"),
 
 
 @T.prim_func(s_tir=True)
-def indirect_take(table: T.Buffer((100, 4), "float32"), ids: T.Buffer((8,), "int64"),
-                  offsets: T.Buffer((8,), "int64"), out: T.Buffer((8, 4), "float32")):  # fmt: skip
+def indirect_take(
+    table: T.Buffer((100, 4), "float32"),
+    ids: T.Buffer((8,), "int64"),
+    offsets: T.Buffer((8,), "int64"),
+    out: T.Buffer((8, 4), "float32"),
+):
     shifted = T.sblock_alloc_buffer((8,), "int64")
     for i in range(8):
         with T.sblock("shift"):
@@ -97,8 +114,16 @@ def test_index_inputs_are_allocated_in_range_and_the_others_at_random():
 def _one_board_fleet(loopback, tmp_path: Path, trials: int):
     loopback.start_board("a1", "classa")
     loopback.wait_registered(1)
-    fleet = make_fleet(tmp_path, loopback.port, {"classa": V3}, {"classa": 1}, (embedding_model(tmp_path),),
-                       trials, per_iter=2, per_task=32)  # fmt: skip
+    fleet = make_fleet(
+        tmp_path,
+        loopback.port,
+        {"classa": V3},
+        {"classa": 1},
+        (embedding_model(tmp_path),),
+        trials,
+        per_iter=2,
+        per_task=32,
+    )
     return fleet, ClassDatabasePaths.of(tmp_path, "classa")
 
 
@@ -152,13 +177,17 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the measurement w
 
 @pytest.mark.parametrize("crash_at", ["untuned", "trial"])
 def test_a_candidate_that_crashes_its_session_costs_one_trial_and_the_run_spends_its_budget(
-        loopback, tmp_path, monkeypatch, crash_at):
+    loopback, tmp_path, monkeypatch, crash_at
+):
     """The gather kernel is measured first untuned (before the first round), then in trials: a
     crash there costs its untuned time, a crash in a trial that trial; the run goes on either way."""
     fleet, paths = _one_board_fleet(loopback, tmp_path, trials=BUDGET)
     nth = 1 if crash_at == "untuned" else 2
-    monkeypatch.setattr(edgetune.tune.runner, "InRangeArguments",
-                        lambda bounds: CrashingOnce(InRangeArguments(bounds), str(tmp_path / "allocated"), nth))
+    monkeypatch.setattr(
+        edgetune.tune.runner,
+        "InRangeArguments",
+        lambda bounds: CrashingOnce(InRangeArguments(bounds), str(tmp_path / "allocated"), nth),
+    )
     tuned = tune_class(fleet, "classa", TuneOptions(search=SEARCH))  # in this process: the hook stays in place
     board_log = (loopback.directory / "a1.log").read_text()
     assert "exited unsuccessfully with error code -11" in board_log  # a real segfault of the session
@@ -178,8 +207,9 @@ def test_a_candidate_that_crashes_its_session_costs_one_trial_and_the_run_spends
 
 
 def test_a_class_whose_boards_do_not_come_back_fails_its_batch_after_the_grace_period(loopback):
-    guard = BoardGuardRunner(RpcEndpoint("127.0.0.1", loopback.port, "classa"), 1, runner=None, exclusive=False,
-                             return_grace_s=2.0)  # fmt: skip
+    guard = BoardGuardRunner(
+        RpcEndpoint("127.0.0.1", loopback.port, "classa"), 1, runner=None, exclusive=False, return_grace_s=2.0
+    )
     started = time.monotonic()
     (future,) = guard.run([ms.runner.RunnerInput("candidate.so", "cpu", [])])
     assert 2.0 <= time.monotonic() - started < 10.0

@@ -27,11 +27,12 @@ ORT_WARNING = "Removing initializer 'unused'"
 
 def _onnx_with_an_unused_initializer() -> bytes:
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "unused-initializer",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "unused-initializer",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
         [numpy_helper.from_array(np.ones(4, np.float32), "unused")],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -46,8 +47,13 @@ def _max_pool_design_space() -> None:
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 1})
     load_cpu_intrinsics(target)  # TuneContext would import all of TVM's (minutes under load)
     for task in ms.relax_integration.extract_tasks(mod, target):
-        ms.TuneContext(task.dispatched[0], target=target, space_generator="post-order-apply", task_name=task.task_name,
-                       num_threads=1).generate_design_space()  # fmt: skip
+        ms.TuneContext(
+            task.dispatched[0],
+            target=target,
+            space_generator="post-order-apply",
+            task_name=task.task_name,
+            num_threads=1,
+        ).generate_design_space()
 
 
 def test_native_warnings_go_to_the_log_and_the_rest_to_the_console(tmp_path, capfd):
@@ -60,7 +66,9 @@ def test_native_warnings_go_to_the_log_and_the_rest_to_the_console(tmp_path, cap
     print("after the run", file=sys.stderr, flush=True)
     console = capfd.readouterr().err
     assert POOL_WARNING not in console and ORT_WARNING not in console
-    assert "a progress line" in console and "a native error stays on the console" in console and "after the run" in console
+    assert (
+        "a progress line" in console and "a native error stays on the console" in console and "after the run" in console
+    )
     logged = log.read_text()
     assert POOL_WARNING in logged and ORT_WARNING in logged
     # the warning's indented continuation line went with it

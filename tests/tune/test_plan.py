@@ -4,16 +4,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from fleets import V3, make_fleet, mlp
+from support.fleets import V3, make_fleet, mlp, task, tasks_named
 
-from edgetune.compiler.tasks import KernelTask
 from edgetune.tune.budget import Throughput
 from edgetune.tune.database import TrialRecord
 from edgetune.tune.plan import model_budgets, order_tasks, plan_class, spread_rounds
-
-
-def task(name: str, flops: float, weight: float = 1.0, model: str = "mlp") -> KernelTask:
-    return KernelTask(name, f"h-{name}", flops, weight, ((model, int(weight)),))
 
 
 def recorded(done: dict[str, int]) -> list[TrialRecord]:
@@ -45,10 +40,6 @@ def test_largest_weighted_cost_first_and_unmeasured_before_measured():
     assert [t.name for t in order_tasks(tasks, {"h-heavy": 8})] == ["big", "small", "heavy"]
 
 
-def tasks_named(count: int) -> tuple[KernelTask, ...]:
-    return tuple(task(f"t{i:02d}", 1e6 * (count - i)) for i in range(count))
-
-
 def test_a_class_budget_too_small_for_a_round_each_is_raised_to_one(tmp_path):
     plan = plan_class(fleet(tmp_path, 192, per_iter=16, per_task=None), "a", (mlp(),), tasks_named(60), [])
     assert plan.budget == plan.remaining == 960 and not plan.uncovered and not plan.warnings
@@ -71,8 +62,14 @@ def test_without_any_budget_a_task_gets_one_round(tmp_path):
     policy = replace(fleet(tmp_path, 0).tuning, trials_per_class=None, max_trials_per_task=None)
     plan = plan_class(fleet(tmp_path, 0).replace(tuning=policy), "a", (mlp(),), tasks_named(3), [])
     assert [t.planned for t in plan.tasks] == [8] * 3
-    sixty = plan_class(fleet(tmp_path, 0, per_iter=16).replace(tuning=replace(policy, trials_per_iter=16)), "a",
-                       (mlp(),), tasks_named(60), [], Throughput(200, 400.0, 2, 2))
+    sixty = plan_class(
+        fleet(tmp_path, 0, per_iter=16).replace(tuning=replace(policy, trials_per_iter=16)),
+        "a",
+        (mlp(),),
+        tasks_named(60),
+        [],
+        Throughput(200, 400.0, 2, 2),
+    )
     assert sixty.remaining == 960 and "time: about 32 min" in sixty.format()  # a 60-task model at 2 s per trial
 
 

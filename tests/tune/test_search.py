@@ -3,10 +3,11 @@ the database does not hold yet (TVM's evolutionary search alone measured some of
 
 from __future__ import annotations
 
+import pytest
 import tvm
 import tvm_ffi
-from onnx_samples import write_separable_block
-from rule_tuning import brief_search, tune_briefly
+from support.onnx_samples import write_separable_block
+from support.rule_tuning import brief_search, tune_briefly
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.compiler.models import load_model
@@ -16,6 +17,8 @@ from edgetune.tune.search import UnmeasuredSearch
 
 AVX2 = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 1})
 TRIALS = 8
+
+pytestmark = pytest.mark.tvm
 
 
 def schedules(database: ms.database.Database, workload: tvm.IRModule) -> list[int]:
@@ -31,16 +34,24 @@ def schedules(database: ms.database.Database, workload: tvm.IRModule) -> list[in
 
 def class_database(directory) -> ms.database.JSONDatabase:
     """The task's database as a class run opens it: from its files."""
-    return ms.database.JSONDatabase(str(directory / "workloads.json"), str(directory / "records.json"), allow_missing=True)
+    return ms.database.JSONDatabase(
+        str(directory / "workloads.json"), str(directory / "records.json"), allow_missing=True
+    )
 
 
 def test_a_resumed_run_measures_no_schedule_the_database_holds(tmp_path):
-    model = Model("separable", (ModelInput("image", (1, 3, 32, 32)),),
-                  onnx=write_separable_block(tmp_path / "separable.onnx"), layout="NHWC")  # fmt: skip
+    model = Model(
+        "separable",
+        (ModelInput("image", (1, 3, 32, 32)),),
+        onnx=write_separable_block(tmp_path / "separable.onnx"),
+        layout="NHWC",
+    )
     (task,) = [t for t in extract_tasks(prepare(load_model(model), AVX2), AVX2) if "conv2d1_multiply" in t.task_name]
     measured = []
     for run in range(3):  # TVM's search alone measured 6 to 8 of 24 schedules a second time here
-        tune_briefly([task], AVX2, tmp_path, TRIALS, class_database(tmp_path), UnmeasuredSearch(brief_search()), seed=run)
+        tune_briefly(
+            [task], AVX2, tmp_path, TRIALS, class_database(tmp_path), UnmeasuredSearch(brief_search()), seed=run
+        )
         measured.append(schedules(class_database(tmp_path), task.dispatched[0]))
     assert len(measured[0]) == TRIALS
     assert len(measured[1]) > len(measured[0])  # the second run found schedules it had not measured

@@ -18,12 +18,24 @@ from edgetune.tune.tuner import SearchSettings
 
 def run_state(weights: list[float], shares: list[int], budget: int, time_is_the_budget: bool = False) -> RunState:
     ledgers = [TaskLedger(f"h{i}", w, s, 10 * s, []) for i, (w, s) in enumerate(zip(weights, shares))]
-    return RunState("gw", {}, ledgers, [f"task{i}" for i in range(len(ledgers))], budget, 8, None, None,
-                    time_is_the_budget=time_is_the_budget)
+    return RunState(
+        "gw",
+        {},
+        ledgers,
+        [f"task{i}" for i in range(len(ledgers))],
+        budget,
+        8,
+        None,
+        None,
+        time_is_the_budget=time_is_the_budget,
+    )
 
 
-tasks = st.integers(1, 30).flatmap(lambda n: st.tuples(
-    st.lists(st.floats(0.1, 100.0), min_size=n, max_size=n), st.lists(st.integers(0, 64), min_size=n, max_size=n)))
+tasks = st.integers(1, 30).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.floats(0.1, 100.0), min_size=n, max_size=n), st.lists(st.integers(0, 64), min_size=n, max_size=n)
+    )
+)
 
 
 @given(tasks, st.integers(1, 8), st.integers(0, 5000))
@@ -51,8 +63,10 @@ def test_a_time_budget_leaves_every_shard_unbounded():
 def test_the_shards_accounts_come_back_and_a_lost_shard_is_named():
     state = run_state([3.0, 2.0, 1.0], [8, 8, 8], 24)
     first, second = split_state(state, 2)
-    measured = [TaskLedger(ledger.workload_hash, ledger.weight, ledger.share, ledger.ceiling, [1e-3] * 8, spent=8)
-                for ledger in first.ledgers]
+    measured = [
+        TaskLedger(ledger.workload_hash, ledger.weight, ledger.share, ledger.ceiling, [1e-3] * 8, spent=8)
+        for ledger in first.ledgers
+    ]
     problems = merge_states(state, [ShardOutcome(tuple(measured), "time limit", "10.0.0.7 3f2a9c1e"), None])
     assert problems == ["time limit", SHARD_LOST]
     assert state.spent == 8 * len(first.ledgers)  # the lost shard's trials are counted from the database on resume

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleets import V3, make_fleet, mlp
-from onnx_samples import conv_model
-from test_plan import tasks_named
-from tests_samples import FAKE_PRIVATE_KEY
+from support.fleets import V3, make_fleet, mlp, tasks_named
+from support.onnx_samples import conv_model
+from support.tests_samples import FAKE_PRIVATE_KEY
 
 from edgetune.cli import main
 from edgetune.compiler.target import build_target
@@ -55,14 +54,19 @@ def test_the_plan_gives_a_round_each_then_deals_what_fits_by_expected_gain(tmp_p
     text = plan.format()
     assert "440 trials after a round each go to the tasks expected to gain most" in text
     assert "time: up to the time limit of 600 s (10 min): 600 trials at the measured rate" in text
-    assert "time limit of 600 s (10 min): a round of 16 per task, then rounds to the tasks expected to gain most" in text
+    assert (
+        "time limit of 600 s (10 min): a round of 16 per task, then rounds to the tasks expected to gain most" in text
+    )
 
 
 def test_a_limit_too_short_for_a_round_of_16_each_deals_smaller_rounds_so_every_task_gets_one(tmp_path):
     plan = plan_class(timed_fleet(tmp_path, 100), "a", (mlp(),), tasks_named(10), [], Throughput(100, 100.0, 1, 2))
     assert plan.trials_per_iter == 10 and [t.planned for t in plan.tasks] == [10] * 10
     assert not plan.uncovered and not plan.warnings
-    assert "a round of 10 per task (not 16: the limit holds no more for each of 10 tasks at the measured rate)" in plan.format()
+    assert (
+        "a round of 10 per task (not 16: the limit holds no more for each of 10 tasks at the measured rate)"
+        in plan.format()
+    )
 
 
 def test_before_any_rate_is_measured_the_round_fits_the_limit_at_the_stated_rate(tmp_path):
@@ -86,8 +90,9 @@ def test_before_any_rate_is_measured_the_plan_counts_a_round_each_capped(tmp_pat
 
 
 def test_a_trial_budget_under_a_time_limit_says_where_the_limit_ends_it(tmp_path):
-    plan = plan_class(timed_fleet(tmp_path, 60, per_class=320), "a", (mlp(),), tasks_named(4), [],
-                      Throughput(100, 100.0, 1, 2))
+    plan = plan_class(
+        timed_fleet(tmp_path, 60, per_class=320), "a", (mlp(),), tasks_named(4), [], Throughput(100, 100.0, 1, 2)
+    )
     assert not plan.time_is_the_budget and plan.remaining == 320
     assert "the time limit of 60 s ends it after about 60 trials" in plan.format()
 
@@ -133,9 +138,18 @@ def test_a_round_starts_only_if_it_ends_within_the_limit():
 def test_the_pace_counts_the_round_still_measuring():
     """One round measured and one measuring 4.2 s in: 2.1 s a round, the next ends at 8.4 s."""
     ledger = TaskLedger("relu", 1.0, share=8, ceiling=8, history=[], spent=0, rounds=0)
-    state = RunState(device_class="host", task_calls={}, ledgers=[ledger], names=["relu"], run_budget=8,
-                     trials_per_iter=4, early_stop=None, time_limit_s=10.0, rounds_measured=1,
-                     first_round_started=time.monotonic() - 4.2)
+    state = RunState(
+        device_class="host",
+        task_calls={},
+        ledgers=[ledger],
+        names=["relu"],
+        run_budget=8,
+        trials_per_iter=4,
+        early_stop=None,
+        time_limit_s=10.0,
+        rounds_measured=1,
+        first_round_started=time.monotonic() - 4.2,
+    )
     assert not state.out_of_time(in_flight=1, measuring=1)
     state.first_round_started = time.monotonic() - 6.3  # two measured, one measuring: ends at 10.5 s
     state.rounds_measured = 2
@@ -146,7 +160,9 @@ def test_the_pace_counts_the_round_still_measuring():
 def test_the_suggested_limit_is_a_round_each_at_the_measured_or_default_rate():
     default = suggest_time_limit(60, 16, None)
     assert default.seconds_per_trial == DEFAULT_SECONDS_PER_TRIAL
-    assert default.round_each_s == 60 * 16 * DEFAULT_SECONDS_PER_TRIAL and default.time_limit_s == 2160  # 1920 s and a tenth: 36 min
+    assert (
+        default.round_each_s == 60 * 16 * DEFAULT_SECONDS_PER_TRIAL and default.time_limit_s == 2160
+    )  # 1920 s and a tenth: 36 min
     measured = suggest_time_limit(60, 16, Throughput(400, 200.0, 2, 2))
     assert measured.time_limit_s == 540 and "0.50 s per trial measured over 400 trials" in measured.explain()
     assert suggest_time_limit(1, 16, Throughput(10, 1.0, 1, 1)).time_limit_s == 60  # at least a minute
@@ -155,8 +171,14 @@ def test_the_suggested_limit_is_a_round_each_at_the_measured_or_default_rate():
 @pytest.fixture(scope="module")
 def conv_tasks(tmp_path_factory):
     model = conv_model(tmp_path_factory.mktemp("conv") / "conv.onnx", batch=1)  # static sizes: import runs it
-    return model.onnx, len(class_tasks((model,), build_target(make_fleet(
-        model.onnx.parent, 9999, {"a": V3}, {"a": 1}, (model,), 0).device_class("a").profile)).tasks)
+    return model.onnx, len(
+        class_tasks(
+            (model,),
+            build_target(
+                make_fleet(model.onnx.parent, 9999, {"a": V3}, {"a": 1}, (model,), 0).device_class("a").profile
+            ),
+        ).tasks
+    )
 
 
 def test_import_prints_the_time_limit_line_to_add(conv_tasks, tmp_path, monkeypatch, capsys):
@@ -174,18 +196,35 @@ def write_two_class_fleet(directory: Path) -> None:
     key = directory / "id_ed25519"
     key.write_text(FAKE_PRIVATE_KEY)
     key.chmod(0o600)
-    (directory / "fleet.yaml").write_text(yaml.safe_dump({
-        "version": 1, "name": "import-test", "workdir": "work",
-        "trackers": [{"name": "host", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9190}],
-        "ssh": {"user": "root", "key": str(key), "known_hosts": "known_hosts"},
-        "device_classes": [{"name": "fast", "profile": str(PROFILES / "x86-avx512.yaml")},
-                           {"name": "slow", "profile": str(PROFILES / "rpi4.yaml")}],
-        "boards": [{"name": f"{c}-1", "address": f"{c}-1.local", "device_class": c, "tracker": "host",
-                    "python": "/usr/bin/python3", "workdir": "/var/lib/edgetune"} for c in ("fast", "slow")],
-        "models": [{"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256]}]}],
-        "tuning": {"trials_per_iter": 8},
-        "artifacts": {"dir": "artifacts", "signing_key": "keys/signing.key", "public_key": "keys/signing.pub"},
-    }))
+    (directory / "fleet.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "name": "import-test",
+                "workdir": "work",
+                "trackers": [{"name": "host", "bind_host": "127.0.0.1", "public_address": "127.0.0.1", "port": 9190}],
+                "ssh": {"user": "root", "key": str(key), "known_hosts": "known_hosts"},
+                "device_classes": [
+                    {"name": "fast", "profile": str(PROFILES / "x86-avx512.yaml")},
+                    {"name": "slow", "profile": str(PROFILES / "rpi4.yaml")},
+                ],
+                "boards": [
+                    {
+                        "name": f"{c}-1",
+                        "address": f"{c}-1.local",
+                        "device_class": c,
+                        "tracker": "host",
+                        "python": "/usr/bin/python3",
+                        "workdir": "/var/lib/edgetune",
+                    }
+                    for c in ("fast", "slow")
+                ],
+                "models": [{"name": "mlp", "builtin": "mlp", "inputs": [{"name": "x", "shape": [1, 256]}]}],
+                "tuning": {"trials_per_iter": 8},
+                "artifacts": {"dir": "artifacts", "signing_key": "keys/signing.key", "public_key": "keys/signing.pub"},
+            }
+        )
+    )
 
 
 def test_import_uses_the_rate_measured_in_the_fleets_workdir(conv_tasks, tmp_path, monkeypatch, capsys):

@@ -15,10 +15,10 @@ import time
 import numpy as np
 import pytest
 import tvm
-from fleet_marker import starts_fleet
-from fleets import V2, V3, make_fleet
-from loopback_boards import Loopback
-from onnx_samples import conv_model
+from support.fleet_marker import starts_fleet
+from support.fleets import V2, V3, make_fleet
+from support.loopback_boards import Loopback
+from support.onnx_samples import conv_model
 from tvm import relax
 
 from edgetune.artifact.measure import interleave
@@ -47,16 +47,19 @@ TRIALS_PER_CLASS = 48
 @starts_fleet
 def tuned(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tune")
-    models = (Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"),
-              dataclasses.replace(conv_model(workdir / "conv.onnx"), layout="NHWC"))
+    models = (
+        Model("mlp", (ModelInput("x", (1, 256)),), builtin="mlp"),
+        dataclasses.replace(conv_model(workdir / "conv.onnx"), layout="NHWC"),
+    )
     policy = TuningPolicy(TRIALS_PER_CLASS, {}, 8, 16, 600, {})
     loopback = Loopback(workdir)
     try:
         for name in ("a-1", "b-1"):
             loopback.start_board(name, "class" + name[0])
         loopback.wait_registered(2)
-        fleet = make_fleet(workdir, loopback.port, {"classa": V3, "classb": V2},
-                           {"classa": 1, "classb": 1}, models, TRIALS_PER_CLASS)
+        fleet = make_fleet(
+            workdir, loopback.port, {"classa": V3, "classb": V2}, {"classa": 1, "classb": 1}, models, TRIALS_PER_CLASS
+        )
         fleet = fleet.replace(workdir=workdir, models=models, tuning=policy)
         started = time.monotonic()
         first = tune_fleet(fleet, TuneOptions(borrow=False))
@@ -130,8 +133,10 @@ def test_tuned_build_is_faster_than_untuned(tuned):
     assert count_tuned_tasks(prepared, database, target).complete
     x = tvm.runtime.tensor(reference_inputs(model)["x"])
     timers, outputs = {}, {}
-    for name, executable in (("untuned", build_untuned(prepared, target)),
-                             ("tuned", apply_database_and_build(prepared, database, target))):
+    for name, executable in (
+        ("untuned", build_untuned(prepared, target)),
+        ("tuned", apply_database_and_build(prepared, database, target)),
+    ):
         vm = relax.VirtualMachine(executable, tvm.cpu())
         outputs[name] = vm[entry_function(prepared)](x).numpy()
         timer = vm.time_evaluator(entry_function(prepared), tvm.cpu(), number=20, repeat=3)

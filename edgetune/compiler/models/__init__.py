@@ -18,8 +18,6 @@ import tvm
 from tvm import relax
 
 from edgetune.artifact_format.manifest import Interface, TensorSpec
-from edgetune.compiler.integer import integer_convolutions
-from edgetune.compiler.layout import LayoutChoice, choose_layout, convert_layout
 from edgetune.compiler.models.builtin import load_builtin
 from edgetune.compiler.models.onnx_import import (
     load_onnx,
@@ -27,11 +25,22 @@ from edgetune.compiler.models.onnx_import import (
     onnx_rounding_spread,
 )
 from edgetune.compiler.models.reference_values import reference_inputs
+from edgetune.compiler.relax.integer import integer_convolutions
+from edgetune.compiler.relax.layout import LayoutChoice, choose_layout, convert_layout
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Model
 
-__all__ = ["ImportedModel", "entry_function", "import_model", "load_model", "model_interface", "model_layouts",
-           "reference_inputs", "reference_outputs", "rounding_spread"]
+__all__ = [
+    "ImportedModel",
+    "entry_function",
+    "import_model",
+    "load_model",
+    "model_interface",
+    "model_layouts",
+    "reference_inputs",
+    "reference_outputs",
+    "rounding_spread",
+]
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,10 @@ def model_interface(mod: tvm.IRModule, input_names: Sequence[str]) -> Interface:
     with its shape (a free dimension by its name) and dtype."""
     func = mod[entry_function(mod)]
     if len(func.params) != len(input_names):
-        raise TuneError(f"the model's entry function takes {len(func.params)} inputs, "
-                        f"{len(input_names)} are declared: {', '.join(input_names)}")
+        raise TuneError(
+            f"the model's entry function takes {len(func.params)} inputs, "
+            f"{len(input_names)} are declared: {', '.join(input_names)}"
+        )
     returned = func.ret_ty
     results = list(returned.fields) if isinstance(returned, relax.TupleType) else [returned]
     return Interface(

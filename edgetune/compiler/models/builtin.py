@@ -4,7 +4,7 @@ They let the default fleet tune without downloading anything: an MLP, a small Mo
 CNN (depthwise separable convolutions) and a small transformer encoder block. Each takes its
 input shape from the inventory (its one positional input is called `x` in Relax) and is
 exported with its weights bound as constants, so that only real kernels become tuning tasks
-(TVM_NOTES pitfall 6).
+(with weights as parameters, MetaSchedule would tune their transposes as tasks).
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ class SeparableBlock(nn.Module):
     """MobileNet's depthwise 3x3 + pointwise 1x1 convolution, each followed by ReLU6."""
 
     def __init__(self, channels_in: int, channels_out: int, stride: int) -> None:
-        self.depthwise = nn.Conv2D(
-            channels_in, channels_in, 3, stride=stride, padding=1, groups=channels_in
-        )
+        self.depthwise = nn.Conv2D(channels_in, channels_in, 3, stride=stride, padding=1, groups=channels_in)
         self.pointwise = nn.Conv2D(channels_in, channels_out, 1)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
@@ -105,9 +103,7 @@ EXPECTED_RANK = {"mlp": 2, "mobilenet-mini": 4, "transformer-block": 3}
 def load_builtin(model: Model) -> tvm.IRModule:
     """The built-in model `model.builtin` at the inventory's input shape, weights bound."""
     if model.builtin not in BUILDERS:
-        raise TuneError(
-            f"model {model.name!r}: unknown built-in {model.builtin!r} (known: {', '.join(BUILDERS)})"
-        )
+        raise TuneError(f"model {model.name!r}: unknown built-in {model.builtin!r} (known: {', '.join(BUILDERS)})")
     if len(model.inputs) != 1 or len(model.inputs[0].shape) != EXPECTED_RANK[model.builtin]:
         raise TuneError(
             f"model {model.name!r}: built-in {model.builtin!r} takes one input of rank "
@@ -127,9 +123,7 @@ def _export(model: Model) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     inp = model.inputs[0]
     module = BUILDERS[model.builtin](inp)
     module.to(inp.dtype)
-    mod, params = module.export_tvm(
-        spec={"forward": {"x": nn.spec.Tensor(list(inp.shape), inp.dtype)}}
-    )
+    mod, params = module.export_tvm(spec={"forward": {"x": nn.spec.Tensor(list(inp.shape), inp.dtype)}})
     rng = np.random.default_rng(WEIGHT_SEED)
     return mod, {name: _initial_weight(rng, name, param) for name, param in params}
 

@@ -1,22 +1,8 @@
 """ONNX import: bake fixed inputs in, freeze the inventory's input shapes, let onnxruntime fold
 the shape arithmetic, check the result against the original, then import with TVM's Relax ONNX
-frontend, keeping int8 weights int8.
-
-Real exported models compute shapes inside the graph, which TVM's frontend often cannot import
-("Reshape requires the input new shape to be Shape"). Freezing the input dims and saving the
-graph through onnxruntime's basic optimizer (standard-ONNX-only constant folding) fixes that,
-and also folds batch norms into convolutions (TVM_NOTES 'Real ONNX models'). An input with a
-fixed value becomes a constant first, so the optimizer folds what depends on it, `If`
-branches included: the branch not taken leaves nothing to tune.
-
-Quantized (QDQ) models keep their weights as int8 constants `DequantizeLinear` widens. Relax's
-constant folding would widen them once at build (4x the bytes); each dequantize of a constant
-is therefore grouped with the matmul or convolution it feeds into one kernel, whose int8
-weight argument constant folding cannot evaluate. `quantized_weights: float` opts out;
-`quantized_weights: integer` computes the convolutions in integers instead
-(edgetune.compiler.integer), the other weights widened to float32.
-
-Every error names the model, and where it is about an input, the input and its values.
+frontend, keeping int8 weights int8 (each dequantize of a constant grouped with the matmul or
+convolution it feeds). Every error names the model, and where it is about an input, the input
+and its values. docs/compiler.md says why each step is there.
 """
 
 from __future__ import annotations
@@ -35,12 +21,12 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-from edgetune.compiler.integer import quantization_as_element_wise
 from edgetune.compiler.models.onnx_inputs import graph_inputs, input_mismatches
 from edgetune.compiler.models.reference_values import (
     reference_inputs,
     values_description,
 )
+from edgetune.compiler.relax.integer import quantization_as_element_wise
 from edgetune.errors import EdgetuneError, TuneError
 from edgetune.inventory.schema import Model
 
@@ -96,8 +82,12 @@ def preprocess(model: Model, original: onnx.ModelProto) -> onnx.ModelProto:
         try:
             ort.InferenceSession(frozen.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-            declared = ", ".join(f"{i.name}{list(i.shape)}:{i.dtype}" + ("=fixed" if i.fixed else "") for i in model.inputs)
-            raise TuneError(f"model {model.name!r}: onnxruntime cannot load {model.onnx} at the declared inputs ({declared}): {err}") from err
+            declared = ", ".join(
+                f"{i.name}{list(i.shape)}:{i.dtype}" + ("=fixed" if i.fixed else "") for i in model.inputs
+            )
+            raise TuneError(
+                f"model {model.name!r}: onnxruntime cannot load {model.onnx} at the declared inputs ({declared}): {err}"
+            ) from err
         folded = onnx.load(str(optimized))
     return onnx.shape_inference.infer_shapes(folded)
 
@@ -162,7 +152,8 @@ def _freeze_inputs(model: Model, proto: onnx.ModelProto) -> onnx.ModelProto:
     frozen.graph.input.extend(kept)
     frozen.graph.initializer.extend(kept_weights)
     frozen.graph.initializer.extend(
-        numpy_helper.from_array(np.full(inp.shape, inp.values.value, dtype=inp.dtype), inp.name) for inp in fixed.values()
+        numpy_helper.from_array(np.full(inp.shape, inp.values.value, dtype=inp.dtype), inp.name)
+        for inp in fixed.values()
     )
     return frozen
 
@@ -220,15 +211,24 @@ def _refuse_non_finite(model: Model, proto: onnx.ModelProto, inputs: dict[str, n
     """A model whose output on the reference input holds NaN or inf has nothing to check a
     build against; name the inputs whose values cause it (finite with zeros there), as an
     attention mask fed 0-7 does where the model expects 0 or 1."""
-    culprits = [inp.name for inp in model.fed_inputs
-                if _finite(_run_ort(model, proto, {**inputs, inp.name: np.zeros_like(inputs[inp.name])}))]
-    cause = (f"{_value_causes(model, culprits)}: the outputs are finite with zeros there" if culprits
-             else "no single input's values cause it (zeroing each one does not help)")
+    culprits = [
+        inp.name
+        for inp in model.fed_inputs
+        if _finite(_run_ort(model, proto, {**inputs, inp.name: np.zeros_like(inputs[inp.name])}))
+    ]
+    cause = (
+        f"{_value_causes(model, culprits)}: the outputs are finite with zeros there"
+        if culprits
+        else "no single input's values cause it (zeroing each one does not help)"
+    )
     raise TuneError(f"model {model.name!r}: its outputs on the reference input are not finite (NaN or inf); {cause}")
 
 
 def _run_ort(
-    model: Model, proto: onnx.ModelProto, inputs: dict[str, np.ndarray], level: ort.GraphOptimizationLevel = DEFINITION_LEVEL
+    model: Model,
+    proto: onnx.ModelProto,
+    inputs: dict[str, np.ndarray],
+    level: ort.GraphOptimizationLevel = DEFINITION_LEVEL,
 ) -> list[np.ndarray]:
     """The outputs of `proto` on `inputs` (one thread); a failure names the model and, when the
     model runs once one input's values are zeroed, that input and the values it got."""
@@ -266,6 +266,10 @@ def _value_causes(model: Model, culprits: list[str]) -> str:
     declared = {inp.name: inp for inp in model.inputs}
     return "; ".join(
         f"input '{name}' got {values_description(model, declared[name])}; "
-        + ("fix its values in that file" if model.reference_input is not None else "declare its range (values: {range: [low, high]})")
+        + (
+            "fix its values in that file"
+            if model.reference_input is not None
+            else "declare its range (values: {range: [low, high]})"
+        )
         for name in culprits
     )

@@ -20,8 +20,10 @@ from edgetune.errors import InventoryError
 from edgetune.inventory.reader import display_path
 from edgetune.inventory.schema import DTYPES, Fleet, Model
 
-LAYOUT_HINT = ("the default: NHWC or NCHW chosen from the graph, `edgetune plan` says which and why; "
-               "NCHW or NHWC to choose yourself, compared with `make bench BENCH_ARGS=\"--models ... --ablate-layout\"`")
+LAYOUT_HINT = (
+    "the default: NHWC or NCHW chosen from the graph, `edgetune plan` says which and why; "
+    'NCHW or NHWC to choose yourself, compared with `make bench BENCH_ARGS="--models ... --ablate-layout"`'
+)
 INTEGER_HINT = "integer input: declare the values it takes, e.g. values: {range: [0, 1]}, or a reference_input file"
 
 
@@ -96,7 +98,9 @@ def input_mismatches(model: Model, graph: list[GraphInput]) -> list[str]:
         elif found.dtype is not None and found.dtype != inp.dtype:
             problems.append(f"input '{inp.name}' is declared {inp.dtype} but is {found.dtype} in the graph")
         elif found.dims is not None and any(isinstance(d, int) and d != s for d, s in zip(found.dims, inp.shape)):
-            problems.append(f"input '{inp.name}' is declared with shape {list(inp.shape)} but the graph fixes it to {found.describe()}")
+            problems.append(
+                f"input '{inp.name}' is declared with shape {list(inp.shape)} but the graph fixes it to {found.describe()}"
+            )
     declared = {i.name for i in model.inputs}
     problems += [f"the graph's input '{g.name}' is not declared" for g in graph if g.name not in declared]
     return problems

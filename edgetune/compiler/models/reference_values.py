@@ -40,9 +40,11 @@ def values_description(model: Model, inp: ModelInput) -> str:
 def _generated(model: Model, inp: ModelInput) -> np.ndarray:
     if isinstance(inp.values, FixedValue):
         return np.full(inp.shape, inp.values.value, dtype=inp.dtype)
-    low, high = (inp.values.low, inp.values.high) if isinstance(inp.values, ValueRange) else (
-        DEFAULT_INTEGERS if _is_integer(inp) else DEFAULT_FLOATS
-    )  # fmt: skip
+    low, high = (
+        (inp.values.low, inp.values.high)
+        if isinstance(inp.values, ValueRange)
+        else (DEFAULT_INTEGERS if _is_integer(inp) else DEFAULT_FLOATS)
+    )
     seed = int.from_bytes(hashlib.sha256(f"{model.name}/{inp.name}".encode()).digest()[:8], "little")
     rng = np.random.default_rng(seed)
     if _is_integer(inp):

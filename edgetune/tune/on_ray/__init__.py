@@ -17,5 +17,7 @@ from edgetune.errors import TuneError
 try:
     import ray  # noqa: F401
 except ImportError as err:  # the `ray` extra is optional: `compute: local` needs none of it
-    raise TuneError("compute: ray needs Ray on this host: pip install 'edgetune[host,ray]' (the same Ray version "
-                    "as the cluster's nodes), or set `compute: local` in fleet.yaml") from err
+    raise TuneError(
+        "compute: ray needs Ray on this host: pip install 'edgetune[host,ray]' (the same Ray version "
+        "as the cluster's nodes), or set `compute: local` in fleet.yaml"
+    ) from err

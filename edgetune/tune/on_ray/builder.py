@@ -1,7 +1,7 @@
 """`RayBuilder`: MetaSchedule's builder with every candidate built by a Ray task on the cluster.
 
 A build task gets the candidate's IRModule as TVM JSON and the target as its JSON dict, builds
-and links it with the same `FastBuild` and `SharedLibraryExport` as the local builder (with the
+and links it with the same `CandidateBuild` and `SharedLibraryExport` as the local builder (with the
 profile's cross compiler), and returns the shared library's bytes, or the error as data. The
 builder writes the bytes to a file of its own scratch directory, which the RPC runner uploads
 to the board, so nodes share no files with the class run.
@@ -29,7 +29,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from edgetune.inventory.schema import RayCompute
 from edgetune.tune.candidate_builder import (
     BUILD_TIMEOUT_S,
-    FastBuild,
+    CandidateBuild,
     SharedLibraryExport,
 )
 
@@ -57,7 +57,7 @@ def node_label() -> str:
 def build_candidate(mod_json: str, target: dict, cross_compiler: str | None) -> BuiltCandidate:
     """Build and export one candidate on this node; an error is returned, not raised."""
     try:
-        rt_mod = FastBuild()(tvm.ir.load_json(mod_json), tvm.target.Target(target), None)
+        rt_mod = CandidateBuild()(tvm.ir.load_json(mod_json), tvm.target.Target(target), None)
         with tempfile.TemporaryDirectory(prefix="edgetune-build-") as directory:
             library = Path(SharedLibraryExport(directory, cross_compiler)(rt_mod)).read_bytes()
         return BuiltCandidate(library, None, node_label())
@@ -70,8 +70,9 @@ class RayBuilder(PyBuilder):
     """Builds candidates as Ray tasks, at most `settings.build_workers` at a time, each of
     `settings.cpus_per_build` CPUs; the libraries land in `artifact_dir`."""
 
-    def __init__(self, artifact_dir: str, cross_compiler: str | None, settings: RayCompute,
-                 timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    def __init__(
+        self, artifact_dir: str, cross_compiler: str | None, settings: RayCompute, timeout_s: float = BUILD_TIMEOUT_S
+    ) -> None:
         super().__init__()
         self.artifact_dir = artifact_dir
         self.cross_compiler = cross_compiler
@@ -95,7 +96,9 @@ class RayBuilder(PyBuilder):
                 if deadline <= time.monotonic():
                     ray.cancel(ref, force=True)
                     del running[ref]
-                    results[index] = BuilderResult(None, f"RayBuilder: Timeout, killed after {self.timeout_s:g} seconds")
+                    results[index] = BuilderResult(
+                        None, f"RayBuilder: Timeout, killed after {self.timeout_s:g} seconds"
+                    )
         return results
 
     def close(self) -> None:
@@ -103,7 +106,8 @@ class RayBuilder(PyBuilder):
 
     def _submit(self, build_input: BuilderInput) -> ray.ObjectRef:
         return build_candidate.options(num_cpus=self.settings.cpus_per_build).remote(
-            tvm.ir.save_json(build_input.mod), build_input.target.export(), self.cross_compiler)
+            tvm.ir.save_json(build_input.mod), build_input.target.export(), self.cross_compiler
+        )
 
     def _result(self, ref: ray.ObjectRef) -> BuilderResult:
         try:

@@ -64,8 +64,10 @@ def connect_cluster(settings: RayCompute) -> None:
     try:
         ray.init(address=settings.address, logging_level=logging.WARNING, log_to_driver=True)
     except Exception as err:  # noqa: BLE001 -- Ray raises ConnectionError, RuntimeError, ValueError ...
-        raise TuneError(f"cannot join the Ray cluster at {settings.address} (compute.ray.address): {err}; "
-                        f"this host must be a node of the cluster (or use a ray://HOST:PORT client address)") from None
+        raise TuneError(
+            f"cannot join the Ray cluster at {settings.address} (compute.ray.address): {err}; "
+            f"this host must be a node of the cluster (or use a ray://HOST:PORT client address)"
+        ) from None
     _connected_to = settings.address
 
 
@@ -81,16 +83,21 @@ def _check_node(trackers: list[tuple[str, int]], token_path: str, token: str) ->
         try:
             socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
         except OSError as err:
-            return NodeCheck(builder.node_label(), f"cannot reach the tracker {host}:{port} ({err}); the class runs "
-                                                   f"measure through it")
+            return NodeCheck(
+                builder.node_label(),
+                f"cannot reach the tracker {host}:{port} ({err}); the class runs measure through it",
+            )
     try:
         seen = Path(token_path).read_text()
     except OSError:
         seen = None
     if seen != token:
-        return NodeCheck(builder.node_label(), f"does not see this host's workdir at {token_path.rsplit('/', 1)[0]}; "
-                                               f"class runs read the models and write the class databases there: "
-                                               f"mount it at the same path on every node")
+        return NodeCheck(
+            builder.node_label(),
+            f"does not see this host's workdir at {token_path.rsplit('/', 1)[0]}; "
+            f"class runs read the models and write the class databases there: "
+            f"mount it at the same path on every node",
+        )
     return NodeCheck(builder.node_label(), None)
 
 
@@ -98,8 +105,12 @@ def join(fleet: Fleet, classes: list[str]) -> None:
     """Connect to the cluster of `fleet.compute` and check its nodes for tuning `classes`."""
     connect_cluster(fleet.compute)
     nodes = check_nodes(fleet, classes)
-    log.info("Ray cluster %s: %d nodes (%s), each reaches the tracker and sees the workdir",
-             fleet.compute.address, len(nodes), ", ".join(nodes))
+    log.info(
+        "Ray cluster %s: %d nodes (%s), each reaches the tracker and sees the workdir",
+        fleet.compute.address,
+        len(nodes),
+        ", ".join(nodes),
+    )
 
 
 def check_nodes(fleet: Fleet, classes: list[str]) -> list[str]:
@@ -111,16 +122,22 @@ def check_nodes(fleet: Fleet, classes: list[str]) -> list[str]:
     largest = max(n["Resources"].get("CPU", 0.0) for n in nodes)
     for field, cpus in (("cpus_per_class", settings.cpus_per_class), ("cpus_per_build", settings.cpus_per_build)):
         if cpus > largest:
-            raise TuneError(f"compute.ray.{field} is {cpus:g} CPUs, but the largest node of the Ray cluster at "
-                            f"{settings.address} has {largest:g}: lower it, or add a larger node")
+            raise TuneError(
+                f"compute.ray.{field} is {cpus:g} CPUs, but the largest node of the Ray cluster at "
+                f"{settings.address} has {largest:g}: lower it, or add a larger node"
+            )
     trackers = sorted({(e.host, e.port) for e in (rpc_endpoint(fleet, c) for c in classes)})
     token = secrets.token_hex(16)
     token_path = fleet.workdir / WORKDIR_TOKEN
     token_path.parent.mkdir(parents=True, exist_ok=True)
     token_path.write_text(token)
     on = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-    refs = {n["NodeID"]: _check_node.options(scheduling_strategy=on(n["NodeID"], soft=False)).remote(
-        trackers, str(token_path), token) for n in nodes}
+    refs = {
+        n["NodeID"]: _check_node.options(scheduling_strategy=on(n["NodeID"], soft=False)).remote(
+            trackers, str(token_path), token
+        )
+        for n in nodes
+    }
     checks = [check for check in (_checked(node, ref) for node, ref in refs.items()) if check is not None]
     for check in checks:
         if check.problem:
@@ -186,8 +203,10 @@ def run_classes(fleet: Fleet, runs: Mapping[str, tuple], run: Callable[..., Any]
     class name -> what it returned, or a TuneError saying why it ended (its node lost, say); the
     others go on."""
     flag = _StopFlag.remote()
-    tasks = {name: _class_run.options(num_cpus=fleet.compute.cpus_per_class).remote(run, args, flag)
-             for name, args in runs.items()}
+    tasks = {
+        name: _class_run.options(num_cpus=fleet.compute.cpus_per_class).remote(run, args, flag)
+        for name, args in runs.items()
+    }
     _wait(list(tasks.values()), flag)
     return {name: _outcome(name, ref) for name, ref in tasks.items()}
 
@@ -213,8 +232,10 @@ def _outcome(name: str, ref) -> Any:
         result, placement = ray.get(ref)
     except ray.exceptions.RayError as err:
         log.error("[%s] its class run failed on the Ray cluster: %s", name, err)
-        return TuneError(f"its run on the Ray cluster ended ({type(err).__name__}: its node lost, or the run "
-                         f"cancelled); every trial measured so far is kept: re-run to resume")
+        return TuneError(
+            f"its run on the Ray cluster ended ({type(err).__name__}: its node lost, or the run "
+            f"cancelled); every trial measured so far is kept: re-run to resume"
+        )
     builds = ", ".join(f"{node}: {count}" for node, count in sorted(placement.builds.items())) or "none"
     log.info("[%s] searched on Ray node %s; candidates built per node: %s", name, placement.search_node, builds)
     return result

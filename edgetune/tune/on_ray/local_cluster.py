@@ -69,13 +69,19 @@ class LocalCluster:
 
 def run_job(fleet: str, extra: list[str]) -> int:
     """`edgetune tune-fleet` on a fresh local cluster; the cluster is stopped whatever happens."""
-    print(f"starting a local Ray cluster: a head ({HEAD_CPUS} CPU) and {len(WORKER_CPUS)} worker nodes "
-          f"({', '.join(map(str, WORKER_CPUS))} CPUs)", flush=True)
+    print(
+        f"starting a local Ray cluster: a head ({HEAD_CPUS} CPU) and {len(WORKER_CPUS)} worker nodes "
+        f"({', '.join(map(str, WORKER_CPUS))} CPUs)",
+        flush=True,
+    )
     with LocalCluster() as cluster:
         print(f"Ray cluster up at {cluster.address} in {cluster.start_s:.0f} s", flush=True)
-        job = subprocess.Popen([sys.executable, "-m", "edgetune", "tune-fleet", "-f", fleet, "--ray", cluster.address, *extra])
-        previous = {s: signal.signal(s, lambda signum, _frame: job.send_signal(signum))
-                    for s in (signal.SIGINT, signal.SIGTERM)}
+        job = subprocess.Popen(
+            [sys.executable, "-m", "edgetune", "tune-fleet", "-f", fleet, "--ray", cluster.address, *extra]
+        )
+        previous = {
+            s: signal.signal(s, lambda signum, _frame: job.send_signal(signum)) for s in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             return job.wait()
         finally:

@@ -37,16 +37,27 @@ def _shard(run: Callable[..., ShardOutcome], args: tuple, event, queue: Queue) -
     return replace(outcome, node=builder.node_label())
 
 
-def run_shards(fleet: Fleet, device_class: str, shards: Sequence[tuple], run: Callable[..., ShardOutcome],
-               commit: Callable[[list], None]) -> list[ShardOutcome | None]:
+def run_shards(
+    fleet: Fleet,
+    device_class: str,
+    shards: Sequence[tuple],
+    run: Callable[..., ShardOutcome],
+    commit: Callable[[list], None],
+) -> list[ShardOutcome | None]:
     """`run(*args, send)` for each shard's `args` at once, each a Ray task; every list of records
     a shard passes to `send` is handed to `commit` here, in the order it came. Returns each
     shard's outcome, None for a shard that did not come back."""
-    queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=False)})
+    queue = Queue(
+        actor_options={
+            "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        }
+    )
     try:
-        refs = [_shard.options(num_cpus=fleet.compute.cpus_per_class).remote(run, args, stop_event(), queue)
-                for args in shards]
+        refs = [
+            _shard.options(num_cpus=fleet.compute.cpus_per_class).remote(run, args, stop_event(), queue)
+            for args in shards
+        ]
         pending = refs
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
@@ -70,6 +81,13 @@ def _outcome(device_class: str, index: int, shards: int, ref: Any) -> ShardOutco
     except ray.exceptions.RayError as err:
         log.error("[%s] shard %d/%d of the search failed on the Ray cluster: %s", device_class, index + 1, shards, err)
         return None
-    log.info("[%s] shard %d/%d searched %d tasks on Ray node %s: %d trials", device_class, index + 1, shards,
-             len(outcome.ledgers), outcome.node, sum(ledger.spent for ledger in outcome.ledgers))
+    log.info(
+        "[%s] shard %d/%d searched %d tasks on Ray node %s: %d trials",
+        device_class,
+        index + 1,
+        shards,
+        len(outcome.ledgers),
+        outcome.node,
+        sum(ledger.spent for ledger in outcome.ledgers),
+    )
     return outcome

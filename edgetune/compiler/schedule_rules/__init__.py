@@ -1,1 +1,0 @@
-"""MetaSchedule schedule rules of edgetune, registered as TVM global functions when imported."""
