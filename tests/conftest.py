@@ -25,6 +25,7 @@ from support.fleet_marker import starts_fleet
 from support.quick_profiles import quick_profiles
 from support.quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)
 from support.sim_checks import running
+from support.sim_network import slot_network
 from support.worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,11 +124,7 @@ def write_fleet_yaml(directory: Path, slot: int) -> Path:
     path = directory / "fleet.yaml"
     path.write_text(
         FLEET_YAML.format(
-            slot=slot,
-            subnet=9 + slot,
-            port=9290 + 10 * slot,
-            port_end=9299 + 10 * slot,
-            deploy_port=8470 + slot,
+            **slot_network(slot),
             profiles=quick_profiles(directory / "device_profiles"),
             python=sys.executable,
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.sim_checks import running
+from support.sim_network import sim_fleet_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.aarch64
@@ -18,14 +19,7 @@ EM_AARCH64 = 183  # ELF e_machine
 BOARD = "arm-1"
 CLASS = "arm-emulated"
 
-FLEET_YAML = """\
-version: 1
-name: arm-t{slot}
-workdir: work
-sim: {{bridge: etune-t{slot}, host_address: 10.231.{subnet}.1/24}}
-trackers:
-  - {{name: host, bind_host: 10.231.{subnet}.1, public_address: 10.231.{subnet}.1, port: {port}, port_end: {port_end}}}
-ssh: {{user: root, key: work/sim/id_ed25519, known_hosts: work/known_hosts, connect_timeout_s: 5, command_timeout_s: 300}}
+FLEET_BODY = """\
 device_classes:
   - {{name: {klass}, profile: {repo}/device_profiles/aarch64-qemu.yaml}}
 boards:
@@ -46,15 +40,15 @@ def arm_fleet(tmp_path_factory, sim_slot):
     slot = sim_slot
     directory = tmp_path_factory.mktemp("arm-fleet")
     (directory / "fleet.yaml").write_text(
-        FLEET_YAML.format(
-            slot=slot,
-            subnet=9 + slot,
-            port=9290 + 10 * slot,
-            port_end=9299 + 10 * slot,
+        sim_fleet_yaml(
+            slot,
+            "arm",
+            FLEET_BODY,
+            connect_timeout_s=5,
+            command_timeout_s=300,
             repo=REPO,
             klass=CLASS,
             board=BOARD,
-            deploy_port=8470 + slot,
         )
     )
     with running(load_fleet(directory / "fleet.yaml"), register_timeout_s=240) as fleet:

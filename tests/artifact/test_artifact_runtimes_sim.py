@@ -17,6 +17,7 @@ from support.board_image import board_image
 from support.onnx_samples import conv_model
 from support.quick_profiles import quick_profiles
 from support.sim_checks import running
+from support.sim_network import sim_fleet_yaml
 
 from edgetune.artifact.measure import ONNXRUNTIME, OPENVINO, OnnxModel, compare_on_board, runtime_on_board
 from edgetune.artifact.release import build_artifacts
@@ -65,14 +66,7 @@ def test_a_runtime_answering_differently_from_the_reference_is_said_and_not_time
         ), caplog.text
 
 
-FLEET_YAML = """\
-version: 1
-name: bare-t{slot}
-workdir: work
-sim: {{bridge: etune-t{slot}, host_address: 10.231.{subnet}.1/24}}
-trackers:
-  - {{name: host, bind_host: 10.231.{subnet}.1, public_address: 10.231.{subnet}.1, port: {port}, port_end: {port_end}}}
-ssh: {{user: root, key: work/sim/id_ed25519, known_hosts: work/known_hosts, connect_timeout_s: 3, command_timeout_s: 60}}
+FLEET_BODY = """\
 device_classes:
   - {{name: gw-bare, profile: {profiles}/x86-64-v3.yaml}}
 boards:
@@ -94,11 +88,10 @@ def bare_build(sim_slot, tmp_path_factory):
     directory = tmp_path_factory.mktemp("bare-fleet")
     path = directory / "fleet.yaml"
     path.write_text(
-        FLEET_YAML.format(
-            slot=sim_slot,
-            subnet=9 + sim_slot,
-            port=9290 + 10 * sim_slot,
-            port_end=9299 + 10 * sim_slot,
+        sim_fleet_yaml(
+            sim_slot,
+            "bare",
+            FLEET_BODY,
             profiles=quick_profiles(directory / "device_profiles", ("x86-64-v3",)),
             python=board_image() / "bin" / "python",
             onnx=conv_model(directory / "conv.onnx").onnx,

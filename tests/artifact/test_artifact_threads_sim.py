@@ -10,6 +10,7 @@ import pytest
 import yaml
 from support.quick_profiles import quick_profiles
 from support.sim_checks import running
+from support.sim_network import sim_fleet_yaml
 
 from edgetune.artifact.release import build_artifacts
 from edgetune.artifact.store import ArtifactStore
@@ -19,14 +20,7 @@ from edgetune.fleet.on_board import RPC_SERVER_PID
 from edgetune.fleet.ssh import BoardSession
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
-FLEET_YAML = """\
-version: 1
-name: threads-t{slot}
-workdir: work
-sim: {{bridge: etune-t{slot}, host_address: 10.231.{subnet}.1/24}}
-trackers:
-  - {{name: host, bind_host: 10.231.{subnet}.1, public_address: 10.231.{subnet}.1, port: {port}, port_end: {port_end}}}
-ssh: {{user: root, key: work/sim/id_ed25519, known_hosts: work/known_hosts, connect_timeout_s: 3, command_timeout_s: 60}}
+FLEET_BODY = """\
 device_classes:
   - {{name: gw-two, profile: {profile}}}
 boards:
@@ -58,11 +52,10 @@ def two_thread_build(sim_slot, tmp_path_factory):
     directory = tmp_path_factory.mktemp("two-thread-fleet")
     path = directory / "fleet.yaml"
     path.write_text(
-        FLEET_YAML.format(
-            slot=sim_slot,
-            subnet=9 + sim_slot,
-            port=9290 + 10 * sim_slot,
-            port_end=9299 + 10 * sim_slot,
+        sim_fleet_yaml(
+            sim_slot,
+            "threads",
+            FLEET_BODY,
             profile=two_thread_profile(directory / "device_profiles"),
             python=sys.executable,
         )

@@ -13,6 +13,7 @@ import sys
 import pytest
 from support.quick_profiles import quick_profiles
 from support.sim_checks import running
+from support.sim_network import sim_fleet_yaml
 
 from edgetune.artifact.release import build_artifacts
 from edgetune.artifact.store import ArtifactStore
@@ -29,14 +30,7 @@ from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
 CLASS, POOL, TARGET = "gw", ("lab-1", "lab-2"), "field-1"
 
-FLEET_YAML = """\
-version: 1
-name: pool-t{slot}
-workdir: work
-sim: {{bridge: etune-t{slot}, host_address: 10.231.{subnet}.1/24}}
-trackers:
-  - {{name: host, bind_host: 10.231.{subnet}.1, public_address: 10.231.{subnet}.1, port: {port}, port_end: {port_end}}}
-ssh: {{user: root, key: work/sim/id_ed25519, known_hosts: work/known_hosts, connect_timeout_s: 3, command_timeout_s: 60}}
+FLEET_BODY = """\
 device_classes:
   - {{name: {klass}, profile: {profiles}/x86-64-v3.yaml, tuning_pool: [role=lab]}}
 boards:
@@ -63,11 +57,10 @@ def pooled(sim_slot, tmp_path_factory):
     directory = tmp_path_factory.mktemp("pool-fleet")
     path = directory / "fleet.yaml"
     path.write_text(
-        FLEET_YAML.format(
-            slot=sim_slot,
-            subnet=9 + sim_slot,
-            port=9290 + 10 * sim_slot,
-            port_end=9299 + 10 * sim_slot,
+        sim_fleet_yaml(
+            sim_slot,
+            "pool",
+            FLEET_BODY,
             klass=CLASS,
             profiles=quick_profiles(directory / "device_profiles", ("x86-64-v3",)),
             python=sys.executable,
