@@ -2,7 +2,8 @@
 device class's target, before and after tuning. It needs nothing of the fleet: the tuning run
 (`edgetune.tune`), the artifact release and the regression checks all compile through it.
 
-- `models`: the inventory's models (ONNX or built-in) as Relax modules, reference input/output;
+- `models`: the inventory's models (ONNX or built-in) as Relax modules (`import_pipeline`: the
+  passes from the frontend's module to the model's), reference input/output;
 - `prepare`: `edgetune_pipeline`, the pass pipeline from an imported module to the one tuning
   and building share, and the build of that module with a database;
 - `relax`: the Relax graph rewrites (layout, integer arithmetic, Winograd, channel padding,
@@ -23,6 +24,7 @@ import importlib
 
 _PUBLIC = {
     "entry_function": "models",
+    "import_pipeline": "models",
     "load_model": "models",
     "reference_inputs": "models",
     "reference_outputs": "models",

@@ -1,7 +1,8 @@
 """The models of the inventory as Relax modules with bound weights, and their reference I/O.
 
-`load_model` is the one entry point for tuning and building (`import_model` also says which
-layout `layout: auto` chose and why, `model_layouts` only that); `reference_inputs` makes the
+`load_model` is the one entry point for tuning and building: the frontend's module through
+`import_pipeline`, the named passes of edgetune's import-time rewrites (`import_model` also says
+which layout `layout: auto` chose and why, `model_layouts` only that); `reference_inputs` makes the
 input every later step (artifact check, regression) feeds (`reference_values`), and `reference_outputs`
 computes what the model must answer to it: onnxruntime for ONNX models, and for built-in
 models an untuned host build of the unoptimized module (plain loops, no tuning involved);
@@ -20,20 +21,27 @@ from tvm import relax
 from edgetune.artifact_format.manifest import Interface, TensorSpec
 from edgetune.compiler.models.builtin import load_builtin
 from edgetune.compiler.models.onnx_import import (
+    group_dequantized_weights,
     load_onnx,
     onnx_reference_outputs,
     onnx_rounding_spread,
 )
 from edgetune.compiler.models.reference_values import reference_inputs
-from edgetune.compiler.relax.integer import integer_convolutions
-from edgetune.compiler.relax.layout import LayoutChoice, choose_layout, convert_layout
+from edgetune.compiler.relax.integer import (
+    byte_tables,
+    element_wise_quantization,
+    integer_convolutions,
+    quantized_moves,
+)
+from edgetune.compiler.relax.layout import LayoutChoice, choose_layout, convert_model_layout
 from edgetune.errors import TuneError
-from edgetune.inventory.schema import Model
+from edgetune.inventory.schema import QUANTIZED_WEIGHTS, Model
 
 __all__ = [
     "ImportedModel",
     "entry_function",
     "import_model",
+    "import_pipeline",
     "load_model",
     "model_interface",
     "model_layouts",
@@ -41,6 +49,9 @@ __all__ = [
     "reference_outputs",
     "rounding_spread",
 ]
+
+
+IMPORT_PIPELINE = "ImportPipeline"
 
 
 @dataclass(frozen=True)
@@ -62,8 +73,27 @@ def import_model(model: Model) -> ImportedModel:
     model, so tuning and building compile the same kernels)."""
     source = _import_source(model)
     layout = choose_layout(model, lambda: source)
-    mod = convert_layout(source, layout.layout)
-    return ImportedModel(integer_convolutions(mod) if model.quantized_weights == "integer" else mod, layout)
+    return ImportedModel(import_pipeline(layout.layout, model.quantized_weights)(source), layout)
+
+
+def import_pipeline(layout: str, quantized_weights: str) -> tvm.transform.Sequential:
+    """The rewrites from a model as its frontend imports it to the module `load_model` gives, as
+    one `tvm.transform.Sequential` of named module passes: for `quantized_weights` "keep", the
+    dequantized constant weights grouped with their consumers; for "integer", quantized moves
+    and the activations' quantization as element-wise operators; the convolutions converted to
+    `layout` (NCHW or NHWC); for "integer", then the integer convolutions and byte tables."""
+    if quantized_weights not in QUANTIZED_WEIGHTS:
+        raise ValueError(
+            f"import_pipeline: quantized_weights {quantized_weights!r} is not one of {', '.join(QUANTIZED_WEIGHTS)}"
+        )
+    integer = quantized_weights == "integer"
+    steps = [
+        *([group_dequantized_weights] if quantized_weights == "keep" else []),
+        *([quantized_moves, element_wise_quantization] if integer else []),
+        convert_model_layout(layout),
+        *([integer_convolutions, byte_tables] if integer else []),
+    ]
+    return tvm.transform.Sequential(steps, name=IMPORT_PIPELINE)
 
 
 def model_layouts(models: Sequence[Model]) -> dict[str, LayoutChoice]:

@@ -1,8 +1,9 @@
 """ONNX import: bake fixed inputs in, freeze the inventory's input shapes, let onnxruntime fold
 the shape arithmetic, check the result against the original, then import with TVM's Relax ONNX
-frontend, keeping int8 weights int8 (each dequantize of a constant grouped with the matmul or
-convolution it feeds). Every error names the model, and where it is about an input, the input
-and its values. docs/compiler.md says why each step is there.
+frontend. `group_dequantized_weights`, a pass of the import pipeline, keeps int8 weights int8
+(each dequantize of a constant grouped with the matmul or convolution it feeds). Every error
+names the model, and where it is about an input, the input and its values. docs/compiler.md
+says why each step is there.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from edgetune.compiler.models.reference_values import (
     reference_inputs,
     values_description,
 )
-from edgetune.compiler.relax.integer import quantization_as_element_wise
 from edgetune.errors import EdgetuneError, TuneError
 from edgetune.inventory.schema import Model
 
@@ -50,12 +50,9 @@ def load_onnx(model: Model) -> tvm.IRModule:
     shapes = {inp.name: list(inp.shape) for inp in model.fed_inputs}
     dtypes = {inp.name: inp.dtype for inp in model.fed_inputs}
     try:
-        mod = from_onnx(preprocessed, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+        return from_onnx(preprocessed, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:  # the frontend raises many kinds; all mean "cannot import"
         raise TuneError(f"model {model.name!r} ({model.onnx}): TVM's ONNX frontend failed: {error_line(err)}") from err
-    if model.quantized_weights == "integer":
-        return quantization_as_element_wise(mod)
-    return group_dequantized_weights(mod) if model.quantized_weights == "keep" else mod
 
 
 def error_line(err: BaseException) -> str:
@@ -113,9 +110,11 @@ def onnx_rounding_spread(model: Model, inputs: dict[str, np.ndarray]) -> float:
     return max(float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0)) for a, b in zip(fused, defined))
 
 
-def group_dequantized_weights(mod: tvm.IRModule) -> tvm.IRModule:
-    """Each `dequantize(constant)` (transposed or not) with the matmul or convolution it feeds,
-    as one function taking the int8 constant as an argument: one kernel after fusion."""
+@tvm.transform.module_pass(opt_level=0, name="GroupDequantizedWeights")
+def group_dequantized_weights(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """The import pipeline's pass for `quantized_weights: keep`: each `dequantize(constant)`
+    (transposed or not) with the matmul or convolution it feeds, as one function taking the int8
+    constant as an argument: one kernel after fusion."""
     weight = is_op("relax.dequantize")(is_const(), is_const(), is_const())
     weight = weight | is_op("relax.permute_dims")(weight)
     patterns = [(f"dequantize_{op}", is_op(f"relax.{op}")(wildcard(), weight)) for op in WEIGHT_CONSUMERS]

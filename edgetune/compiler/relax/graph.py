@@ -70,6 +70,12 @@ def rewrite_module(mutator: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRMod
     return relax.transform.DeadCodeElimination()(mutator.builder_.get())
 
 
+def rewrite_module_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
+    """A module pass named `name` that rewrites a module with `rewrite_module`, `mutator` made on
+    the module (so that it may add functions through its builder)."""
+    return tvm.transform.module_pass(lambda mod, _ctx: rewrite_module(mutator(mod), mod), opt_level=0, name=name)
+
+
 def rewrite_calls(rewrite: Callable[[relax.Call], relax.Expr | None], name: str) -> tvm.transform.Pass:
     """A pass that replaces each call, its arguments rewritten first, with what `rewrite` makes
     of it (None: the call stays)."""

@@ -1,12 +1,13 @@
-"""Integer arithmetic for quantized models (`models[].quantized_weights: integer`).
+"""Integer arithmetic for quantized models (`models[].quantized_weights: integer`), as passes of
+the import pipeline (edgetune.compiler.models.import_pipeline).
 
-`quantization_as_element_wise` (before the layout conversion) moves the integers themselves
-where a quantized tensor only moves, and writes the per-tensor quantize / dequantize of
-activations as the element-wise operators they compute. `integer_convolutions` (after the
-conversion to NHWC) computes each QDQ convolution with groups 1 as one uint8 x int8 -> int32
+Before the layout conversion, `quantized_moves` moves the integers themselves where a quantized
+tensor only moves and `element_wise_quantization` writes the per-tensor quantize / dequantize of
+activations as the element-wise operators they compute. After the conversion to NHWC,
+`integer_convolutions` computes each QDQ convolution with groups 1 as one uint8 x int8 -> int32
 kernel, its weight packed for AVX-512 VNNI (edgetune.compiler.tir.integer schedules it), then
-its zero-point correction and scale, and looks a byte computed from one byte up in a table.
-docs/compiler.md has the arithmetic.
+its zero-point correction and scale, and `byte_tables` looks a byte computed from one byte up
+in a table. docs/compiler.md has the arithmetic.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from edgetune.compiler.relax.graph import (
     constant_weight,
     is_call,
     is_constant,
-    rewrite_module,
+    rewrite_module_with,
     rewrite_with,
     static_shape,
 )
@@ -31,20 +32,6 @@ INTEGER_LANES = 16  # int32 accumulators per VNNI instruction: output channels c
 DOT_INPUTS = 4  # uint8 x int8 products summed per lane: input channels come in 4s
 INTEGER_KERNEL = "integer_conv"  # name of the packed kernel (and of its tuning task)
 _TO_NHWC = [0, 2, 3, 1]  # ConvertLayout's transpose of NCHW data and OIHW weights
-
-
-def quantization_as_element_wise(mod: tvm.IRModule) -> tvm.IRModule:
-    """Before the layout conversion: integers moved where a quantized tensor only moves, then
-    per-tensor quantize and dequantize of activations as element-wise operators."""
-    return _element_wise_quantization(rewrite_module(_QuantizedMoves(mod), mod))
-
-
-def integer_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
-    """After the conversion to NHWC: each convolution of dequantized uint8 activations by
-    dequantized int8 weights (groups 1) as one integer kernel, its correction and its scale;
-    then each costly function of one byte as a table (`_ByteTables`)."""
-    integer = rewrite_module(_IntegerConvolutions(mod), mod)
-    return rewrite_module(_ByteTables(integer), integer)
 
 
 def _scalar(expr: relax.Expr) -> float | int | None:
@@ -420,4 +407,12 @@ class _Geometry:
         )
 
 
-_element_wise_quantization = rewrite_with(_ElementWiseQuantization, "ElementWiseQuantization")
+# Before the layout conversion: integers moved where a quantized tensor only moves, then the
+# per-tensor quantize and dequantize of activations as element-wise operators.
+quantized_moves = rewrite_module_with(_QuantizedMoves, "QuantizedMoves")
+element_wise_quantization = rewrite_with(_ElementWiseQuantization, "ElementWiseQuantization")
+# After the conversion to NHWC: each convolution of dequantized uint8 activations by dequantized
+# int8 weights (groups 1) as one integer kernel, its correction and its scale; then each costly
+# function of one byte as a table.
+integer_convolutions = rewrite_module_with(_IntegerConvolutions, "IntegerConvolutions")
+byte_tables = rewrite_module_with(_ByteTables, "ByteTables")

@@ -1,10 +1,11 @@
 """The layout a model's convolutions are compiled in (`models[].layout`: NCHW, NHWC or auto).
 
-`convert_layout` puts the convolutions in NHWC (OHWI weights, one transpose at each end of the
-model), first rewriting what TVM's ConvertLayout would wrap in transpose pairs or stop at (clips,
-ONNX Max/Min, constants of lower rank), dense layers as pointwise convolutions and 1-d
-convolutions as rows, so that the micro-kernel rules (edgetune.compiler.tir) take them.
-`choose_layout` resolves `auto` from the imported graph alone. docs/compiler.md has the design.
+`convert_model_layout("NHWC")`, a pass of the import pipeline, puts the convolutions in NHWC
+(OHWI weights, one transpose at each end of the model), first rewriting what TVM's ConvertLayout
+would wrap in transpose pairs or stop at (clips, ONNX Max/Min, constants of lower rank), dense
+layers as pointwise convolutions and 1-d convolutions as rows, so that the micro-kernel rules
+(edgetune.compiler.tir) take them. `choose_layout` resolves `auto` from the imported graph
+alone. docs/compiler.md has the design.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from edgetune.compiler.tir.common import MIN_LANES, row_tiles
 from edgetune.inventory.schema import Model
 
 PADDED_CHANNELS = 16  # float32 lanes of an AVX-512 register: the widest the rules tile
+MODEL_LAYOUTS = ("NCHW", "NHWC")  # what `choose_layout` resolves a model's layout to
 # Transposed convolutions stay NCHW: Relax legalizes them in no other layout (TVM 0.27).
 NHWC_CONVOLUTIONS = {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
 
@@ -176,22 +178,21 @@ def _convolution(call: relax.Call) -> _Layer:
     return _Layer(kind, 2 * math.prod(out) * kernel["I"] * kernel["H"] * kernel["W"], fits, winograd)
 
 
-def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
-    """`mod` with its convolutions in `layout` (NCHW or NHWC: `choose_layout` resolves auto);
-    NCHW leaves it as it is."""
-    if layout == "NCHW":
-        return mod
-    return tvm.transform.Sequential(
-        [
-            _to_relax_min_max,
-            relax.transform.DeadCodeElimination(),  # the stacks left unused
-            _constants_layout_can_follow,
-            _dense_layers_as_pointwise,
-            _rows_along_width,
-            relax.transform.ConvertLayout(NHWC_CONVOLUTIONS),
-            relax.transform.CanonicalizeBindings(),
-        ]
-    )(mod)
+def convert_model_layout(layout: str) -> tvm.transform.Sequential:
+    """The pass `ConvertModelLayout` that puts a module's convolutions in `layout` (NCHW or NHWC:
+    `choose_layout` resolves auto); for NCHW it has no steps and leaves the module as it is."""
+    if layout not in MODEL_LAYOUTS:
+        raise ValueError(f"convert_model_layout: layout {layout!r} is not one of {', '.join(MODEL_LAYOUTS)}")
+    nhwc = [
+        _to_relax_min_max,
+        relax.transform.DeadCodeElimination(),  # the stacks left unused
+        _constants_layout_can_follow,
+        _dense_layers_as_pointwise,
+        _rows_along_width,
+        relax.transform.ConvertLayout(NHWC_CONVOLUTIONS),
+        relax.transform.CanonicalizeBindings(),
+    ]
+    return tvm.transform.Sequential(nhwc if layout == "NHWC" else [], name="ConvertModelLayout")
 
 
 @relax.expr_functor.mutator
