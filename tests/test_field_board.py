@@ -149,7 +149,7 @@ def test_the_preflight_probe_reads_the_boards_cpu_and_names_the_profile_of_a_zen
     from edgetune.fleet import on_board as probes
 
     with BoardSession(field.fleet.board("field-1")) as session:
-        facts = probes.probe(session, field.fleet, import_runtime=True)
+        facts = probes.probe(session, field.fleet, preflight=True)
     cpu = host_cpu()
     assert (facts.cpu_vendor, facts.cpu_family, set(facts.cpu_flags)) == (
         cpu["vendor_id"],

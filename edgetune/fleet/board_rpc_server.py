@@ -36,11 +36,10 @@ import socket
 import sys
 import time
 
-from tvm import rpc
-
 CHECK_PERIOD_S = 5.0
 TRACKER_CONNECT_TIMEOUT_S = 5.0
 UNREACHABLE = 3  # the exit status when the tracker cannot be reached
+SERVING = "serves, registering with"  # in the log once the server listens (`on_board.start_server` waits for it)
 MISSING_CHECKS = 2  # a reconnecting server is away for milliseconds, a dead one for good
 
 log = logging.getLogger("edgetune.board_rpc_server")
@@ -48,6 +47,8 @@ log = logging.getLogger("edgetune.board_rpc_server")
 
 def registered(tracker: tuple[str, int], key: str, address: tuple[str, int]) -> bool | None:
     """Whether the tracker lists a server of `key` at `address`; None if it cannot be asked."""
+    from tvm import rpc
+
     try:
         session = rpc.connect_tracker(*tracker)
         try:
@@ -200,6 +201,8 @@ def tracker_problem(tracker: tuple[str, int]) -> str | None:
 
 
 def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
+    from tvm import rpc  # here, not above: `--check-only` needs nothing of TVM (seconds to import on a board)
+
     while True:
         server = rpc.Server(
             args.host,
@@ -210,7 +213,7 @@ def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
             custom_addr=args.custom_addr,
             server_init_callback=register_runtimes,
         )
-        log.info("rpc_server on %s:%d registers with %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
+        log.info(f"rpc_server on %s:%d {SERVING} %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
         wait_until_dropped(tracker, args.key, (args.custom_addr, server.port))
         log.warning(
             "the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",

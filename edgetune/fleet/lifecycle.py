@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import tvm
 
@@ -47,27 +49,40 @@ log = logging.getLogger(__name__)
 
 def fleet_up(fleet: Fleet, register_timeout_s: float = REGISTER_TIMEOUT_S) -> GroupResult[BoardRecord]:
     """Start what is missing (trackers, rpc_servers of the tuning pools' boards) and wait until
-    every pool board is registered; stop what is recorded on a board outside its pool."""
+    every pool board is registered; stop what is recorded on a board outside its pool. The
+    trackers start while the boards are checked and get their bundles, which needs no tracker."""
     pool = [board for board in fleet.boards if fleet.in_pool(board)]
     state = load_fleet_state(fleet)
-    trackers = _ensure_trackers(fleet, state)
-    state = FleetState(trackers, state.boards)
-    save_fleet_state(fleet, state)
-    retired = _retire_targets(fleet, state)
-    summaries = {name: query_tracker(record) for name, record in trackers.items()}
     clashes = _address_clashes(pool)
+    with ThreadPoolExecutor(max_workers=1) as background:
+        hosted = background.submit(_trackers_up, fleet, state)
+        retired = _retire_targets(fleet, state)
 
-    def bring_up(board: Board) -> tuple[BoardRecord, bool]:
-        if board.name in clashes:
-            raise FleetError(clashes[board.name])
-        return _bring_up(fleet, board, trackers[board.tracker], summaries[board.tracker], state.boards.get(board.name))
+        def bring_up(board: Board) -> tuple[BoardRecord, bool]:
+            if board.name in clashes:
+                raise FleetError(clashes[board.name])
 
-    started = for_each_board(pool, bring_up)
+            def tracker() -> tuple[TrackerRecord, TrackerSummary]:
+                trackers, summaries = hosted.result()
+                return trackers[board.tracker], summaries[board.tracker]
+
+            return _bring_up(fleet, board, tracker, state.boards.get(board.name))
+
+        started = for_each_board(pool, bring_up)
+        trackers, _ = hosted.result()
     running = {name: record for name, (record, _) in started.succeeded.items()}
     kept = {name: record for name, record in state.boards.items() if name not in retired.succeeded}
     save_fleet_state(fleet, FleetState(trackers, {**kept, **running}))
     online = _await_registration(fleet, trackers, started, register_timeout_s)
     return GroupResult(online.succeeded, {**online.failed, **retired.failed})
+
+
+def _trackers_up(fleet: Fleet, state: FleetState) -> tuple[dict[str, TrackerRecord], dict[str, TrackerSummary]]:
+    """Each tracker's record (started where the recorded one is dead, and recorded at once) and
+    what it lists now."""
+    trackers = _ensure_trackers(fleet, state)
+    save_fleet_state(fleet, FleetState(trackers, state.boards))
+    return trackers, {name: query_tracker(record) for name, record in trackers.items()}
 
 
 def _retire_targets(fleet: Fleet, state: FleetState) -> GroupResult[bool]:
@@ -125,20 +140,25 @@ def _ensure_trackers(fleet: Fleet, state: FleetState) -> dict[str, TrackerRecord
 
 
 def _bring_up(
-    fleet: Fleet, board: Board, tracker: TrackerRecord, summary: TrackerSummary, previous: BoardRecord | None
+    fleet: Fleet,
+    board: Board,
+    tracker_of: Callable[[], tuple[TrackerRecord, TrackerSummary]],
+    previous: BoardRecord | None,
 ) -> tuple[BoardRecord, bool]:
-    """Preflight the board, deliver the agent's bundle where the board's copy differs, and start
-    its rpc_server (behind its SSH transport's keeper where it has one) unless the recorded one
-    is fine. Returns the board's record and whether a server was started."""
+    """Preflight the board, deliver the agent's bundle where the board's copy differs, then, once
+    its tracker is up (`tracker_of`), start its rpc_server (behind its SSH transport's keeper
+    where it has one) unless the recorded one is fine. Returns the board's record and whether a
+    server was started."""
     profile = fleet.device_class(board.device_class).profile
     tunnelled = uses_ssh_transport(board)
     with BoardSession(board) as session:
-        facts = on_board.probe(session, fleet, import_runtime=True)
+        facts = on_board.probe(session, fleet, preflight=True)
         on_board.check_ready(board, facts, tvm.__version__, profile.target)
         advice = on_board.datapath_advice(board, profile.target, facts)
         if advice:
             log.warning(advice)
         ensure_bundle(session)
+        tracker, summary = tracker_of()
         if _still_serving(session, tracker, summary, previous, tunnelled):
             pid, place, tunnel = previous.pid, None, previous.tunnel
         else:

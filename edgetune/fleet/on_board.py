@@ -21,6 +21,7 @@ import tvm
 from tvm.target.codegen import llvm_get_cpu_features
 
 from edgetune.compiler.tir.common import HALF_WIDTH_DATAPATH_CPUS
+from edgetune.fleet.board_rpc_server import SERVING
 from edgetune.fleet.errors import BoardNotReady
 from edgetune.fleet.sim import sim_firmware_file_on_board
 from edgetune.fleet.ssh import BoardSession, tail
@@ -77,20 +78,22 @@ X86_INSTRUCTION_SETS = frozenset(
 # (with the avx512f flag: family 25's Zen 3 has none): what to call them, and LLVM's name.
 HALF_WIDTH_AVX512_CPUS = {("AuthenticAMD", "25"): ("AMD Zen 4", "znver4")}
 STOP_GRACE_TENTHS = 30  # SIGTERM, then SIGKILL after 3 s
+START_WAIT_S = 30.0  # the most `start_server` waits for the rpc_server to serve
+_EXITED = 4  # the start command's status when the rpc_server exited as it started
 
-# Prints the board's facts as JSON. With IMPORT=1 it imports the TVM runtime (the preflight
-# check, seconds on a slow board) and looks for the other modules a board needs; otherwise
-# the installed TVM's version is enough.
+# Prints the board's facts as JSON: Python, the installed TVM's version (imported only where no
+# package metadata names it: a build from source), free space; for the preflight (argument 1)
+# also the modules a board needs that are missing and the CPU. TVM is not imported otherwise:
+# that takes seconds on a small board, and the rpc_server `start_server` waits for imports it.
 _PROBE = """\
 import importlib.util, json, platform, shutil, sys
 
 def tvm_version():
-    if sys.argv[1] == "0":
-        try:
-            from importlib.metadata import version
-            return version("apache-tvm")
-        except Exception:
-            pass  # built from source: no package metadata
+    try:
+        from importlib.metadata import version
+        return version("apache-tvm")
+    except Exception:
+        pass  # built from source: no package metadata
     import tvm, tvm.runtime
     return tvm.__version__
 
@@ -143,12 +146,12 @@ def read_firmware(session: BoardSession, fleet: Fleet) -> str:
     return session.run(firmware_command(fleet, session.board), check=False).stdout.strip()
 
 
-def probe(session: BoardSession, fleet: Fleet, import_runtime: bool) -> BoardFacts:
-    """The board's Python, TVM, free disk in its workdir, and firmware fingerprint.
-    `import_runtime` proves the TVM runtime imports (preflight) instead of reading its version."""
+def probe(session: BoardSession, fleet: Fleet, preflight: bool) -> BoardFacts:
+    """The board's Python, TVM, free disk in its workdir, and firmware fingerprint; for the
+    `preflight` also the modules it lacks and its CPU."""
     board = session.board
     workdir = shlex.quote(board.workdir)
-    script = shlex.join([board.python, "-I", "-c", _PROBE, str(int(import_runtime)), *BOARD_MODULES])
+    script = shlex.join([board.python, "-I", "-c", _PROBE, str(int(preflight)), *BOARD_MODULES])
     command = f"mkdir -p {workdir} && cd {workdir} && {script}"
     facts = json.loads(session.run(command).stdout.strip().splitlines()[-1])
     return BoardFacts(
@@ -305,7 +308,9 @@ def free_loopback_port(session: BoardSession) -> int:
 
 def start_server(session: BoardSession, place: ServerPlace, key: str, threads: int, tunnelled: bool) -> int:
     """Upload board_rpc_server.py, check that it reaches the tracker, start it detached
-    (`setsid nohup ... &`) and return its PID (= its group)."""
+    (`setsid nohup ... &`) and return its PID (= its group) once it serves (or after
+    START_WAIT_S still importing: its registration is awaited then). A server that exits as it
+    starts (a TVM that does not import) is a BoardNotReady naming the end of its log."""
     board = session.board
     script = f"{board.workdir}/{RPC_SERVER_SCRIPT}"
     session.put_file(script, resources.files("edgetune.fleet").joinpath("board_rpc_server.py").read_bytes())
@@ -329,12 +334,23 @@ def start_server(session: BoardSession, place: ServerPlace, key: str, threads: i
     if checked.exit_status != 0:
         hint = "is the SSH transport's keeper running?" if tunnelled else "use `ssh: {transport: ssh}` for this board"
         raise BoardNotReady(f"{board.name}: {tail(checked.stderr, 1) or 'the rpc_server did not start'}; {hint}")
+    tenths = int(10 * min(START_WAIT_S, 0.8 * board.ssh.command_timeout_s))
     command = (
         f"cd {shlex.quote(board.workdir)}; "
         f"TVM_NUM_THREADS={threads} setsid nohup {shlex.join(argv)} >{RPC_SERVER_LOG} 2>&1 </dev/null & "
-        f"echo $! >{RPC_SERVER_PID}; cat {RPC_SERVER_PID}"
+        f"pid=$!; echo $pid >{RPC_SERVER_PID}; echo $pid; "
+        f"for i in $(seq {tenths}); do grep -qF {shlex.quote(SERVING)} {RPC_SERVER_LOG} && exit 0; "
+        f"kill -0 $pid 2>/dev/null || {{ tail -n 5 {RPC_SERVER_LOG} >&2; exit {_EXITED}; }}; sleep 0.1; done"
     )
-    return int(session.run(command).stdout.strip())
+    started = session.run(command, check=False)
+    if started.exit_status == _EXITED:
+        raise BoardNotReady(
+            f"{board.name}: its rpc_server exited as it started; {board.workdir}/{RPC_SERVER_LOG} ends with:\n"
+            f"{started.stderr.strip()}"
+        )
+    if started.exit_status != 0 or not started.stdout.split():
+        raise BoardNotReady(f"{board.name}: the rpc_server did not start: {tail(started.stderr, 3)}")
+    return int(started.stdout.split()[0])
 
 
 def stop_leftover_server(session: BoardSession) -> bool:

@@ -125,7 +125,7 @@ def _board_status(fleet: Fleet, board: Board, record: BoardRecord | None, regist
         except EdgetuneError as err:
             return replace(status, error=str(err))
         try:
-            facts = on_board.probe(session, fleet, import_runtime=False)
+            facts = on_board.probe(session, fleet, preflight=False)
             running = on_board.server_running(session, record.pid) if record else False
         except EdgetuneError as err:
             return replace(status, reachable=True, error=str(err))

@@ -7,11 +7,13 @@ fleet before it ends, so the fixture stays usable by later test files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +127,32 @@ def test_killed_rpc_server_is_reported_and_only_it_is_restarted(sim_fleet):
     assert {n: r.pid for n, r in after.items() if n != "fast-2"} == {
         n: r.pid for n, r in before.items() if n != "fast-2"
     }
+    assert statuses(sim_fleet)["fast-2"].registered
+
+
+def test_a_board_whose_tvm_does_not_import_fails_at_once_naming_its_log(sim_fleet):
+    """TVM installed (its version read from the package) but broken: `fleet up` does not wait for a
+    registration that cannot come; it names what the rpc_server's log ends with."""
+    board = sim_fleet.board("fast-2")
+    broken = Path(board.workdir) / "broken-site"
+    (broken / "tvm").mkdir(parents=True, exist_ok=True)
+    (broken / "tvm" / "__init__.py").write_text("raise ImportError('libtvm_runtime.so: cannot open shared object')\n")
+    python = Path(board.workdir) / "python-with-a-broken-tvm"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={broken} exec {board.python} "$@"\n')
+    python.chmod(0o755)
+    broken_fleet = sim_fleet.replace(
+        boards=tuple(dataclasses.replace(b, python=str(python)) if b.name == "fast-2" else b for b in sim_fleet.boards)
+    )
+    os.killpg(load_fleet_state(sim_fleet).boards["fast-2"].pid, signal.SIGKILL)
+    try:
+        started = time.monotonic()
+        result = fleet_up(broken_fleet)
+        assert time.monotonic() - started < 30
+        assert set(result.failed) == {"fast-2"}, result.failed
+        assert "its rpc_server exited as it started" in result.failed["fast-2"]
+        assert "libtvm_runtime.so: cannot open shared object" in result.failed["fast-2"]
+    finally:
+        assert fleet_up(sim_fleet).ok
     assert statuses(sim_fleet)["fast-2"].registered
 
 
