@@ -17,7 +17,9 @@ For each pair (`plan_builds`, pure), `build_pair`:
    where the model is an ONNX file and a board's Python has onnxruntime or OpenVINO, each runs
    that file on the board in the same rounds once its outputs match the reference: recorded in
    the manifest (the build against the runtimes the board would otherwise run; "vs best
-   runtime" against the faster of them), never a reason to refuse;
+   runtime" against the faster of them), never a reason to refuse; the table also says when the
+   class run's estimate of the model crossed the faster runtime's time ("parity", from the
+   tuning report the artifact ships: `tune.report.parity_point`);
 4. gates (`gate_refusal`): the tuned build must be faster than the untuned one beyond noise
    on every pool board (the bootstrap interval of untuned / tuned lies above `GATE_MIN_SPEEDUP`,
    `timing_stats.ratio_of_medians`); a build that is not is refused, nothing is stored;
@@ -49,16 +51,9 @@ from tabulate import tabulate
 
 from edgetune import __version__
 from edgetune.artifact import tuning_inputs
-from edgetune.artifact.measure import (
-    ONNXRUNTIME,
-    OPENVINO,
-    RUNTIMES,
-    OnnxModel,
-    RunResult,
-    firmware_fingerprint,
-    run_on_boards,
-)
+from edgetune.artifact.measure import RunResult, firmware_fingerprint, run_on_boards
 from edgetune.artifact.store import ArtifactStore, Staging
+from edgetune.artifact.tuning_inputs import SUMMARY_NAME
 from edgetune.artifact_format.codec import canonical_bytes, sha256_hex
 from edgetune.artifact_format.files import tree_digest
 from edgetune.artifact_format.manifest import (
@@ -102,12 +97,14 @@ from edgetune.compiler.prepare import (
     prepare,
 )
 from edgetune.compiler.target import build_target, missing_cross_compiler
-from edgetune.errors import ArtifactError, EdgetuneError
+from edgetune.errors import ArtifactError, EdgetuneError, TuneError
+from edgetune.fleet.board_runtimes import ONNXRUNTIME, OPENVINO, RUNTIMES, OnnxModel
 from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import DeviceClass, DeviceProfile, Fleet, Model
 from edgetune.tune.candidate_builder import SharedLibraryExport
 from edgetune.tune.database import ClassDatabasePaths
 from edgetune.tune.native_log import NATIVE_LOG, native_warnings_to
+from edgetune.tune.report import read_summary
 
 # The least speed-up (untuned / tuned, lower interval bound) a tuned build must show on every
 # board. Not 1: two loads of the very same library differed by up to 4 % on the simulated
@@ -145,6 +142,7 @@ class BuildOutcome:
     error: str | None = None
     layout: str | None = None  # the layout the model was compiled in and why ('NHWC: ...')
     threads: str = ""  # TVM's threads on the boards it was timed on ("2"; "1, 2" where boards differ)
+    parity: str = ""  # the tuning report's time to parity ("trial 12, 3.1 min vs openvino", "not yet", ...)
 
     @property
     def speedup(self) -> float | None:
@@ -152,8 +150,16 @@ class BuildOutcome:
 
     @classmethod
     def from_manifest(
-        cls, status: str, manifest: Manifest, path: Path | None, error: str | None = None, layout: str | None = None
+        cls,
+        status: str,
+        manifest: Manifest,
+        path: Path | None,
+        error: str | None = None,
+        layout: str | None = None,
+        parity: str | None = None,
     ) -> BuildOutcome:
+        """The outcome of a measured build; `parity` None: that of the tuning report the stored
+        artifact at `path` ships ("" without one)."""
         hits = manifest.record_hits
         speedups = board_speedups(manifest.boards)
         return cls(
@@ -176,6 +182,7 @@ class BuildOutcome:
             error=error,
             layout=layout,
             threads=timed_threads(manifest.boards),
+            parity=time_to_parity(path / REPORT_DIR) if parity is None and path is not None else parity or "",
         )
 
 
@@ -189,8 +196,9 @@ class BuildReport:
 
     def table(self) -> str:
         """model x class: the threads it was timed at, untuned ms, tuned ms, speed-up, against
-        onnxruntime, OpenVINO and the faster of them (on the boards that have them), trials,
-        records, library size, artifact version."""
+        onnxruntime, OpenVINO and the faster of them (on the boards that have them), when the
+        tuning estimate crossed the faster runtime's time (parity), trials, records, library
+        size, artifact version."""
         rows = [
             [
                 o.model,
@@ -202,6 +210,7 @@ class BuildReport:
                 _versus(o, o.vs_onnxruntime),
                 _versus(o, o.vs_openvino),
                 _versus(o, o.vs_best_runtime, o.best_runtime),
+                o.parity,
                 "" if o.trials is None else o.trials,
                 _records(o),
                 "" if o.library_mb is None else f"{o.library_mb:.2f}",
@@ -220,6 +229,7 @@ class BuildReport:
             "vs onnxruntime",
             "vs openvino",
             "vs best runtime",
+            "parity",
             "trials",
             "records",
             "library MB",
@@ -328,10 +338,23 @@ def build_pair(fleet: Fleet, model: Model, device_class: DeviceClass, store: Art
             emulated = [b.name for b in fleet.boards if b.emulated]
             refusal = gate_refusal(manifest, fleet.path, emulated)
             if refusal is not None:
-                return BuildOutcome.from_manifest("refused", manifest, None, error=refusal, layout=layout)
+                parity = time_to_parity(staging.path / REPORT_DIR)
+                return BuildOutcome.from_manifest(
+                    "refused", manifest, None, error=refusal, layout=layout, parity=parity
+                )
             result = store.commit(staging, manifest, key)
     status = "built" if result.created else "unchanged"
     return BuildOutcome.from_manifest(status, result.stored.manifest, result.stored.path, layout=layout)
+
+
+def time_to_parity(report: Path) -> str:
+    """The time to parity of the tuning report in `report` (an artifact's copy); "" without one,
+    or with one this edgetune cannot read (the table shows what it can of the artifact)."""
+    summary = report / SUMMARY_NAME
+    try:
+        return read_summary(summary).time_to_parity if summary.is_file() else ""
+    except TuneError:
+        return ""
 
 
 def board_speedups(boards: Sequence[BoardResult]) -> dict[str, RatioEstimate]:

@@ -21,7 +21,7 @@ from edgetune.report.views import (
     history_rows,
     version_rows,
 )
-from edgetune.tune.report import TuningSummary
+from edgetune.tune.report import NOT_MEASURED, NOT_YET, TuningSummary
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 BOARD_NAMES_SHOWN = 8  # a version run by more boards lists the rest behind "and N more"
@@ -214,6 +214,7 @@ def _versions_section(rows: list[VersionRow]) -> str:
         "speed-up [interval]",
         "vs onnxruntime",
         "vs best runtime",
+        "parity",
         "library MB",
         "trials",
         "signing key",
@@ -226,7 +227,9 @@ def _versions_section(rows: list[VersionRow]) -> str:
         f"highest bound of the boards' 95 % intervals (the build's gate). Against onnxruntime: onnxruntime / tuned "
         f"time, the same way, over the boards whose Python has onnxruntime (timed on the board, in the same "
         f"rounds); against the best runtime: the faster of onnxruntime and OpenVINO on each board that has one, "
-        f"named; above 1, the tuned build is faster.</p>{_table('versions', headers, body)}</section>"
+        f"named; above 1, the tuned build is faster. Parity: the trial and minute of tuning at which the class "
+        f"run's estimate of the model first reached the faster runtime's time on a board of the class (timed at "
+        f"the run's start), from the tuning report the version ships.</p>{_table('versions', headers, body)}</section>"
     )
 
 
@@ -249,6 +252,13 @@ def _runtime_td(
     return f'<td class="num {css}" data-sort="{ratio}" title="{escape(ran)}">{escape(text)}</td>'
 
 
+def _parity_td(parity: str) -> str:
+    """'trial 12, 3.1 min vs openvino'; 'not yet', 'not measured' and no tuning report as missing."""
+    if parity in (NOT_YET, NOT_MEASURED, ""):
+        return f"<td class=missing>{escape(parity or 'no tuning report')}</td>"
+    return f"<td class=parity>{escape(parity)}</td>"
+
+
 def _version_tr(r: VersionRow) -> str:
     speedup = _ratio_text(r.speedup, r.speedup_interval)
     boards = ", ".join(r.boards[:BOARD_NAMES_SHOWN])
@@ -264,6 +274,7 @@ def _version_tr(r: VersionRow) -> str:
         _num(speedup, r.speedup),
         _runtime_td("vs-onnxruntime", r.vs_onnxruntime, r.vs_onnxruntime_interval, r.onnxruntime),
         _runtime_td("vs-best-runtime", r.vs_best_runtime, r.vs_best_runtime_interval, r.runtimes, r.best_runtime or ""),
+        _parity_td(r.parity),
         _num("-" if r.library_mb is None else f"{r.library_mb:.2f}", r.library_mb),
         _num(str(r.trials), r.trials),
         _td(r.key_id or "unreadable"),
@@ -303,6 +314,7 @@ def _summary_line(s: TuningSummary) -> str:
     estimate = s.estimated_latency_s
     line += f", estimate {estimate * 1e3:.3f} ms" if estimate is not None else ", no whole-model estimate yet"
     line += f", knee at {s.knee.trials} trials" if s.knee else ""
+    line += f", time to parity: {s.time_to_parity}"
     return line + (f"; run stopped: {s.stopped}" if s.stopped else "")
 
 

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after selecting the backend
 
 from edgetune.report.views import HistoryRow
-from edgetune.tune.report import CurvePoint, TuningSummary, curve_figure
+from edgetune.tune.report import CurvePoint, TuningSummary, curve_figure, fastest_runtime
 
 CURVES_KEPT = 256
 _drawn_curves: dict[tuple, str] = {}  # by what the curve is drawn from, oldest first
@@ -21,9 +21,10 @@ _MARKERS = {"rollout": ("o", "tab:blue"), "regress": ("s", "tab:green"), "status
 
 
 def curve_png(title: str, summary: TuningSummary) -> str:
-    """The tuning curve of a `summary.json` (its early part dashed), as a PNG data URI; drawn
-    again only when the summary's curve changed (a served page is redrawn on any file's change)."""
-    key = (title, summary.curve, summary.early_curve, summary.knee)
+    """The tuning curve of a `summary.json` (its early part dashed, its faster runtime's time
+    dotted), as a PNG data URI; drawn again only when the summary's curve changed (a served page
+    is redrawn on any file's change)."""
+    key = (title, summary.curve, summary.early_curve, summary.knee, fastest_runtime(summary.runtimes))
     if key not in _drawn_curves:
         if len(_drawn_curves) >= CURVES_KEPT:
             _drawn_curves.pop(next(iter(_drawn_curves)))
@@ -34,7 +35,11 @@ def curve_png(title: str, summary: TuningSummary) -> str:
 def _curve_png(title: str, summary: TuningSummary) -> str:
     knee = summary.knee
     knee_point = CurvePoint(knee.trials, knee.latency_s) if knee else None
-    return _data_uri(curve_figure(title, summary.curve_points(), knee_point, summary.early_points()))
+    return _data_uri(
+        curve_figure(
+            title, summary.curve_points(), knee_point, summary.early_points(), fastest_runtime(summary.runtimes)
+        )
+    )
 
 
 def timeline_png(rows: list[HistoryRow]) -> str | None:

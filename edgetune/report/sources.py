@@ -1,8 +1,9 @@
 """Everything the dashboard shows, read from disk and nothing else: the fleet state
 (`deployed.json`, `fleet.json`), the journal (last `fleet status`, rollouts, regression checks),
 the tuning reports (`summary.json`) and run logs (`runs.jsonl`) of each class, and the artifact
-store (manifests and their signatures). Reading never raises for a damaged or unreadable file:
-what can be read is kept, and each problem is kept as a line naming the file.
+store (manifests, their signatures and the tuning reports they ship). Reading never raises for a
+damaged or unreadable file: what can be read is kept, and each problem is kept as a line naming
+the file.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgetune.artifact.store import ArtifactStore
-from edgetune.artifact_format.manifest import SIGNATURE_NAME, Manifest
+from edgetune.artifact_format.manifest import REPORT_DIR, SIGNATURE_NAME, Manifest
 from edgetune.artifact_format.signing import Signature
 from edgetune.errors import EdgetuneError
 from edgetune.fleet.journal import Journal, journal_path, read_journal
@@ -32,6 +33,7 @@ class Version:
     version: int
     manifest: Manifest
     key_id: str | None  # of the key that signed it (None: the signature file is unreadable)
+    summary: TuningSummary | None = None  # the tuning report it ships (None: none, or unreadable)
 
 
 @dataclass
@@ -108,11 +110,12 @@ def _stored_versions(fleet: Fleet, sources: Sources) -> list[Version]:
                 if stored is None:
                     continue
                 signature = _attempt(sources, stored.path / SIGNATURE_NAME, None, _signature, stored)
-                found.append(
-                    Version(
-                        model.name, device_class.name, number, stored.manifest, signature.key_id if signature else None
-                    )
+                summary_path = stored.path / REPORT_DIR / "summary.json"
+                summary = (
+                    _attempt(sources, summary_path, None, read_summary, summary_path) if summary_path.exists() else None
                 )
+                key_id = signature.key_id if signature else None
+                found.append(Version(model.name, device_class.name, number, stored.manifest, key_id, summary))
     return found
 
 

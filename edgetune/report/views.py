@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgetune.artifact.measure import ONNXRUNTIME, RUNTIMES
 from edgetune.artifact.release import (
     best_runtime_names,
     best_runtime_ratios,
@@ -17,6 +16,7 @@ from edgetune.artifact.release import (
     runtime_ratios,
 )
 from edgetune.artifact_format.manifest import LIBRARY_NAME
+from edgetune.fleet.board_runtimes import ONNXRUNTIME, RUNTIMES
 from edgetune.report.sources import Sources, Version
 from edgetune.tune.budget import time_is_the_budget
 from edgetune.tune.plan import class_budget
@@ -143,6 +143,7 @@ class VersionRow:
     vs_best_runtime_interval: tuple[float, float] | None  # as speedup_interval
     best_runtime: str | None  # which runtime was the faster ("openvino"; "onnxruntime, openvino" where boards differ)
     runtimes: str  # every runtime that ran it and on how many boards, "" where none did
+    parity: str  # when its tuning estimate crossed the faster runtime's time (its tuning report's), "" without a report
     library_mb: float | None
     key_id: str | None
     trials: int
@@ -177,6 +178,7 @@ def _version_row(sources: Sources, v: Version) -> VersionRow:
         *over_boards(best_runtime_ratios(m.boards)),
         best_runtime_names(m.boards),
         "; ".join(t for t in ran.values() if t),
+        v.summary.time_to_parity if v.summary else "",
         next((f.size / 1e6 for f in m.files if f.path == LIBRARY_NAME), None),
         v.key_id,
         m.tuning.trials,

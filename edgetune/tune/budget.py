@@ -10,13 +10,20 @@ limit cannot hold a round of `trials_per_iter` for every task, the rounds are sm
 (`round_within_limit`): a few trials lift a kernel from naive loops, more refine it. Without a
 limit or a trial budget, a task gets DEFAULT_ROUNDS_PER_TASK rounds. `suggest_time_limit` is the
 limit `edgetune import` proposes: a round per task at the measured (or a stated) trial rate.
+
+The kernels of models still slower than their faster runtime on the board (`ParityBars.behind`,
+where the class run timed the runtimes: tune/parity.py) go first: among the tasks due the same
+round of their share, and for the rounds dealt by expected gain (a time budget's after its first
+rounds, a trial budget's freed ones), by expected gain among them; the others' kernels get those
+rounds once they have none left to take.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from edgetune.inventory.schema import EarlyStop, TuningPolicy
 
@@ -179,28 +186,79 @@ def choose_task(
     budget_left: int,
     per_iter: int,
     window: int,
+    behind: Collection[str] = frozenset(),
 ) -> int | None:
     """The next task to measure a round of: among tasks with room left in their share, the one
-    with the fewest rounds this run (so every task gets a round before any gets a second);
+    with the fewest rounds this run (so every task gets a round before any gets a second, the
+    tasks a time budget's plan gave no share included), a task of a model still slower than its
+    faster runtime (`behind`: workload hashes, `ParityBars.behind`) first among equals;
     once every share is spent, the next round goes to a task not measured this run yet (a time
     budget's plan deals rounds only to the tasks its rate estimate fits; a run faster than that
-    gives the others theirs first), then to the task expected to gain most from it
-    (`expected_gain` over its last `window` trials), up to its ceiling. None when there is
-    nothing left to give."""
+    gives the others theirs first), then to a task of a model still slower than its faster
+    runtime, and among those to the task expected to gain most from it (`expected_gain` over its
+    last `window` trials), up to its ceiling. None when there is nothing left to give."""
     open_ = [i for i, ledger in enumerate(ledgers) if alive[i] and ledger.stopped is None]
 
     def used(i: int) -> int:
         return ledgers[i].spent + in_flight.get(i, 0)
 
+    growing = [i for i in open_ if used(i) < ledgers[i].ceiling]
+    unstarted = [i for i in growing if ledgers[i].rounds == 0]
     with_room = [i for i in open_ if used(i) < ledgers[i].share]
     if with_room:
-        return min(with_room, key=lambda i: (ledgers[i].rounds, i))
-    growing = [i for i in open_ if used(i) < ledgers[i].ceiling]
+        first = min(with_room, key=lambda i: (ledgers[i].rounds, ledgers[i].workload_hash not in behind, i))
+        # a round that recorded fewer trials than it asked for leaves room in its task's share;
+        # that room waits until a task the plan gave no share has had its first round
+        if ledgers[first].rounds == 0 or budget_left <= 0 or not unstarted:
+            return first
+        growing = unstarted
     if budget_left <= 0 or not growing:
         return None
-    chosen = max(growing, key=lambda i: (ledgers[i].rounds == 0, *expected_gain(ledgers[i], window), -i))
+    chosen = max(
+        growing,
+        key=lambda i: (
+            ledgers[i].rounds == 0,
+            ledgers[i].workload_hash in behind,
+            *expected_gain(ledgers[i], window),
+            -i,
+        ),
+    )
     ledgers[chosen].share = used(chosen) + min(per_iter, budget_left)
     return chosen
+
+
+@dataclass(frozen=True)
+class ParityBar:
+    """A model measured against its faster runtime: its kernels' calls, and that runtime's time."""
+
+    calls: Mapping[str, int]  # workload hash -> calls in the model
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ParityBars:
+    """The models of a class run with a runtime time, and each kernel's latency before the run
+    (its best recorded, else its untuned time)."""
+
+    bars: tuple[ParityBar, ...] = ()
+    known: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def behind(self, ledgers: Sequence[TaskLedger]) -> frozenset[str]:
+        """The kernels of the models whose estimate (each kernel at its best latency so far, the
+        ledgers' history included, else its untuned time) is above their faster runtime's
+        time, or cannot be told (a kernel with neither)."""
+        if not self.bars:
+            return frozenset()
+        best = dict(self.known)
+        for ledger in ledgers:
+            measured = _best(ledger.history)
+            if measured is not None:
+                best[ledger.workload_hash] = measured
+        behind: set[str] = set()
+        for bar in self.bars:
+            if any(h not in best for h in bar.calls) or sum(n * best[h] for h, n in bar.calls.items()) > bar.seconds:
+                behind.update(bar.calls)
+        return frozenset(behind)
 
 
 def round_fits(elapsed_s: float, limit_s: float | None, round_s: float | None, rounds_in_flight: int) -> bool:

@@ -12,6 +12,11 @@ Layout under `<fleet.workdir>/databases/<class>/`:
   (schema_version, workload_hash, seconds; None where that measurement failed), from which the
   tuning curve starts (`untuned.py`), and by which a build keeps a kernel unscheduled where
   that is faster than its best record (`open_for_build`);
+- `runtimes.jsonl`: one line per ONNX model timed under the runtimes of a board of the class at
+  a class run's start (schema_version, model key, board, threads, each runtime's median time),
+  what time to parity is measured against (`parity.py`);
+- `clock.jsonl`: one line per recorded round (schema_version, trials in the record file once it
+  was recorded, the class's tuning time then), from which a trial's minute of tuning is read;
 - `logs/`: MetaSchedule's per-task logs.
 
 A crash can leave the last line of a file torn, which TVM would refuse, and TVM crashes on a
@@ -38,7 +43,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +51,7 @@ from typing import TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 
-from edgetune.artifact_format.codec import SchemaError, decode, rule
+from edgetune.artifact_format.codec import FrozenMap, SchemaError, decode, rule, to_json
 from edgetune.compiler.prepare import kernel_hash
 from edgetune.errors import TuneError
 from edgetune.inventory.schema import Fleet
@@ -57,6 +62,8 @@ from edgetune.tvm_compat.database_lines import parses_as_json, repair_lines
 
 RUNS_VERSION = 1
 UNTUNED_VERSION = 1
+RUNTIMES_VERSION = 1
+CLOCK_VERSION = 1
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial as 1e10 s
 T = TypeVar("T")
 
@@ -90,6 +97,14 @@ class ClassDatabasePaths:
     @property
     def untuned(self) -> Path:
         return self.directory / "untuned.jsonl"
+
+    @property
+    def runtimes(self) -> Path:
+        return self.directory / "runtimes.jsonl"
+
+    @property
+    def clock(self) -> Path:
+        return self.directory / "clock.jsonl"
 
     @property
     def logs(self) -> Path:
@@ -296,6 +311,64 @@ def untuned_times(paths: ClassDatabasePaths) -> dict[str, float | None]:
     """Each kernel's recorded untuned time by workload hash (the latest line of a kernel wins);
     a line that is not one of this version is skipped, as in `throughput`."""
     return {line.workload_hash: line.seconds for line in _lines(paths.untuned, UntunedLine)}
+
+
+@dataclass(frozen=True)
+class RuntimeTime:
+    """One runtime's time for a model on a board: the median of its samples."""
+
+    runtime: str  # what ran it: "<runtime> <version>, <n> threads"
+    seconds: float = rule(positive=True)
+
+
+@dataclass(frozen=True)
+class RuntimesLine:
+    """One line of `runtimes.jsonl`: an ONNX model timed under every runtime a board of the
+    class has that answered like the reference (runtime name -> its time)."""
+
+    model_key: str  # `parity.model_key`: the ONNX file's sha256 and the input shapes
+    board: str
+    threads: int = rule(minimum=0)  # the board's runtime threads the runtimes ran at
+    times: Mapping[str, RuntimeTime] = rule(factory=FrozenMap)
+    schema_version: int = rule(RUNTIMES_VERSION, allowed=(RUNTIMES_VERSION,))
+
+
+def append_runtimes(paths: ClassDatabasePaths, line: RuntimesLine) -> None:
+    """Record a model's runtime times."""
+    _append(paths.runtimes, line)
+
+
+def runtime_times(paths: ClassDatabasePaths) -> dict[tuple[str, int], RuntimesLine]:
+    """The recorded runtime times by (model key, threads), the latest line of a key winning; a
+    line that is not one of this version is skipped, as in `throughput`."""
+    return {(line.model_key, line.threads): line for line in _lines(paths.runtimes, RuntimesLine)}
+
+
+@dataclass(frozen=True)
+class ClockLine:
+    """One line of `clock.jsonl`: the class's tuning time when the record file had `trials`
+    lines. `start`: the mark a run writes before its first round, once the untuned kernels and
+    the runtimes are measured."""
+
+    trials: int = rule(minimum=0)
+    seconds: float = rule(minimum=0)
+    start: bool = False
+    schema_version: int = rule(CLOCK_VERSION, allowed=(CLOCK_VERSION,))
+
+
+def append_clock(paths: ClassDatabasePaths, line: ClockLine) -> None:
+    _append(paths.clock, line)
+
+
+def _append(path: Path, record: object) -> None:
+    """A record as one line, in one write (a torn last line is skipped when read: `_lines`)."""
+    with open(path, "a") as log:
+        log.write(json.dumps(to_json(record), sort_keys=True) + "\n")
+
+
+def clock_lines(paths: ClassDatabasePaths) -> list[ClockLine]:
+    """The clock's lines in the order they were written (lines of another version skipped)."""
+    return _lines(paths.clock, ClockLine)
 
 
 def _lines(path: Path, cls: type[T]) -> list[T]:

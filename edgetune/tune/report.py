@@ -9,6 +9,14 @@ it exists once every kernel of the model has a measured schedule. Before that, t
 at the class run's start, `untuned.py`), or, where that measurement failed, at its first
 measured latency: the curve starts at trial 0, the untuned model, its early part marked as such.
 
+Time to parity (`parity_point`): for an ONNX model, the first point of the estimate, counted
+whenever every kernel of the model is in it (a kernel not measured yet at its untuned time), that
+is at most the time of the faster runtime the board would otherwise run it with (onnxruntime or
+OpenVINO, timed on a board of the class at a class run's start: `parity.py`), with the minute of
+the class's tuning at which it was recorded (`parity_minute`). The estimate is a sum of kernel
+times, as the curve's: the built library adds the VM's calls between kernels, which the build's
+"vs best runtime" measures.
+
 `summary.json` is a `TuningSummary` (schema `edgetune.tuning-summary`, version 1), decoded by
 the schema codec wherever it is read (`read_summary`); a summary without the schema keys, as
 written before they existed, is read as version 1.
@@ -17,7 +25,7 @@ written before they existed, is read as version 1.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -33,11 +41,13 @@ from edgetune.artifact_format.codec import FrozenMap, load_versioned, rule, to_j
 from edgetune.compiler.tasks import KernelTask  # noqa: E402
 from edgetune.durable import write_atomic  # noqa: E402
 from edgetune.errors import TuneError  # noqa: E402
-from edgetune.tune.database import TrialRecord  # noqa: E402
+from edgetune.tune.database import ClockLine, RuntimeTime, TrialRecord  # noqa: E402
 
 SUMMARY_SCHEMA = "edgetune.tuning-summary"
 SUMMARY_VERSION = 1
 WITHIN = 0.10  # "within 10 % of the final latency"
+NOT_MEASURED = "not measured"  # time to parity of a model no runtime was timed for (no ONNX file, or no runtime)
+NOT_YET = "not yet"  # time to parity of a model still slower than its faster runtime
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,22 @@ class KneePoint:
 
 
 @dataclass(frozen=True)
+class ParityPoint:
+    """When the model's estimate first was at most its faster runtime's time on the board."""
+
+    trial: int  # trials spent on the model's kernels then, as the curve counts them (0: the untuned model)
+    minute: float | None  # the class's tuning time then (`parity_minute`); None where it was not clocked
+    runtime: str  # the faster runtime's name
+    runtime_s: float
+    estimate_s: float
+
+    def text(self) -> str:
+        """'trial 12, 3.1 min vs openvino'."""
+        minute = "" if self.minute is None else f", {self.minute:.1f} min"
+        return f"trial {self.trial}{minute} vs {self.runtime}"
+
+
+@dataclass(frozen=True)
 class TuningSummary:
     """`summary.json`: one model's tuning on one class, over every run so far."""
 
@@ -112,6 +138,10 @@ class TuningSummary:
     target: Mapping[str, Any] = field(default_factory=FrozenMap)
     database: str | None = None
     untuned_latency_s: float | None = None
+    # runtime name -> its time on a board of the class, measured at a class run's start (ONNX models)
+    runtimes: Mapping[str, RuntimeTime] = field(default_factory=FrozenMap)
+    parity: ParityPoint | None = None
+    time_to_parity: str = NOT_MEASURED  # `parity_text`: "trial 12, 3.1 min vs openvino", "not yet", "not measured"
 
     def curve_points(self) -> list[CurvePoint]:
         return [CurvePoint(int(p[0]), p[1]) for p in self.curve]
@@ -137,10 +167,10 @@ class RunInfo:
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
     """Estimated model latency after each trial on one of its kernels, once all are measured."""
-    calls = _model_calls(tasks, model)
+    calls = model_calls(tasks, model)
     return [
         CurvePoint(spent, sum(calls[h] * best[h] for h in calls))
-        for spent, best in _best_after_each_trial(calls, trials)
+        for _, spent, best in _best_after_each_trial(calls, trials)
         if len(best) == len(calls)
     ]
 
@@ -154,7 +184,7 @@ def early_curve(
     """The estimate before every kernel of the model was measured: at trial 0 when every kernel
     has an untuned time, then after each trial. A kernel not measured yet counts at its untuned
     time, or without one at its first measured latency; kernels with neither are left out."""
-    calls = _model_calls(tasks, model)
+    calls = model_calls(tasks, model)
     at_untuned = {h: s for h, s in untuned.items() if h in calls and s is not None}
     stand_in = dict(at_untuned)
     for trial in trials:
@@ -162,7 +192,7 @@ def early_curve(
             stand_in.setdefault(trial.workload_hash, trial.latency_s)
     start = untuned_latency(tasks, model, untuned)
     curve = [] if start is None else [EarlyPoint(0, start, len(calls), len(calls))]
-    for spent, best in _best_after_each_trial(calls, trials):
+    for _, spent, best in _best_after_each_trial(calls, trials):
         if len(best) == len(calls):
             break
         waiting = [h for h in stand_in if h not in best]
@@ -173,31 +203,105 @@ def early_curve(
 
 def untuned_latency(tasks: tuple[KernelTask, ...], model: str, untuned: Mapping[str, float | None]) -> float | None:
     """The model at every kernel's untuned time; None unless each has one."""
-    calls = _model_calls(tasks, model)
+    calls = model_calls(tasks, model)
     if any(untuned.get(h) is None for h in calls):
         return None
     return sum(calls[h] * untuned[h] for h in calls)
 
 
-def _model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
+def model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
     """Calls of each of the model's kernels, by workload hash."""
     return {t.workload_hash: t.calls_in(model) for t in tasks if t.calls_in(model)}
 
 
 def _best_after_each_trial(
     calls: Mapping[str, int], trials: list[TrialRecord]
-) -> Iterator[tuple[int, dict[str, float]]]:
-    """After each trial on one of `calls`' kernels: the trials spent on them, and the best
-    latency measured so far per kernel (one dict, updated in place)."""
+) -> Iterator[tuple[int, int, dict[str, float]]]:
+    """After each trial on one of `calls`' kernels: its position in `trials`, the trials spent
+    on them, and the best latency measured so far per kernel (one dict, updated in place)."""
     best: dict[str, float] = {}
     spent = 0
-    for trial in trials:
+    for position, trial in enumerate(trials):
         if trial.workload_hash not in calls:
             continue
         spent += 1
         if trial.latency_s is not None and trial.latency_s < best.get(trial.workload_hash, float("inf")):
             best[trial.workload_hash] = trial.latency_s
-        yield spent, best
+        yield position, spent, best
+
+
+def whole_estimates(
+    tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord], untuned: Mapping[str, float | None]
+) -> Iterator[tuple[int | None, int, float]]:
+    """The model's estimate wherever every kernel of it counts (a kernel not measured yet at its
+    untuned time): (the trial's position in `trials`, None for trial 0; the trials spent on the
+    model's kernels, as the curve counts them; the estimate in seconds)."""
+    calls = model_calls(tasks, model)
+    if not calls:
+        return
+    start = untuned_latency(tasks, model, untuned)
+    if start is not None:
+        yield None, 0, start
+    for position, spent, best in _best_after_each_trial(calls, trials):
+        stand_in = {h: best[h] if h in best else untuned.get(h) for h in calls}
+        if all(seconds is not None for seconds in stand_in.values()):
+            yield position, spent, sum(calls[h] * seconds for h, seconds in stand_in.items())
+
+
+def parity_point(
+    tasks: tuple[KernelTask, ...],
+    model: str,
+    trials: list[TrialRecord],
+    untuned: Mapping[str, float | None],
+    runtimes: Mapping[str, RuntimeTime],
+    clock: Sequence[ClockLine] = (),
+) -> ParityPoint | None:
+    """The first estimate of the model (`whole_estimates`) at most the faster runtime's time,
+    and when it was recorded (`parity_minute`); None while none is, or without a runtime time."""
+    faster = fastest_runtime(runtimes)
+    if faster is None:
+        return None
+    fastest, bar = faster
+    for position, spent, estimate in whole_estimates(tasks, model, trials, untuned):
+        if estimate <= bar:
+            minute = parity_minute(clock, position, _first_trial(tasks, model, trials))
+            return ParityPoint(spent, minute, fastest, bar, estimate)
+    return None
+
+
+def fastest_runtime(runtimes: Mapping[str, RuntimeTime]) -> tuple[str, float] | None:
+    """The faster runtime's name and time in seconds; None without one."""
+    if not runtimes:
+        return None
+    name = min(runtimes, key=lambda n: runtimes[n].seconds)
+    return name, runtimes[name].seconds
+
+
+def _first_trial(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> int:
+    """The position in `trials` of the first trial on one of the model's kernels (past the end: none)."""
+    calls = model_calls(tasks, model)
+    return next((i for i, trial in enumerate(trials) if trial.workload_hash in calls), len(trials))
+
+
+def parity_minute(clock: Sequence[ClockLine], position: int | None, first_trial: int) -> float | None:
+    """The class's tuning time, in minutes, at which the trial at `position` of the record file
+    was recorded: that of the first clock line counting it, the round that recorded it (None
+    where that is a run's start mark: the trial was recorded before the clock was kept). Trial 0
+    (`position` None) was known once the run that measured the model's untuned kernels and
+    runtimes had done so: the last start mark at or before the model's first trial
+    (`first_trial`, its position)."""
+    if position is None:
+        marks = [line for line in clock if line.start and line.trials <= first_trial]
+        return marks[-1].seconds / 60 if marks else None
+    line = next((line for line in clock if line.trials > position), None)
+    return None if line is None or line.start else line.seconds / 60
+
+
+def parity_text(runtimes: Mapping[str, RuntimeTime], parity: ParityPoint | None) -> str:
+    """'trial 12, 3.1 min vs openvino'; NOT_YET while slower than the faster runtime; NOT_MEASURED without one."""
+    if parity is not None:
+        return parity.text()
+    return NOT_YET if runtimes else NOT_MEASURED
 
 
 def knee(curve: list[CurvePoint]) -> CurvePoint | None:
@@ -259,9 +363,13 @@ def write_model_report(
     trials: list[TrialRecord],
     run: RunInfo,
     untuned: Mapping[str, float | None] = MappingProxyType({}),
+    runtimes: Mapping[str, RuntimeTime] = MappingProxyType({}),
+    clock: Sequence[ClockLine] = (),
 ) -> Path:
     """Write table.txt, curve.png and summary.json for one model; return the summary path.
-    `untuned`: the kernels' untuned times by workload hash (`database.untuned_times`)."""
+    `untuned`: the kernels' untuned times by workload hash (`database.untuned_times`);
+    `runtimes`: the model's runtime times on the board (none: time to parity not measured) and
+    `clock` the class's clock (`database.clock_lines`), for the time to parity."""
     directory.mkdir(parents=True, exist_ok=True)
     rows = task_rows(tasks, model, trials, run.task_stops)
     curve = model_curve(tasks, model, trials)
@@ -269,6 +377,7 @@ def write_model_report(
     summary_path = directory / "summary.json"
     previous = read_summary(summary_path) if summary_path.exists() else None
     knee_point = knee(curve)
+    parity = parity_point(tasks, model, trials, untuned, runtimes, clock)
     summary = TuningSummary(
         device_class=run.device_class,
         model=model,
@@ -289,11 +398,15 @@ def write_model_report(
         target=run.target,
         database=run.database_dir,
         untuned_latency_s=untuned_latency(tasks, model, untuned),
+        runtimes=runtimes,
+        parity=parity,
+        time_to_parity=parity_text(runtimes, parity),
     )
     document = {"schema": SUMMARY_SCHEMA, "schema_version": SUMMARY_VERSION, **to_json(summary)}
     write_atomic(summary_path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
     write_atomic(directory / "table.txt", (format_table(rows) + "\n").encode())
-    plot_curve(directory / "curve.png", f"{model} on {run.device_class}", curve, knee_point, early)
+    title = f"{model} on {run.device_class}"
+    plot_curve(directory / "curve.png", title, curve, knee_point, early, fastest_runtime(runtimes))
     return summary_path
 
 
@@ -343,16 +456,28 @@ def format_table(rows: list[TaskRow]) -> str:
 
 
 def plot_curve(
-    path: Path, title: str, curve: list[CurvePoint], knee_point: CurvePoint | None, early: list[EarlyPoint] = ()
+    path: Path,
+    title: str,
+    curve: list[CurvePoint],
+    knee_point: CurvePoint | None,
+    early: list[EarlyPoint] = (),
+    runtime: tuple[str, float] | None = None,
 ) -> None:
-    figure = curve_figure(title, curve, knee_point, early)
+    figure = curve_figure(title, curve, knee_point, early, runtime)
     figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
-def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | None, early: list[EarlyPoint]):
+def curve_figure(
+    title: str,
+    curve: list[CurvePoint],
+    knee_point: CurvePoint | None,
+    early: list[EarlyPoint],
+    runtime: tuple[str, float] | None = None,
+):
     """The tuning curve: the early part (kernels not measured yet at their untuned or first
-    measured latency) dashed, the whole-model estimate solid, the knee marked."""
+    measured latency) dashed, the whole-model estimate solid, the knee marked; with `runtime`
+    (the faster runtime's name and time on the board), that time dotted across."""
     figure, axes = plt.subplots(figsize=(6, 4))
     if early:
         xs = [p.trials for p in early] + ([curve[0].trials] if curve else [])
@@ -368,11 +493,13 @@ def curve_figure(title: str, curve: list[CurvePoint], knee_point: CurvePoint | N
             textcoords="offset points",
             xytext=(8, 8),
         )
+    if runtime:
+        axes.axhline(runtime[1] * 1e3, linestyle=":", color="tab:green", label=f"{runtime[0]} on the board")
     axes.set_xlabel("trials spent on the model's kernels")
     axes.set_ylabel("estimated latency (ms)")
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
-    if early:
+    if early or runtime:
         axes.legend(loc="lower left", fontsize="small")  # the curve falls from the upper left
     figure.tight_layout()
     return figure

@@ -6,7 +6,9 @@ the measure callbacks. Before each choice it collects every finished round but t
 started (so decisions see fresh results while the host builds the next round as the boards
 measure the last), stops tasks at their knee, and ends the run by returning -1 when the next
 round would end past the time limit (so a run ends within a round of it), no board is left,
-or no trial is left to give. TVM then collects the rounds
+or no trial is left to give. The rounds `choose_task` deals by expected gain go first to the
+kernels of models still slower than their faster runtime (`ParityBars`, told again before every
+choice from the rounds recorded so far). TVM then collects the rounds
 still measuring and records them: the run ends with a consistent database and no task is
 terminated behind TVM's back (which aborted runs with `Check failed: (!task->is_terminated)`).
 """
@@ -18,7 +20,7 @@ import logging
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
-from edgetune.tune.budget import choose_task, stop_at_knee
+from edgetune.tune.budget import ParityBars, choose_task, stop_at_knee
 from edgetune.tune.monitor import RunState
 from edgetune.tune.stop import stop_requested
 
@@ -27,9 +29,10 @@ log = logging.getLogger(__name__)
 
 @derived_object
 class BudgetScheduler(PyTaskScheduler):
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, parity: ParityBars | None = None) -> None:
         super().__init__()
         self.state = state
+        self.parity = parity or ParityBars()
         self.latest: int | None = None  # the task whose round was started last
 
     def next_task_id(self) -> int:
@@ -81,6 +84,7 @@ class BudgetScheduler(PyTaskScheduler):
             budget_left,
             state.trials_per_iter,
             state.trials_per_iter,  # expected gain: what a task's last round gained
+            self.parity.behind(state.ledgers),
         )
         if task_id is None and budget_left > 0:
             state.stopped = "every task reached its knee, its cap or the end of its search space"

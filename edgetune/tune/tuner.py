@@ -3,13 +3,15 @@ of its tuning pool (`Fleet.pool_of`: every board of the class unless fleet.yaml 
 
 Per class (in its own process, so classes tune concurrently and a crash stays in its class):
 extract the tasks, plan the budget (resume: trials already in the database count), measure the
-untuned time of each kernel not yet measured so (where the tuning curve starts), seed the
-search from a donor class where the inventory allows borrowing (the borrowed trials count
-against their tasks' shares and train the cost model), then run MetaSchedule's tuning loop
-under edgetune's budget scheduler (`scheduler.py`) with the evolutionary search, the XGBoost
-cost model (reloaded from and saved to the class database directory), the fast builder and the
-class's RPCRunner. Finally the reports are written from the database, and the run's trial rate
-is logged for the next plan's time estimate.
+untuned time of each kernel not yet measured so (where the tuning curve starts) and each ONNX
+model's time under the runtimes of a board not yet measured so (what time to parity is measured
+against, `parity.py`), seed the search from a donor class where the inventory allows borrowing
+(the borrowed trials count against their tasks' shares and train the cost model), then run
+MetaSchedule's tuning loop under edgetune's budget scheduler (`scheduler.py`) with the
+evolutionary search, the XGBoost cost model (reloaded from and saved to the class database
+directory), the fast builder and the class's RPCRunner, each recorded round on the class's
+tuning clock. Finally the reports are written from the database, and the run's trial rate is
+logged for the next plan's time estimate.
 
 A class that borrows from a class tuned in the same run starts when its donor has finished
 (the donor's best schedules must exist to be borrowed); all other classes run at once.
@@ -45,11 +47,12 @@ from edgetune.fleet.tracker import rpc_endpoint
 from edgetune.inventory.schema import Fleet
 from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import seed_from_donor, snapshot_donor
-from edgetune.tune.budget import AT_KNEE_BEFORE, UNBOUNDED_TRIALS, TaskLedger
+from edgetune.tune.budget import AT_KNEE_BEFORE, UNBOUNDED_TRIALS, ParityBars, TaskLedger
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.database import (
     ClassDatabasePaths,
     append_run,
+    clock_lines,
     locked_database,
     open_database,
     read_trials,
@@ -67,6 +70,7 @@ from edgetune.tune.monitor import (
     save_cost_model,
 )
 from edgetune.tune.native_log import NATIVE_LOG, native_warnings_to
+from edgetune.tune.parity import ClockRounds, TuningClock, measure_runtimes, parity_bars, recorded_runtimes
 from edgetune.tune.plan import (
     ClassPlan,
     TaskPlan,
@@ -320,20 +324,27 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                 runner,
                 paths,
             )
+            measure_runtimes(fleet, device_class, models, paths)
+            clock = TuningClock(paths, measuring)
+            clock.start()
             donor = plan.borrow_from if options.borrow else None
             seeded = (
                 _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model)
                 if donor
                 else {}
             )
+            clock.recount()
             borrowed = sum(seeded.values())
             state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths))
             if _shards(fleet, selected) > 1:
                 spent, stopped, shards = _search_in_shards(
-                    fleet, options, plan, selected, contexts, database, cost_model, paths, state
+                    fleet, options, plan, selected, contexts, database, cost_model, paths, state, clock
                 )
             else:
-                spent, stopped = _search(plan, selected, contexts, database, builder, runner, cost_model, paths, state)
+                parity = _parity_bars(fleet, device_class, models, tasks, paths)
+                spent, stopped = _search(
+                    plan, selected, contexts, database, builder, runner, cost_model, paths, state, parity, clock
+                )
             searched_s, longest_round_s = state.searched_s(), state.longest_round_s
             ledgers = state.ledgers
             if spent + borrowed:
@@ -499,11 +510,26 @@ def _search(
     cost_model,
     paths: ClassDatabasePaths,
     state: RunState,
+    parity: ParityBars,
+    clock: TuningClock,
 ) -> tuple[int, str | None]:
-    """Run MetaSchedule's tuning loop under the budget scheduler; return (trials, stop reason)."""
+    """Run MetaSchedule's tuning loop under the budget scheduler, each recorded round on the
+    class's clock; return (trials, stop reason)."""
     if state.run_budget <= 0 or not selected:
         return 0, None
-    _tune_loop(selected, contexts, database, builder, runner, cost_model, paths.cost_model, paths.directory, state)
+    _tune_loop(
+        selected,
+        contexts,
+        database,
+        builder,
+        runner,
+        cost_model,
+        paths.cost_model,
+        paths.directory,
+        state,
+        parity,
+        ClockRounds(clock),
+    )
     if state.stopped:
         log.info("[%s] stopped: %s", plan.device_class, state.stopped)
     return state.spent, state.stopped
@@ -519,10 +545,12 @@ def _tune_loop(
     cost_model_path: Path,
     work_dir: Path,
     state: RunState,
+    parity: ParityBars,
     *callbacks: ms.measure_callback.MeasureCallback,
 ) -> None:
-    """MetaSchedule's tuning loop over `contexts` under the budget scheduler of `state`; the
-    cost model saved to `cost_model_path` after every round and at the end."""
+    """MetaSchedule's tuning loop over `contexts` under the budget scheduler of `state` (the
+    models still slower than their faster runtime first: `parity`); the cost model saved to
+    `cost_model_path` after every round and at the end."""
     ms.tune.tune_tasks(
         tasks=contexts,
         task_weights=[t.weight for t in selected],
@@ -539,7 +567,7 @@ def _tune_loop(
             RunMonitor(state, runner, cost_model, cost_model_path),
             *callbacks,
         ],
-        task_scheduler=BudgetScheduler(state),
+        task_scheduler=BudgetScheduler(state, parity),
     )
     save_cost_model(cost_model, cost_model_path)
 
@@ -560,10 +588,11 @@ def _search_in_shards(
     cost_model,
     paths: ClassDatabasePaths,
     state: RunState,
+    clock: TuningClock,
 ) -> tuple[int, str | None, tuple[ShardPlacement, ...]]:
     """The search split into shards on the Ray cluster (edgetune.tune.shard), their records
-    committed to the class database as they come; then the cost model retrained on them all.
-    Returns (trials, stop reason, where each shard ran)."""
+    committed to the class database as they come (and on the class's clock); then the cost
+    model retrained on them all. Returns (trials, stop reason, where each shard ran)."""
     from edgetune.tune.on_ray.shards import run_shards
 
     if state.run_budget <= 0:
@@ -581,7 +610,7 @@ def _search_in_shards(
         plan.device_class,
         [(fleet, plan, options, [by_hash[h] for h in shard_hashes(s)], s) for s in states],
         search_shard,
-        lambda records: commit_lines(database, records),
+        lambda records: _commit_on_clock(database, records, clock),
     )
     problems = merge_states(state, outcomes)
     started = time.monotonic()
@@ -599,6 +628,11 @@ def _search_in_shards(
     return state.spent, state.stopped, tuple(placement(s, o) for s, o in zip(states, outcomes))
 
 
+def _commit_on_clock(database, records: list, clock: TuningClock) -> None:
+    commit_lines(database, records)
+    clock.advance(len(records))
+
+
 def search_shard(
     fleet: Fleet, plan: ClassPlan, options: TuneOptions, selected: list[TaskPlan], state: RunState, send
 ) -> ShardOutcome:
@@ -610,7 +644,8 @@ def search_shard(
     device_class = plan.device_class
     profile = fleet.device_class(device_class).profile
     target = build_target(profile)
-    tasks = class_tasks(select_models(fleet, options.models), target)
+    models = select_models(fleet, options.models)
+    tasks = class_tasks(models, target)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     endpoint = rpc_endpoint(fleet, device_class)
     boards = len(fleet.pool_of(device_class))
@@ -638,9 +673,16 @@ def search_shard(
             work / "cost_model.tar",
             work,
             state,
+            _parity_bars(fleet, device_class, models, tasks, paths),
             RecordStream(send, work / "sent"),
         )
     return ShardOutcome(tuple(state.ledgers), state.stopped)
+
+
+def _parity_bars(fleet: Fleet, device_class: str, models, tasks: ClassTasks, paths: ClassDatabasePaths) -> ParityBars:
+    """The models of the run with runtime times, for the scheduler to tell those still slower."""
+    runtimes = recorded_runtimes(fleet, device_class, models, paths)
+    return parity_bars(tasks.tasks, runtimes, read_trials(paths), untuned_times(paths))
 
 
 def _task_stops(plan: ClassPlan, ledgers: list[TaskLedger]) -> dict[str, str]:
@@ -664,8 +706,11 @@ def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed,
     )
     directory = Workdir(fleet.workdir).reports(device_class)
     untuned = untuned_times(paths)
+    runtimes = recorded_runtimes(fleet, device_class, select_models(fleet, plan.models), paths)
+    clock = clock_lines(paths)
     return tuple(
-        str(write_model_report(directory / model, model, tasks.tasks, trials, run, untuned)) for model in plan.models
+        str(write_model_report(directory / m, m, tasks.tasks, trials, run, untuned, runtimes.get(m, {}), clock))
+        for m in plan.models
     )
 
 

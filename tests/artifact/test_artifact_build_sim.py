@@ -1,7 +1,7 @@
 """Integration: build, verify and reuse artifacts from a small tuned database on the simulated
 fleet (`built_release`, `sim_fleet`, tests/conftest.py), run an artifact's library on a board, refuse a
 tuned build that is no faster than the untuned one, keep unscheduled a kernel measured faster so, and take
-an ONNX model the whole way."""
+an ONNX model the whole way, its class run saying when its estimate reached the faster runtime's time."""
 
 from __future__ import annotations
 
@@ -40,10 +40,21 @@ from edgetune.cli import main
 from edgetune.compiler.models import entry_function, load_model
 from edgetune.compiler.prepare import apply_database, count_tuned_tasks, extract_tasks, kernel_hash, prepare
 from edgetune.compiler.target import build_target
+from edgetune.compiler.tasks import class_tasks
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
 from edgetune.inventory.schema import ArtifactSettings
 from edgetune.inventory.workdir import Workdir
-from edgetune.tune.database import ClassDatabasePaths, append_untuned, snapshot, untuned_times
+from edgetune.tune.database import (
+    ClassDatabasePaths,
+    RuntimeTime,
+    append_untuned,
+    clock_lines,
+    read_trials,
+    runtime_times,
+    snapshot,
+    untuned_times,
+)
+from edgetune.tune.report import NOT_YET, parity_point, read_summary
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
 CLASS = "gw-fast"
@@ -188,7 +199,10 @@ def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet
     its expected output is onnxruntime's answer to its reference input, and every board's run
     of the library matched it. The test fleet's boards run the host's Python, which has
     onnxruntime and OpenVINO: every board timed the file with both in the build's rounds, and
-    the build's table shows the tuned build against each and against the faster, named."""
+    the build's table shows the tuned build against each and against the faster, named. The class
+    run timed the file with both on a board at its start and reports its time to parity: the
+    trial and minute at which its estimate first reached the faster runtime's time (trial 0 where
+    the untuned model already did), in summary.json and in the build's table."""
     model = conv_model(tmp_path / "conv.onnx")
     artifacts = ArtifactSettings(
         tmp_path / "artifacts", tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub"
@@ -230,6 +244,36 @@ def test_onnx_model_is_tuned_built_signed_and_answers_like_onnxruntime(sim_fleet
     assert "vs openvino" in header and "vs best runtime" in header
     assert f"{ratio_text(outcome.vs_openvino)}x" in row and f"{ratio_text(outcome.vs_onnxruntime)}x" in row
     assert f"{ratio_text(outcome.vs_best_runtime)}x {outcome.best_runtime}" in row
+    _assert_time_to_parity(fleet, model, report.table())
+
+
+def _assert_time_to_parity(fleet, model, table: str) -> None:
+    summary = read_summary(Workdir(fleet.workdir).report(CLASS, model.name) / "summary.json")
+    assert summary.runtimes["onnxruntime"].runtime == f"onnxruntime {onnxruntime.__version__}, 1 thread"
+    assert summary.runtimes["openvino"].runtime == f"openvino {openvino.__version__.split('-')[0]}, 1 thread"
+    faster = min(summary.runtimes, key=lambda name: summary.runtimes[name].seconds)
+    paths = ClassDatabasePaths.of(fleet.workdir, CLASS)
+    assert len(runtime_times(paths)) == 1  # measured once, on one board
+    clock = clock_lines(paths)
+    assert clock[0].start and clock[-1].trials == len(read_trials(paths))  # every record came in a clocked round
+    parity = summary.parity
+    print(f"time to parity: {summary.time_to_parity}; {summary.runtimes}; estimate {summary.estimated_latency_s}")
+    if parity is None:
+        assert summary.time_to_parity == NOT_YET
+        assert summary.estimated_latency_s is None or summary.estimated_latency_s > summary.runtimes[faster].seconds
+    else:
+        assert parity.runtime == faster and parity.estimate_s <= parity.runtime_s == summary.runtimes[faster].seconds
+        assert 0 <= parity.trial <= summary.trials and 0 < parity.minute * 60 <= summary.tuning_time_s
+        if parity.trial == 0:
+            assert parity.estimate_s == summary.untuned_latency_s  # the untuned model was already faster
+        assert summary.time_to_parity == parity.text()
+    header, row = (line for line in table.splitlines() if line.startswith(("model", model.name)))
+    assert row[header.index("parity") :].startswith(summary.time_to_parity)
+    # against a runtime no faster than the untuned model, the same run parities at trial 0, at its start mark
+    tasks = class_tasks((model,), build_target(fleet.device_class(CLASS).profile)).tasks
+    as_slow = {"onnxruntime": RuntimeTime("as slow as the untuned model", summary.untuned_latency_s)}
+    untuned_first = parity_point(tasks, model.name, read_trials(paths), untuned_times(paths), as_slow, clock)
+    assert (untuned_first.trial, untuned_first.minute) == (0, clock[0].seconds / 60)
 
 
 def test_a_kernel_measured_faster_untuned_is_built_unscheduled(built, tmp_path):

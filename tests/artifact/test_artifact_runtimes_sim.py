@@ -2,8 +2,8 @@
 board's Python has them), on simulated fleets: a runtime is timed only once its outputs match
 the reference (on `sim_fleet`, whose boards run the host's Python, which has both), and a class
 whose board's Python is a board image (tests/support/board_image.py: neither runtime) builds, its
-manifest and its row of the build's table saying "not measured" (a fleet of its own,
-`sim_slot`)."""
+manifest, its row of the build's table and its class run's time to parity saying "not measured" (a
+fleet of its own, `sim_slot`)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,17 @@ from support.quick_profiles import quick_profiles
 from support.sim_checks import running
 from support.sim_network import sim_fleet_yaml
 
-from edgetune.artifact.measure import ONNXRUNTIME, OPENVINO, OnnxModel, compare_on_board, runtime_on_board
+from edgetune.artifact.measure import compare_on_board
 from edgetune.artifact.release import build_artifacts
 from edgetune.artifact.store import ArtifactStore
 from edgetune.artifact_format.manifest import Tolerance
 from edgetune.artifact_format.signing import init_keys
 from edgetune.compiler.models import reference_inputs, reference_outputs
+from edgetune.fleet.board_runtimes import ONNXRUNTIME, OPENVINO, OnnxModel, runtime_on_board
 from edgetune.fleet.tracker import board_sessions, rpc_endpoint
+from edgetune.inventory.workdir import Workdir
+from edgetune.tune.database import ClassDatabasePaths
+from edgetune.tune.report import read_summary
 from edgetune.tune.tuner import SearchSettings, TuneOptions, tune_class
 
 TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
@@ -49,7 +53,7 @@ def test_a_runtime_answering_differently_from_the_reference_is_said_and_not_time
         checked = compare_on_board(
             session, {}, "main", [], measurement, OnnxModel(model.onnx, inputs, right, TOLERANCE)
         )
-        with caplog.at_level(logging.WARNING, logger="edgetune.artifact.measure"):
+        with caplog.at_level(logging.WARNING, logger="edgetune.fleet.board_runtimes"):
             mismatched = compare_on_board(
                 session, {}, "main", [], measurement, OnnxModel(model.onnx, inputs, wrong, TOLERANCE)
             )
@@ -82,7 +86,7 @@ artifacts: {{dir: artifacts, signing_key: work/keys/signing.key, public_key: wor
 @pytest.fixture(scope="module")
 def bare_build(sim_slot, tmp_path_factory):
     """An ONNX model tuned and built for a class whose one board's Python is a board image (no
-    onnxruntime, no OpenVINO): (the fleet, the build's report, what the build logged)."""
+    onnxruntime, no OpenVINO): (the fleet, the build's report, what the class run and the build logged)."""
     from edgetune.inventory import load_fleet
 
     directory = tmp_path_factory.mktemp("bare-fleet")
@@ -99,7 +103,7 @@ def bare_build(sim_slot, tmp_path_factory):
     )
     fleet = load_fleet(path)
     init_keys(fleet.artifacts.signing_key, fleet.artifacts.public_key, fleet.artifacts.dir)
-    handler, logger = _Collect(), logging.getLogger("edgetune.artifact")
+    handler, logger = _Collect(), logging.getLogger("edgetune")
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
@@ -130,8 +134,15 @@ def test_a_board_without_either_runtime_builds_and_its_table_row_says_not_measur
     assert report.ok and outcome.status == "built", report.failures()
     assert (outcome.vs_onnxruntime, outcome.vs_openvino, outcome.vs_best_runtime, outcome.best_runtime) == (None,) * 4
     header, _, row = report.table().splitlines()
-    columns = [header.index(name) for name in ("vs onnxruntime", "vs openvino", "vs best runtime")]
-    assert [row[at : at + len("not measured")] for at in columns] == ["not measured"] * 3
+    columns = [header.index(name) for name in ("vs onnxruntime", "vs openvino", "vs best runtime", "parity")]
+    assert [row[at : at + len("not measured")] for at in columns] == ["not measured"] * 4
+    summary = read_summary(Workdir(fleet.workdir).report("gw-bare", "convnet") / "summary.json")
+    assert (summary.time_to_parity, summary.parity, dict(summary.runtimes)) == ("not measured", None, {})
+    assert not ClassDatabasePaths.of(fleet.workdir, "gw-bare").runtimes.exists()  # nothing measured, nothing recorded
+    assert (
+        f"[gw-bare] convnet: no runtime on bare-1 ran it (neither onnxruntime nor openvino in {fleet.boards[0].python}, "
+        "or they answered differently): time to parity not measured" in logged
+    )
     for name in ("onnxruntime", "openvino"):
         assert (
             f"  not compared against {name}: no board of gw-bare ran it (with `{fleet.boards[0].python} -m pip "

@@ -239,6 +239,18 @@ def test_the_next_round_goes_to_the_task_with_fewest_rounds_then_to_tasks_still_
     assert choose_task(capped, [True], {}, 8, 4, 4) is None  # at its ceiling
 
 
+def test_a_short_round_leaves_room_that_waits_for_a_task_the_plan_gave_no_share():
+    short = TaskLedger("short", 1.0, share=4, ceiling=100, history=[1.0] * 3, spent=3, rounds=1)
+    unplanned = TaskLedger("unplanned", 1.0, share=0, ceiling=100, history=[])
+    assert choose_task([short, unplanned], [True, True], {}, 8, 4, 4) == 1
+    assert unplanned.share == 4
+    unplanned.spent, unplanned.rounds, unplanned.history = 4, 1, [1.0] * 4
+    assert choose_task([short, unplanned], [True, True], {}, 4, 4, 4) == 0  # then its room is used
+    assert (
+        choose_task([short, TaskLedger("u", 1.0, 0, 100, [])], [True, True], {}, 0, 4, 4) == 0
+    )  # no budget: room only
+
+
 @derived_object
 class _Rounds(PyMeasureCallback):
     """Counts each round on the run's ledgers, as the tuner's monitor does, and keeps its size."""
