@@ -470,6 +470,7 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
         summaries[summary["model"]] = summary
     for row in rows:
         row["trials"] = summaries.get(row["model"], {}).get("trials")
+        row["time_to_parity"] = summaries.get(row["model"], {}).get("time_to_parity")
     profile = fleet.device_class(CLASS).profile
     return with_peak(
         {
@@ -577,6 +578,12 @@ def markdown(report: dict) -> str:
         )
     lines += geomean_lines(report["rows"])
     lines += ablation_table(report)
+    lines += [
+        "",
+        "Time to parity (the class run's: its estimate against the faster runtime it timed on the board at its "
+        "start; docs/tuning.md): "
+        + "; ".join(f"{row['model']}: {row.get('time_to_parity') or 'n/a'}" for row in report["rows"]),
+    ]
     lines += [
         "",
         "Layouts: " + "; ".join(f"{row['model']}: {row['layout']}" for row in report["rows"] if "layout" in row),

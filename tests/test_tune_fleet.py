@@ -177,8 +177,8 @@ def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(
     third = tune_fleet(spare_fleet_yaml)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert "nothing to do" not in third.stdout and "gw-fast: 8 trials left to tune" in third.stderr
-    assert "== fleet up" in third.stderr and "gw-fast: 8 trials this run" in third.stderr
-    assert "gw-slow: 0 trials this run" in third.stderr
+    assert "== fleet up" in third.stderr and "gw-fast: 8 trials this run" in third.stderr, third.stderr[-4000:]
+    assert "gw-slow: 0 trials this run" in third.stderr, third.stderr[-4000:]
     rows = table_rows(third.stdout)
     assert rows["gw-fast"][-2:] == ["v2", "built"] and rows["gw-slow"][-2:] == ["v1", "unchanged"]
     assert leftovers(fleet) == []

@@ -1,8 +1,6 @@
-"""Which tests share a pytest-xdist worker under `make test` (`-n N --dist loadgroup`): the
-users of the session's simulated fleet (`SESSION_FLEET_FIXTURES`) whole modules at a time in
-`session_fleets(N)` groups, each on one worker, so each worker builds and tunes that fleet once
-(with three workers or more, two such fleets run side by side: that group is the longest), and
-each other module whole on any worker, so its module fixtures run once.
+"""Which tests share a pytest-xdist worker under `make test` (`-n 2 --dist loadgroup`): every
+user of the session's simulated fleet (`SESSION_FLEET_FIXTURES`) on one worker, so the fleet
+is built and tuned once, and each other module whole on either, so its module fixtures run once.
 
 pytest-xdist's own `loadgroup` cannot do this with pytest 9: it marks a group by rewriting
 `item._nodeid`, which pytest 9 no longer reads, so every test went its own way (known upstream:
@@ -32,43 +30,20 @@ MARKER_WEIGHTS = {"fleet": 100, "tvm": 20}  # a test's weight by its heaviest ma
 _DIRECTORY_KEY = "edgetune_groups_dir"
 
 
-def module_of(item: pytest.Item) -> str:
-    return item.nodeid.split("::")[0]
+def group_of(item: pytest.Item) -> str:
+    return SESSION_FLEET_GROUP if SESSION_FLEET_FIXTURES & set(item.fixturenames) else item.nodeid.split("::")[0]
 
 
 def weight_of(item: pytest.Item) -> int:
     return max((w for marker, w in MARKER_WEIGHTS.items() if item.get_closest_marker(marker)), default=1)
 
 
-def session_fleets(workers: int) -> int:
-    """How many session fleets `workers` workers build: one for two workers (the other runs the
-    rest), two from three on."""
-    return 2 if workers >= 3 else 1
-
-
-def groups_of(items: list[pytest.Item], fleets: int) -> dict[str, str]:
-    """Each test's group: its module, or for users of the session fleet one of `fleets` groups,
-    whole modules dealt heaviest first to the lightest group."""
-    users = [item for item in items if SESSION_FLEET_FIXTURES & set(item.fixturenames)]
-    module_weights: dict[str, int] = {}
-    for item in users:
-        module_weights[module_of(item)] = module_weights.get(module_of(item), 0) + weight_of(item)
-    loads = [0] * fleets
-    dealt = {}
-    for module in sorted(module_weights, key=lambda m: (-module_weights[m], m)):
-        lightest = loads.index(min(loads))
-        dealt[module] = SESSION_FLEET_GROUP if fleets == 1 else f"{SESSION_FLEET_GROUP}-{lightest + 1}"
-        loads[lightest] += module_weights[module]
-    return {item.nodeid: dealt.get(module_of(item), module_of(item)) for item in items}
-
-
 def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker: write each collected test's group, and each group's weight, for the
     controller."""
-    workerinput = getattr(config, "workerinput", {})
-    directory = workerinput.get(_DIRECTORY_KEY)
+    directory = getattr(config, "workerinput", {}).get(_DIRECTORY_KEY)
     if directory:
-        groups = groups_of(items, session_fleets(int(workerinput.get("workercount", 2))))
+        groups = {item.nodeid: group_of(item) for item in items}
         weights: dict[str, int] = {}
         for item in items:
             weights[groups[item.nodeid]] = weights.get(groups[item.nodeid], 0) + weight_of(item)
