@@ -84,7 +84,7 @@ _EXITED = 4  # the start command's status when the rpc_server exited as it start
 # Prints the board's facts as JSON: Python, the installed TVM's version (imported only where no
 # package metadata names it: a build from source), free space; for the preflight (argument 1)
 # also the modules a board needs that are missing and the CPU. TVM is not imported otherwise:
-# that takes seconds on a small board, and the rpc_server `start_server` waits for imports it.
+# that takes seconds on a small board, and the rpc_server imports it (`start_server` waits for it).
 _PROBE = """\
 import importlib.util, json, platform, shutil, sys
 
