@@ -102,6 +102,12 @@ def parse_args() -> argparse.Namespace:
         "tuning resumes from its records",
     )
     parser.add_argument(
+        "--starters",
+        type=Path,
+        metavar="DIR",
+        help="seed the class run's tasks from the starter records in DIR (`edgetune starters build`; default: none)",
+    )
+    parser.add_argument(
         "--ablate-bytecode", action="store_true", help=f"also time '{ABLATIONS['tuned-bytecode']}' in the same rounds"
     )
     parser.add_argument(
@@ -217,7 +223,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     if args.seed_database:
         seed_database(args.seed_database, fleet.workdir / "databases" / CLASS)
     with running_fleet(fleet):
-        tune_s, class_result = tune(fleet) if tuning_on else (0.0, None)
+        tune_s, class_result = tune(fleet, args.starters) if tuning_on else (0.0, None)
         for spec in specs:
             model = next(m for m in fleet.models if m.name == spec.entry["name"])
             built = build(fleet, model, workdir, tuned=tuning_on, bytecode=args.ablate_bytecode)
@@ -486,6 +492,8 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
                 "trials_run": class_result.trials_run if class_result else 0,
                 "minutes": tune_s / 60.0,
                 "stopped": class_result.stopped if class_result else None,
+                "starters": str(args.starters) if args.starters else None,
+                "starter_trials": class_result.starter_trials if class_result else 0,
             },
             "timing": {
                 "rounds": args.rounds,

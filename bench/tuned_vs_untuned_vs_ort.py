@@ -146,14 +146,15 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     print_report(args, facts, fleet, board, profile, threads, tune_s, class_result, built, results)
 
 
-def tune(fleet):
+def tune(fleet, starters: Path | None = None):
+    """Tune the class, seeded from the starter records in `starters` (none by default)."""
     from edgetune.tune.tuner import TuneOptions
 
     say(
         f"tuning class {CLASS}: {budget_text(fleet)} ({len(fleet.models)} models), on {len(fleet.boards_of(CLASS))} boards"
     )
     started = time.monotonic()
-    result = tune_or_stop(fleet, TuneOptions(borrow=False))
+    result = tune_or_stop(fleet, TuneOptions(borrow=False, starters=starters is not None, starters_dir=starters))
     elapsed = time.monotonic() - started
     (class_result,) = result.classes
     if not class_result.ok:

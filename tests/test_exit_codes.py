@@ -48,6 +48,7 @@ READS_THE_INVENTORY = {
     "fleet trust": ["gw-a1"],
     "fleet reset-serial": [],
     "tune": [],
+    "starters build": ["--profile", "x86-64-v3", "--from", "databases/gateway-avx2"],
     "keys init": [],
     "keys rotate": ["decision"],
     "keys revoke": ["0123456789abcdef"],

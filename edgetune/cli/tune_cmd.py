@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-borrow", action="store_true", help="ignore tuning.borrow (do not seed from other classes)"
     )
     parser.add_argument(
+        "--no-starters", action="store_true", help="do not seed tasks from the profiles' starter records"
+    )
+    parser.add_argument(
         "--measure-exclusively",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -54,7 +57,11 @@ def drive_tune(args: argparse.Namespace) -> int:
         result = tune_fleet(
             fleet,
             TuneOptions(
-                classes=classes, models=models, borrow=not args.no_borrow, measure_exclusively=args.measure_exclusively
+                classes=classes,
+                models=models,
+                borrow=not args.no_borrow,
+                starters=not args.no_starters,
+                measure_exclusively=args.measure_exclusively,
             ),
         )
         stopped = stop_requested()

@@ -133,6 +133,7 @@ class TuningSummary:
     knee: KneePoint | None = None
     trials_to_within_10pct: int | None = None
     borrowed_from: str | None = None  # kept by later runs
+    starter_trials: int = 0  # trials spent on the model's kernels measuring starter records, over every run
     stopped: str | None = None  # why the last run stopped early
     firmware: Mapping[str, str] = field(default_factory=FrozenMap)  # per board, as of its last run
     target: Mapping[str, Any] = field(default_factory=FrozenMap)
@@ -163,6 +164,8 @@ class RunInfo:
     stopped: str | None  # why the run stopped early (time limit, no boards), or None
     firmware: dict[str, str]  # board -> firmware fingerprint the run's measurements were taken under
     task_stops: dict[str, str]  # workload hash -> why the run gave that task no more trials
+    # workload hash -> trials this run spent measuring its starter records
+    starter_trials: Mapping[str, int] = field(default_factory=dict)
 
 
 def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
@@ -393,6 +396,8 @@ def write_model_report(
         knee=KneePoint(knee_point.trials, knee_point.latency_s) if knee_point else None,
         trials_to_within_10pct=trials_to_within(curve),
         borrowed_from=run.borrowed_from or (previous.borrowed_from if previous else None),
+        starter_trials=(previous.starter_trials if previous else 0)
+        + sum(run.starter_trials.get(t.workload_hash, 0) for t in tasks if t.calls_in(model)),
         stopped=run.stopped,
         firmware={**(previous.firmware if previous else {}), **run.firmware},
         target=run.target,

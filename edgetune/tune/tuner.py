@@ -6,7 +6,8 @@ extract the tasks, plan the budget (resume: trials already in the database count
 untuned time of each kernel not yet measured so (where the tuning curve starts) and each ONNX
 model's time under the runtimes of a board not yet measured so (what time to parity is measured
 against, `parity.py`), seed the search from a donor class where the inventory allows borrowing
-(the borrowed trials count against their tasks' shares and train the cost model), then run
+and the tasks still without a trial from the profile's starter records (`starters.py`; seeded
+trials count against their tasks' shares and train the cost model), then run
 MetaSchedule's tuning loop under edgetune's budget scheduler (`scheduler.py`) with the
 evolutionary search, the XGBoost cost model (reloaded from and saved to the class database
 directory), the fast builder and the class's RPCRunner, each recorded round on the class's
@@ -44,9 +45,9 @@ from edgetune.fleet.on_board import read_firmware
 from edgetune.fleet.parallel import for_each_board
 from edgetune.fleet.ssh import BoardSession
 from edgetune.fleet.tracker import rpc_endpoint
-from edgetune.inventory.schema import Fleet
+from edgetune.inventory.schema import DeviceProfile, Fleet
 from edgetune.inventory.workdir import Workdir
-from edgetune.tune.borrow import seed_from_donor, snapshot_donor
+from edgetune.tune.borrow import EXACT, DonorTraces, Seeded, TraceSource, seed_tasks, snapshot_donor
 from edgetune.tune.budget import AT_KNEE_BEFORE, UNBOUNDED_TRIALS, ParityBars, TaskLedger
 from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.database import (
@@ -95,6 +96,7 @@ from edgetune.tune.shard import (
     shard_hashes,
     split_state,
 )
+from edgetune.tune.starters import StarterTraces, starters_dir
 from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
 from edgetune.tune.untuned import measure_untuned
 from edgetune.tvm_compat.record_lines import commit_lines
@@ -148,6 +150,9 @@ class TuneOptions:
     classes: tuple[str, ...] | None = None  # None: every class
     models: tuple[str, ...] | None = None  # None: every model
     borrow: bool = True  # honour tuning.borrow of the inventory
+    starters: bool = True  # seed the tasks still without a trial from the profile's starter records
+    # the starter records to use; None: the profile's (`starters.starters_dir`), where it has them
+    starters_dir: Path | None = None
     search: SearchSettings = field(default_factory=SearchSettings)
     # BoardGuardRunner's `exclusive`; None: when a board of the class is simulated (it shares
     # the host's CPUs with the search and the builds)
@@ -170,6 +175,7 @@ class ClassResult:
     # from a round's hand-over to its recording, the longest of the run (a time limit is overrun
     # by less); None where no round was searched on this host (none run, or all in shards)
     longest_round_s: float | None = None
+    starter_trials: int = 0  # trials this run spent measuring starter records (in trials_run)
 
     @property
     def ok(self) -> bool:
@@ -273,11 +279,13 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
     unlinkable = missing_cross_compiler(profile)
     if unlinkable:
         raise TuneError(f"class {device_class}: {unlinkable}")
+    starters = _starters(profile, options)
     models = select_models(fleet, options.models)
     paths = ClassDatabasePaths.of(fleet.workdir, device_class)
     tasks = class_tasks(models, target)
     plan = plan_class(fleet, device_class, models, tasks.tasks, read_trials(paths), throughput(paths))
-    spent = borrowed = 0
+    spent = borrowed = from_starters = 0
+    starter_trials: dict[str, int] = {}  # per workload hash
     searched_s, longest_round_s = 0.0, None
     stopped = None
     shards: tuple[ShardPlacement, ...] = ()
@@ -328,13 +336,14 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             clock = TuningClock(paths, measuring)
             clock.start()
             donor = plan.borrow_from if options.borrow else None
-            seeded = (
-                _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model)
-                if donor
-                else {}
-            )
+            seeding = _Seeding(plan, contexts, database, target, builder, runner, cost_model)
+            lent = _borrow(fleet, donor, scratch, seeding) if donor else {}
+            kept = _seed_from_starters(starters, frozenset(lent), seeding) if starters else {}
             clock.recount()
-            borrowed = sum(seeded.values())
+            borrowed = sum(s.trials for s in lent.values())
+            starter_trials = {h: s.trials for h, s in kept.items()}
+            from_starters = sum(starter_trials.values())
+            seeded = {h: s.trials for h, s in (lent | kept).items()}
             state = _run_state(fleet, plan, tasks, selected, seeded, read_trials(paths))
             if _shards(fleet, selected) > 1:
                 spent, stopped, shards = _search_in_shards(
@@ -347,25 +356,27 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
                 )
             searched_s, longest_round_s = state.searched_s(), state.longest_round_s
             ledgers = state.ledgers
-            if spent + borrowed:
-                append_run(paths, spent + borrowed, time.monotonic() - measuring, boards)
+            if spent + borrowed + from_starters:
+                append_run(paths, spent + borrowed + from_starters, time.monotonic() - measuring, boards)
+    trials_run = spent + borrowed + from_starters
     summaries = _write_reports(
         fleet,
         device_class,
         plan,
         tasks,
         paths,
-        spent + borrowed,
+        trials_run,
         time.monotonic() - started,
         stopped,
         plan.borrow_from if borrowed else None,
         _task_stops(plan, ledgers),
+        starter_trials,
     )
     return ClassResult(
         device_class,
         plan.budget,
         plan.done,
-        spent + borrowed,
+        trials_run,
         borrowed,
         time.monotonic() - started,
         summaries,
@@ -374,6 +385,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
         search_time_s=searched_s,
         shards=shards,
         longest_round_s=longest_round_s,
+        starter_trials=from_starters,
     )
 
 
@@ -452,26 +464,80 @@ def _cost_model(paths: ClassDatabasePaths, search: SearchSettings) -> ms.cost_mo
     return cost_model
 
 
-def _borrow(fleet, donor, plan, contexts, database, target, builder, runner, scratch, cost_model) -> dict[str, int]:
-    """Seed the never-measured tasks with the donor's best schedules (half a round each);
-    return the trials per workload hash."""
+@dataclass(frozen=True)
+class _Seeding:
+    """What seeding a class run's tasks from a source of traces needs (`borrow.seed_tasks`)."""
+
+    plan: ClassPlan
+    contexts: list[ms.TuneContext]  # of the searched tasks, in order
+    database: ms.database.Database
+    target: tvm.target.Target
+    builder: ms.builder.Builder
+    runner: ms.runner.Runner
+    cost_model: ms.cost_model.CostModel
+
+    def seed(self, source: TraceSource, skip: frozenset[str] = frozenset()) -> dict[str, Seeded]:
+        """Half a round of the source's schedules for each searched task with planned trials and
+        none measured yet, but those of `skip`."""
+        fresh = {
+            t.workload_hash: c
+            for t, c in zip(_searched_tasks(self.plan), self.contexts)
+            if t.done == 0 and t.planned > 0 and t.workload_hash not in skip
+        }
+        per_task = max(self.plan.trials_per_iter // 2, 1)
+        return seed_tasks(
+            source, self.database, fresh, self.target, self.builder, self.runner, per_task, self.cost_model
+        )
+
+
+def _borrow(fleet: Fleet, donor: str, scratch: str, seeding: _Seeding) -> dict[str, Seeded]:
+    """Seed the never-measured tasks with the donor's best schedules; return what each took."""
+    device_class = seeding.plan.device_class
     donor_db = snapshot_donor(ClassDatabasePaths.of(fleet.workdir, donor), Path(scratch) / "donor")
     if donor_db is None:
-        log.info("[%s] borrowing: %s has no tuning records yet", plan.device_class, donor)
+        log.info("[%s] borrowing: %s has no tuning records yet", device_class, donor)
         return {}
-    fresh = {t.workload_hash: c for t, c in zip(_searched_tasks(plan), contexts) if t.done == 0 and t.planned > 0}
-    per_task = max(plan.trials_per_iter // 2, 1)
-    seeded = seed_from_donor(donor_db, database, fresh, target, builder, runner, per_task, cost_model)
-    log.info("[%s] borrowed %d schedules from %s (re-measured here)", plan.device_class, sum(seeded.values()), donor)
+    seeded = seeding.seed(DonorTraces(donor_db))
+    trials = sum(s.trials for s in seeded.values())
+    log.info("[%s] borrowed %d schedules from %s (re-measured here)", device_class, trials, donor)
+    return seeded
+
+
+def _starters(profile: DeviceProfile, options: TuneOptions) -> Path | None:
+    """The starter records the run uses: `options.starters_dir` (which must exist), else the
+    profile's where it has them; None with `starters=False`."""
+    if not options.starters:
+        return None
+    if options.starters_dir is None:
+        default = starters_dir(profile)
+        return default if default.is_dir() else None
+    if not Path(options.starters_dir).is_dir():
+        raise TuneError(f"starter records {options.starters_dir}: no such directory")
+    return Path(options.starters_dir)
+
+
+def _seed_from_starters(directory: Path, borrowed: frozenset[str], seeding: _Seeding) -> dict[str, Seeded]:
+    """Seed the never-measured tasks that borrowing left without a trial from the starter
+    records of `directory`; log how, and return what each took."""
+    seeded = seeding.seed(StarterTraces.open(directory), borrowed)
+    exact = sum(s.how == EXACT for s in seeded.values())
+    log.info(
+        "[%s] starter records (%s): %d tasks seeded exactly, %d by transfer, %d trials (re-measured here)",
+        seeding.plan.device_class,
+        directory,
+        exact,
+        len(seeded) - exact,
+        sum(s.trials for s in seeded.values()),
+    )
     return seeded
 
 
 def _run_state(
     fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan], seeded: Mapping[str, int], trials: list
 ) -> RunState:
-    """Each searched task's account: its planned share less what borrowing spent on it, and
-    its ceiling (`max_trials_per_task`, borrowed trials included). A run budgeted by its time
-    has no trial bound: its time limit ends it."""
+    """Each searched task's account: its planned share less what seeding (borrowing, starter
+    records) spent on it, and its ceiling (`max_trials_per_task`, seeded trials included). A
+    run budgeted by its time has no trial bound: its time limit ends it."""
     policy = fleet.tuning
     run_budget = (UNBOUNDED_TRIALS if plan.time_is_the_budget else plan.remaining) - sum(seeded.values())
     history = {t.workload_hash: [r.latency_s for r in trials if r.workload_hash == t.workload_hash] for t in selected}
@@ -691,13 +757,16 @@ def _task_stops(plan: ClassPlan, ledgers: list[TaskLedger]) -> dict[str, str]:
     return stops | {ledger.workload_hash: ledger.stopped for ledger in ledgers if ledger.stopped}
 
 
-def _write_reports(fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from, task_stops):
+def _write_reports(
+    fleet, device_class, plan, tasks, paths, trials_run, elapsed, stopped, borrowed_from, task_stops, starter_trials
+):
     trials = read_trials(paths)
     run = RunInfo(
         device_class=device_class,
         target=dict(plan.target),
         database_dir=str(paths.directory),
         borrowed_from=borrowed_from,
+        starter_trials=starter_trials,
         trials_this_run=trials_run,
         tuning_time_s=elapsed,
         stopped=stopped,

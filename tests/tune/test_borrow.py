@@ -5,12 +5,19 @@ and classb's database then starts with classa's best schedules, re-measured on c
 `classc` (x86-64-v2 too, also allowed to borrow) is tuned with `--no-borrow` afterwards: the
 baseline of the same target and budget. One board per class, so a board's log tells which
 measurements it ran.
+
+The same boards then serve starter records: built from classa's database for a profile of
+classc's target, they seed a class run of mlp at other shapes (every kernel transferred), and a
+run with `starters=False` takes none.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import warnings
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from support.fleet_marker import starts_fleet
@@ -18,9 +25,11 @@ from support.fleets import V2, V3, make_fleet, mlp
 from support.loopback_boards import Loopback
 from tvm.s_tir import meta_schedule as ms
 
+from edgetune.inventory.schema import Model, ModelInput
 from edgetune.tune.database import ClassDatabasePaths, read_trials, untuned_times
 from edgetune.tune.monitor import load_cost_model
-from edgetune.tune.tuner import TuneOptions, tune_fleet
+from edgetune.tune.starters import build_starters, starters_dir
+from edgetune.tune.tuner import TuneOptions, tune_class, tune_fleet
 
 BUDGET = 16  # mlp: 2 tasks of 8 trials; the borrower seeds each with 4 of the donor's best
 PER_ITER = 8
@@ -57,7 +66,11 @@ def borrowing(tmp_path_factory):
 
 def _records(fleet, device_class: str) -> list[tuple[str, list, list[float], dict]]:
     """(workload hash, trace, run_secs, target) of every record, in the order measured."""
-    paths = ClassDatabasePaths.of(fleet.workdir, device_class)
+    return _records_at(ClassDatabasePaths.of(fleet.workdir, device_class).directory)
+
+
+def _records_at(directory: Path) -> list[tuple[str, list, list[float], dict]]:
+    paths = ClassDatabasePaths(directory)
     hashes = [json.loads(line)[0] for line in paths.workload.open()]
     return [
         (hashes[w], trace, secs, target) for w, (trace, secs, target, _) in map(json.loads, paths.tuning_record.open())
@@ -140,3 +153,87 @@ def test_summary_records_the_donor_and_trials_to_within_10pct(borrowing):
         f"without (first {without['curve'][0][1] * 1e6:.1f} us after {without['curve'][0][0]}, "
         f"final {without['estimated_latency_s'] * 1e6:.1f} us)"
     )
+
+
+SMALL_PER_ITER = 2  # the starter run: mlp at 128 features, 2 tasks of a round of 2; seeding takes 1 each
+
+
+@pytest.fixture(scope="module")
+def starting(borrowing, tmp_path_factory):
+    """classc's board tunes mlp at 128 features (classa tuned it at 256) from the starter records
+    of classa's database, kept beside its profile, and again, in another workdir, with
+    `starters=False`. Returns the starter records and (fleet, result, log lines) of each run."""
+    fleet, _, _ = borrowing
+    root = tmp_path_factory.mktemp("starters")
+    profile = replace(fleet.device_class("classc").profile, path=root / "profiles" / "classc.yaml")
+    small = Model(name="mlp", inputs=(ModelInput("x", (1, 128)),), builtin="mlp")
+
+    def fleet_in(workdir: Path):
+        return replace(
+            fleet,
+            workdir=workdir,
+            device_classes=(replace(fleet.device_class("classc"), profile=profile),),
+            boards=tuple(b for b in fleet.boards if b.device_class == "classc"),
+            models=(small,),
+            tuning=replace(
+                fleet.tuning, trials_per_class=2 * SMALL_PER_ITER, trials_per_iter=SMALL_PER_ITER, borrow={}
+            ),
+        )
+
+    with_starters, without = fleet_in(root / "with"), fleet_in(root / "without")
+    built = build_starters(with_starters, "classc", [ClassDatabasePaths.of(fleet.workdir, "classa").directory], 4)
+    assert built.directory == starters_dir(profile)
+    lines, logger = _LogLines(), logging.getLogger("edgetune.tune.tuner")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:  # in this process: no class process to start, and its log lines are at hand
+        used = tune_class(with_starters, "classc", TuneOptions(borrow=False))
+        first = len(lines.messages)
+        unused = tune_class(without, "classc", TuneOptions(borrow=False, starters=False))
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    log = lines.messages
+    return built, (with_starters, used, log[:first]), (without, unused, log[first:])
+
+
+class _LogLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_starter_records_seed_kernels_of_other_shapes_by_transfer_and_are_measured_here(starting):
+    built, (fleet, result, log), _ = starting
+    assert result.ok, result.error
+    assert any(
+        line.startswith(
+            f"[classc] starter records ({built.directory}): 0 tasks seeded exactly, 2 by transfer, 2 trials"
+        )
+        for line in log
+    ), log
+    starter_hashes = {h for h, *_ in _records_at(built.directory)}
+    records = _records(fleet, "classc")
+    seeded = records[: result.starter_trials]
+    assert result.starter_trials == 2  # half a round for each of the two tasks
+    assert {h for h, *_ in seeded} == {h for h, *_ in records}  # both tasks,
+    assert not starter_hashes & {h for h, *_ in records}  # kernels the starters do not hold: transferred
+    starter_traces = [t for _, t, *_ in _records_at(built.directory)]
+    for _, trace, run_secs, target in seeded:
+        assert trace not in starter_traces  # tiles adapted to the new shapes,
+        assert target["mcpu"] == V2["mcpu"] and max(run_secs) < 1.0  # measured for classc, successfully
+    budget = 2 * SMALL_PER_ITER  # the seeded trials count against it
+    assert result.trials_run == len(records) and budget <= result.trials_run < budget + SMALL_PER_ITER
+    assert _summary(result)["starter_trials"] == result.starter_trials
+
+
+def test_a_run_without_starters_takes_none(starting):
+    _, _, (_, result, log) = starting
+    assert result.ok, result.error
+    assert not [line for line in log if "starter records" in line], log  # though the profile has them
+    assert result.starter_trials == 0
+    assert _summary(result)["starter_trials"] == 0
