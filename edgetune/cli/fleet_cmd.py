@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, add_select_argument, load_checked_fleet, selected_boards
 from edgetune.errors import FleetError
-from edgetune.fleet import GroupResult, fleet_down, fleet_status, fleet_up, tracker_status, trust_board
+from edgetune.fleet.parallel import GroupResult
 from edgetune.inventory.schema import POOL
 
 
@@ -51,14 +51,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def drive_up(args: argparse.Namespace) -> int:
+    from edgetune.fleet import fleet_up
+
     return _exit_code(fleet_up(load_checked_fleet(args)), "came online")
 
 
 def drive_down(args: argparse.Namespace) -> int:
+    from edgetune.fleet import fleet_down
+
     return _exit_code(fleet_down(load_checked_fleet(args)), "stopped")
 
 
 def drive_trust(args: argparse.Namespace) -> int:
+    from edgetune.fleet import trust_board
+
     trust_board(
         load_checked_fleet(args),
         args.board,
@@ -84,6 +90,7 @@ def drive_reset_serial(args: argparse.Namespace) -> int:
 
 def drive_status(args: argparse.Namespace) -> int:
     from edgetune.deploy.rollout import read_back_interrupted
+    from edgetune.fleet import fleet_status, tracker_status
 
     fleet = load_checked_fleet(args)
     shown = fleet.replace(boards=selected_boards(fleet, args))

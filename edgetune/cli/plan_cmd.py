@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from edgetune.cli.common import add_fleet_argument, load_checked_fleet
-from edgetune.compiler.relax.layout import LayoutChoice
 from edgetune.inventory.fleet_plan import FleetClassPlan, FleetPlan, plan_fleet
 from edgetune.inventory.schema import Fleet
-from edgetune.tune.budget import estimate, time_is_the_budget
-from edgetune.tune.database import ClassDatabasePaths, throughput
+
+if TYPE_CHECKING:
+    from edgetune.compiler.relax.layout import LayoutChoice
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,6 +57,9 @@ def layouts_json(layouts: dict[str, LayoutChoice]) -> dict[str, dict[str, str]]:
 def tuning_time(fleet: Fleet, plan: FleetClassPlan) -> str:
     """How long the class's budget takes at its measured trial rate (per task where the budget
     is per task: the task count is known once the models are imported)."""
+    from edgetune.tune.budget import estimate, time_is_the_budget
+    from edgetune.tune.database import ClassDatabasePaths, throughput
+
     measured = throughput(ClassDatabasePaths.of(fleet.workdir, plan.device_class))
     if time_is_the_budget(fleet.tuning, plan.device_class):
         return (
