@@ -12,6 +12,17 @@ def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--fleet", default="fleet.yaml", help="the fleet inventory (default: fleet.yaml)")
 
 
+def positive_int(text: str) -> int:
+    """argparse's `type` for a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def add_select_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--select",

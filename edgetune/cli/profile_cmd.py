@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from edgetune.cli.common import add_fleet_argument, load_checked_fleet
+from edgetune.cli.common import add_fleet_argument, load_checked_fleet, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,13 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="CLASS",
         help="the device class (default: the one class the model is built for)",
     )
-    parser.add_argument("--version", type=_positive, help="the artifact version (default: the latest)")
+    parser.add_argument("--version", type=positive_int, help="the artifact version (default: the latest)")
     parser.add_argument(
         "--board", help="the board to run on (default: the first of the class registered with the tracker)"
     )
     parser.add_argument(
         "--repeat",
-        type=_positive,
+        type=positive_int,
         help="samples per kernel (default: the class profile's measurement.repeat)",
     )
     parser.add_argument("--json", action="store_true", help="print the whole profile as JSON")
@@ -48,13 +48,3 @@ def drive_profile(args: argparse.Namespace) -> int:
     )
     print(json.dumps(profile.as_json(), indent=1) if args.json else profile.table())
     return 0
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edgetune.cli.common import add_fleet_argument
+from edgetune.cli.common import add_fleet_argument, positive_int
 
 DEFAULT_TOP_K = 8
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     build.add_argument(
         "--top-k",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_TOP_K,
         metavar="K",
         help=f"records kept per kernel, the best (default {DEFAULT_TOP_K})",
@@ -53,13 +53,3 @@ def drive_build(args: argparse.Namespace) -> int:
     built = build_starters(load_fleet(args.fleet), args.profile, args.sources, args.top_k, args.out)
     print(f"{built.directory}: {built.records} records of {built.kernels} kernels")
     return 0
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: keep at least 1 record per kernel")
-    return value

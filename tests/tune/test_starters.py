@@ -222,4 +222,4 @@ def test_a_top_k_below_1_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["starters", "build", "--profile", "x86-64-v3", "--from", str(tmp_path), "--top-k", "0"])
     assert stopped.value.code == 2
-    assert "--top-k: 0: keep at least 1 record per kernel" in capsys.readouterr().err
+    assert "--top-k: 0 must be at least 1" in capsys.readouterr().err
