@@ -32,6 +32,8 @@ from edgetune.tune.borrow import EXACT, TRANSFER, DecisionProvider, Seeds, repla
 from edgetune.tune.database import FAILED_RUN_SECS, ClassDatabasePaths, open_database, records_by_kernel, snapshot
 
 _LITERAL = re.compile(r"\b\d+\b")
+# a name's number (lv221, param_0, T_add_1: where the kernel sat in its model), not a dtype's width
+_NUMBERED_NAME = re.compile(r"\b(?!(?:u?int|float|bfloat)\d+\b)([A-Za-z_]\w*?)\d+\b")
 
 
 def starters_dir(profile: DeviceProfile) -> Path:
@@ -40,10 +42,11 @@ def starters_dir(profile: DeviceProfile) -> Path:
 
 
 def signature(mod: tvm.IRModule) -> str:
-    """A kernel's kind: its TVMScript with every integer literal written N. Block names, the loop
-    nest, the operations, dtypes and ranks stay; shapes, extents and constants go (a stride of 2
+    """A kernel's kind: its TVMScript with every integer literal, and the number ending a name,
+    written N. Block names, the loop nest, the operations, dtypes and ranks stay; shapes, extents,
+    constants and the numbers a model's import gave its values (lv221, param_0) go (a stride of 2
     and one of 3 are alike, a stride of 1, written without a multiplication, is not)."""
-    return _LITERAL.sub("N", _script(mod))
+    return _LITERAL.sub("N", _NUMBERED_NAME.sub(r"\1N", _script(mod)))
 
 
 def shape_distance(a: Sequence[int], b: Sequence[int]) -> float:

@@ -48,12 +48,12 @@ def test_inner_factors_that_still_divide_are_kept_and_the_outermost_takes_the_re
     assert adapt_tile([1, 128], 256, 64) == [4, 64]  # the innermost bound
 
 
-def matmul_relu(m: int, n: int, k: int) -> tvm.IRModule:
-    a = te.placeholder((m, k), name="A")
-    b = te.placeholder((k, n), name="B")
+def matmul_relu(m: int, n: int, k: int, a_name: str = "A", dtype: str = "float32") -> tvm.IRModule:
+    a = te.placeholder((m, k), name=a_name, dtype=dtype)
+    b = te.placeholder((k, n), name="B", dtype=dtype)
     r = te.reduce_axis((0, k), name="k")
     product = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="matmul")
-    relu = te.compute((m, n), lambda i, j: te.max(product[i, j], tvm.tirx.const(0, "float32")), name="relu")
+    relu = te.compute((m, n), lambda i, j: te.max(product[i, j], tvm.tirx.const(0, dtype)), name="relu")
     return tvm.IRModule({"main": te.create_prim_func([a, b, relu])})
 
 
@@ -66,6 +66,9 @@ def add(m: int, n: int) -> tvm.IRModule:
 def test_the_signature_matches_a_kernel_of_the_same_kind_at_other_shapes_only():
     assert signature(matmul_relu(64, 128, 256)) == signature(matmul_relu(1, 10, 784))
     assert signature(matmul_relu(64, 128, 256)) != signature(add(64, 128))
+    # the names a model's import numbers its values by do not tell kernels apart; dtypes do
+    assert signature(matmul_relu(64, 128, 256, a_name="lv12")) == signature(matmul_relu(8, 8, 8, a_name="lv3407"))
+    assert signature(matmul_relu(64, 128, 256, dtype="int8")) != signature(matmul_relu(64, 128, 256))
     near, far = [0, 64, 128, 256], [0, 1, 10, 784]
     assert shape_distance(near, [0, 48, 96, 200]) < shape_distance(far, [0, 48, 96, 200])
 
