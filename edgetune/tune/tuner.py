@@ -532,12 +532,21 @@ def _seed_from_starters(directory: Path, borrowed: frozenset[str], seeding: _See
     return seeded
 
 
+def _share_after_seeding(task: TaskPlan, seeded: int, time_is_the_budget: bool) -> int:
+    if seeded and time_is_the_budget:
+        return 0
+    return max(task.planned - seeded, 0)
+
+
 def _run_state(
     fleet: Fleet, plan: ClassPlan, tasks: ClassTasks, selected: list[TaskPlan], seeded: Mapping[str, int], trials: list
 ) -> RunState:
     """Each searched task's account: its planned share less what seeding (borrowing, starter
     records) spent on it, and its ceiling (`max_trials_per_task`, seeded trials included). A
-    run budgeted by its time has no trial bound: its time limit ends it."""
+    seeded task has had its first round (the tasks without one go first); in a run budgeted by
+    its time, whose plan is a round per task, that is all of its share, so its next round is a
+    whole one given by expected gain, not the half round its plan had left. A run budgeted by its
+    time has no trial bound: its time limit ends it."""
     policy = fleet.tuning
     run_budget = (UNBOUNDED_TRIALS if plan.time_is_the_budget else plan.remaining) - sum(seeded.values())
     history = {t.workload_hash: [r.latency_s for r in trials if r.workload_hash == t.workload_hash] for t in selected}
@@ -545,11 +554,12 @@ def _run_state(
         TaskLedger(
             workload_hash=t.workload_hash,
             weight=t.weight,
-            share=max(t.planned - seeded.get(t.workload_hash, 0), 0),
+            share=_share_after_seeding(t, seeded.get(t.workload_hash, 0), plan.time_is_the_budget),
             ceiling=(
                 policy.max_trials_per_task - len(history[t.workload_hash]) if policy.max_trials_per_task else run_budget
             ),
             history=history[t.workload_hash],
+            rounds=1 if seeded.get(t.workload_hash) else 0,
         )
         for t in selected
     ]

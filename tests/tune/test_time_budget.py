@@ -248,3 +248,28 @@ def test_progress_of_a_timed_run_shows_the_time_used_not_a_trial_bound():
     assert timed == "[a] trials 48 this run (95/1800 s)  tasks 5/9  best est. mlp -  boards busy 0/1"
     counted = progress_line("a", 48, 128, 5, 9, {"mlp": 52e-6}, 1, 2)
     assert counted == "[a] trials 48/128 this run  tasks 5/9  best est. mlp 0.052 ms  boards busy 1/2"
+
+
+def test_seeded_tasks_wait_for_every_first_round_then_get_whole_rounds(tmp_path):
+    """Seeding (borrowing, starter records) measured half a round of t00 and t01 before the run:
+    with a time budget, t02 and t03 get their first rounds first, and the seeded tasks then get
+    whole rounds by expected gain, not the half rounds their plan had left."""
+    from edgetune.compiler.tasks import ClassTasks
+    from edgetune.tune.tuner import _run_state
+
+    tasks = tasks_named(4)
+    fleet = timed_fleet(tmp_path, 600)
+    plan = plan_class(fleet, "a", (mlp(),), tasks, [], Throughput(300, 300.0, 1, 2))
+    seeded = {"h-t00": 8, "h-t01": 8}
+    state = _run_state(fleet, plan, ClassTasks({}, tasks, {}), list(plan.tasks), seeded, [])
+    ledgers = state.ledgers
+    order, sizes = [], []
+    for _ in range(4):
+        chosen = choose_task(ledgers, [True] * 4, {}, state.run_budget, plan.trials_per_iter, 4)
+        order.append(ledgers[chosen].workload_hash)
+        size = min(plan.trials_per_iter, ledgers[chosen].share - ledgers[chosen].spent)
+        sizes.append(size)
+        ledgers[chosen].rounds += 1
+        ledgers[chosen].record([1.0] * size)
+    assert order[:2] == ["h-t02", "h-t03"] and set(order[2:]) == {"h-t00", "h-t01"}
+    assert sizes == [plan.trials_per_iter] * 4
