@@ -573,7 +573,18 @@ def _run_state(
         early_stop=policy.early_stop,
         time_limit_s=policy.time_limit_s,
         time_is_the_budget=plan.time_is_the_budget,
+        best=_seeded_best(history, seeded),
     )
+
+
+def _seeded_best(history: Mapping[str, list[float | None]], seeded: Mapping[str, int]) -> dict[str, float]:
+    """The best latency this run of each seeded task: its seeds are the last of its history."""
+    best = {}
+    for workload_hash, count in seeded.items():
+        valid = [s for s in history.get(workload_hash, [])[-count:] if s is not None] if count else []
+        if valid:
+            best[workload_hash] = min(valid)
+    return best
 
 
 def _search(

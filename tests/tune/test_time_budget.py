@@ -28,7 +28,7 @@ from edgetune.tune.budget import (
     suggest_time_limit,
     time_is_the_budget,
 )
-from edgetune.tune.database import ClassDatabasePaths, append_run
+from edgetune.tune.database import ClassDatabasePaths, TrialRecord, append_run
 from edgetune.tune.monitor import RunState
 from edgetune.tune.plan import plan_class
 from edgetune.tune.report import progress_line
@@ -261,15 +261,17 @@ def test_seeded_tasks_wait_for_every_first_round_then_get_whole_rounds(tmp_path)
     fleet = timed_fleet(tmp_path, 600)
     plan = plan_class(fleet, "a", (mlp(),), tasks, [], Throughput(300, 300.0, 1, 2))
     seeded = {"h-t00": 8, "h-t01": 8}
-    state = _run_state(fleet, plan, ClassTasks({}, tasks, {}), list(plan.tasks), seeded, [])
+    earlier = [TrialRecord("h-t00", 5e-4)] + [TrialRecord(h, 1e-3 * (i + 1)) for h in seeded for i in range(8)]
+    state = _run_state(fleet, plan, ClassTasks({}, tasks, {}), list(plan.tasks), seeded, earlier)
+    assert state.best == {"h-t00": 1e-3, "h-t01": 1e-3}  # the seeds' best, not an earlier run's 0.5 ms
     ledgers = state.ledgers
     order, sizes = [], []
-    for _ in range(4):
+    while not {"h-t00", "h-t01"} <= set(order) and len(order) < 10:
         chosen = choose_task(ledgers, [True] * 4, {}, state.run_budget, plan.trials_per_iter, 4)
         order.append(ledgers[chosen].workload_hash)
         size = min(plan.trials_per_iter, ledgers[chosen].share - ledgers[chosen].spent)
         sizes.append(size)
         ledgers[chosen].rounds += 1
         ledgers[chosen].record([1.0] * size)
-    assert order[:2] == ["h-t02", "h-t03"] and set(order[2:]) == {"h-t00", "h-t01"}
-    assert sizes == [plan.trials_per_iter] * 4
+    assert order[:2] == ["h-t02", "h-t03"] and {"h-t00", "h-t01"} <= set(order)
+    assert sizes == [plan.trials_per_iter] * len(order)
