@@ -18,10 +18,13 @@ by the regression check (is the deployed build slower than its baseline?).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 4000
@@ -79,6 +82,8 @@ class Comparison:
 
 def summarize(samples: Sequence[float]) -> Summary:
     """Median, IQR, min, max and count of `samples` (finite, positive)."""
+    import numpy as np  # here, not above: the board agent's verbs that time nothing start without numpy
+
     values = _checked(samples, "samples")
     q1, median, q3 = np.percentile(values, [25.0, 50.0, 75.0])
     return Summary(
@@ -100,6 +105,8 @@ def ratio_of_medians(
     part of those ratios, widened if needed to contain the point estimate (which percentile
     intervals of very small or lumpy samples can miss). Deterministic: the same multisets
     and seed give the same result, whatever the order of the samples."""
+    import numpy as np
+
     top, bottom = _checked(numerator, "numerator"), _checked(denominator, "denominator")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}")
@@ -148,6 +155,8 @@ def ratio_text(value: float) -> str:
 
 def _checked(samples: Sequence[float], name: str) -> np.ndarray:
     """The samples as a sorted float64 array; ValueError unless all are finite and positive."""
+    import numpy as np
+
     if isinstance(samples, (str, bytes)) or not all(_is_number(v) for v in samples):
         raise ValueError(f"{name} must be a sequence of numbers")
     values = np.sort(np.asarray(list(samples), dtype=np.float64))
@@ -159,4 +168,6 @@ def _checked(samples: Sequence[float], name: str) -> np.ndarray:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, numbers.Real) and not isinstance(
+        value, bool
+    )  # numpy's scalars are Real, numpy.bool_ is not

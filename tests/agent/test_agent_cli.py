@@ -32,6 +32,20 @@ CONFIG = AgentConfig(
 )
 
 
+def test_status_starts_without_numpy(tmp_path):
+    """`status` runs on every rollout, pull timer and check: it loads only what it needs (numpy
+    alone costs a board a tenth of a second of CPU and its BLAS threads)."""
+    write_config(tmp_path / "agent", CONFIG)
+    probe = (
+        "import sys; from edgetune.agent.cli import main; code = main(['--root', sys.argv[1], 'status', '--json']);"
+        " print(code, 'numpy' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "agent")], capture_output=True, text=True, timeout=60
+    )
+    assert done.stderr.strip().splitlines()[-1] == "0 False", (done.stdout, done.stderr)
+
+
 def test_config_is_written_canonically_and_read_back(tmp_path):
     path = write_config(tmp_path / "agent", CONFIG)
     raw = path.read_bytes()
