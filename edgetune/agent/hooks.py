@@ -2,7 +2,8 @@
 
 fleet.yaml's `models[].on_switch` and `models[].health` reach the board in agent.json
 (`AgentConfig.hooks`). Each command runs with `/bin/sh -c`, as the agent's user, in the agent's
-root, with stdin closed, in a process group of its own, and with the agent's environment plus:
+root, with stdin closed, in a process group of its own, and with the agent's environment (with
+`TVM_USE_RUNTIME_LIB=1` unless the board set it: `__main__.py`) plus:
 
     EDGETUNE_HOOK              on_switch | health
     EDGETUNE_MODEL             the model

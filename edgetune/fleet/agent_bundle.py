@@ -34,7 +34,7 @@ BOARD_SIDE = ("__init__.py", "errors.py", "durable.py", "artifact_format", "agen
 AGENT_DIR = "agent"
 BUNDLE_NAME = "edgetune-agent.pyz"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-_MAIN = b'"""The edgetune board agent."""\nimport sys\n\nfrom edgetune.agent.cli import main\n\nsys.exit(main())\n'
+_MAIN = b'"""The edgetune board agent."""\nimport runpy\n\nrunpy.run_module("edgetune.agent", run_name="__main__", alter_sys=True)\n'
 
 # Run by the board's Python as `-I -c LAUNCHER BUNDLE SHA256 ARGS...` (-I: nothing from the
 # working directory, PYTHONPATH or the user's site can stand in for the bundle).

@@ -161,6 +161,26 @@ def test_run_json_checks_and_times_the_current_release(board_on, fleet, tmp_path
     assert status == 0 and report["outputs_match"] is None and report["samples_s"] == []
 
 
+def test_run_loads_tvms_runtime_library_alone(board_on, tmp_path):
+    """The agent compiles nothing: as a process of its own it loads TVM's runtime library, not the
+    compiler's too (half TVM's start-up on a board), unless the board's environment says otherwise."""
+    root = board_on(1)
+    site, loaded = tmp_path / "site", tmp_path / "loaded"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(loaded)!r}, 'w').write(' '.join(sorted(sys.modules['tvm'].base._LOADED_LIBS))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TVM_USE_RUNTIME_LIB"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    status, report = agent_cli(root, "run", "--model", "mlp", "--repeat", "1", env=env)
+    assert status == 0 and report["outputs_match"] is True
+    assert loaded.read_text().split() == ["tvm_runtime"]
+    status, report = agent_cli(root, "run", "--model", "mlp", "--repeat", "1", env={**env, "TVM_USE_RUNTIME_LIB": "0"})
+    assert status == 0 and report["outputs_match"] is True
+    assert "tvm_compiler" in loaded.read_text().split()
+
+
 def test_state_is_completed_from_the_link_after_a_kill_between_the_two_steps(board_on):
     root = board_on(1, 2)
     link = root / "releases" / "mlp" / "current"
