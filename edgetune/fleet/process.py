@@ -11,18 +11,22 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 POLL_S = 0.1
 
 
-def spawn_detached(argv: Sequence[str], log_path: Path) -> subprocess.Popen:
+def spawn_detached(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen:
     """Start `argv` as the leader of a new session (so of its own process group), output to
-    `log_path`. It outlives us: whoever stops it later finds it by PID and command line."""
+    `log_path`, with our environment and `env`. It outlives us: whoever stops it later finds it by
+    PID and command line."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    environment = None if env is None else {**os.environ, **env}
     with open(log_path, "ab") as log:
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        return subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=environment
+        )
 
 
 def running(pid: int | None, marker: str) -> bool:

@@ -35,6 +35,9 @@ from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
 TRACKER_MODULE = "tvm.exec.rpc_tracker"
+# The tracker brokers sockets in Python (`tvm.rpc.base`): TVM's runtime library is all it needs,
+# and without the compiler library it and its pool worker start in half the time.
+TRACKER_ENV = {"TVM_USE_RUNTIME_LIB": "1"}
 START_TIMEOUT_S = 30.0
 SESSION_TIMEOUT_S = 600  # a board ends a session of `board_sessions` older than this
 REQUEST_TIMEOUT_S = 120.0  # how long `board_sessions` waits for a busy board
@@ -115,7 +118,7 @@ def start_tracker(tracker: Tracker, log_dir: Path) -> TrackerRecord:
         str(port + 1),
     ]
     log = log_dir / f"tracker-{tracker.name}.log"
-    proc = spawn_detached(argv, log)
+    proc = spawn_detached(argv, log, TRACKER_ENV)
     record = TrackerRecord(tracker.name, tracker.public_address, port, proc.pid)
     wait_until(lambda: port_answers(record.host, port) or proc.poll() is not None, START_TIMEOUT_S)
     if not tracker_alive(record):

@@ -54,6 +54,16 @@ def test_every_board_is_registered_under_its_class(sim_fleet):
         assert status.tvm_version == tvm.__version__ and status.firmware.startswith("Linux")
 
 
+def test_the_tracker_loads_tvms_runtime_library_alone(sim_fleet):
+    """It brokers sockets: TVM's compiler library (most of TVM's start-up) is not loaded, in the
+    tracker or in its pool worker."""
+    tracker = load_fleet_state(sim_fleet).trackers["host"].pid
+    processes = [tracker, *(int(p) for p in Path(f"/proc/{tracker}/task/{tracker}/children").read_text().split())]
+    for pid in processes:
+        mapped = Path(f"/proc/{pid}/maps").read_text()
+        assert "libtvm_runtime.so" in mapped and "libtvm_compiler.so" not in mapped, pid
+
+
 def test_a_directly_routed_board_listens_on_nothing_but_sshd(sim_fleet):
     """`ssh.transport: ssh`, the default, also for a board this host has a route to: its
     rpc_server is listed under its forward's address on this host, and a connect to the board's

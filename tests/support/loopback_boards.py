@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from edgetune.fleet.tracker import TRACKER_ENV
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -41,6 +43,7 @@ class Loopback:
         self.tracker = self._spawn(
             "tracker",
             ["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(self.port), "--port-end", str(self.port + 1)],
+            env=TRACKER_ENV,  # as `fleet up` starts it
         )
         _wait_port(self.port)
 
