@@ -2,8 +2,8 @@
 
 The agent loads and runs libraries and compiles nothing, so unless the board's environment says
 otherwise, TVM loads its runtime library alone (`TVM_USE_RUNTIME_LIB=1`, read by `tvm.base` when
-TVM is first imported): half the start-up of the full library. The agent's reference-check
-child and hooks inherit it.
+TVM is first imported), without its compiler library. The agent's reference-check child and
+hooks inherit it.
 """
 
 import os

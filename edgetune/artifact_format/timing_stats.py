@@ -168,6 +168,5 @@ def _checked(samples: Sequence[float], name: str) -> np.ndarray:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(
-        value, bool
-    )  # numpy's scalars are Real, numpy.bool_ is not
+    # numpy's integer and float scalars are numbers.Real; numpy.bool_ is not
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -35,8 +35,8 @@ from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
 TRACKER_MODULE = "tvm.exec.rpc_tracker"
-# The tracker brokers sockets in Python (`tvm.rpc.base`): TVM's runtime library is all it needs,
-# and without the compiler library it and its pool worker start in half the time.
+# The tracker brokers sockets in Python (`tvm.rpc.base`): TVM's runtime library is all it and its
+# pool worker load, not the compiler library.
 TRACKER_ENV = {"TVM_USE_RUNTIME_LIB": "1"}
 START_TIMEOUT_S = 30.0
 SESSION_TIMEOUT_S = 600  # a board ends a session of `board_sessions` older than this
