@@ -38,6 +38,14 @@ def cgroup_dir(name: str) -> Path:
 
 def apply_quota(name: str, cpu_quota: float, pid: int) -> Path:
     """Create (or reuse) cgroup `name` limited to `cpu_quota` cores and move `pid` into it."""
+    path = limit_quota(name, cpu_quota)
+    (path / "cgroup.procs").write_text(str(pid))
+    return path
+
+
+def limit_quota(name: str, cpu_quota: float) -> Path:
+    """Create cgroup `name`, or change its limit, to `cpu_quota` cores: its processes stay as they
+    are (a process moved in by pid may have exited by the time it is written)."""
     path = cgroup_dir(name)
     period_us = max(PERIOD_US, math.ceil(MIN_QUOTA_US / cpu_quota))  # longer only below a tenth of a core
     quota_us = max(MIN_QUOTA_US, round(cpu_quota * period_us))
@@ -51,7 +59,6 @@ def apply_quota(name: str, cpu_quota: float, pid: int) -> Path:
         (path / "cpu.cfs_period_us").write_text(str(period_us))
         (path / "cpu.cfs_quota_us").write_text(str(quota_us))
         (path / "cpu.shares").write_text(str(SHARES_V1))
-    (path / "cgroup.procs").write_text(str(pid))
     return path
 
 

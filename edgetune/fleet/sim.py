@@ -100,7 +100,7 @@ def sim_firmware(fleet: Fleet, board_name: str, version: str, cpu_quota: float |
     sim.firmware_file.parent.mkdir(parents=True, exist_ok=True)
     sim.firmware_file.write_text(f"sim-firmware {version}\n")
     if cpu_quota is not None:
-        cgroups.apply_quota(sim.cgroup, cpu_quota, pid)
+        cgroups.limit_quota(sim.cgroup, cpu_quota)
 
 
 def plan_sim(fleet: Fleet) -> tuple[SimBoard, ...]:

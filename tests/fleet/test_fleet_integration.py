@@ -264,5 +264,5 @@ def test_sim_firmware_update_changes_one_fingerprint_and_its_quota(sim_fleet):
             sim_firmware(sim_fleet, "ghost", "1")
     finally:
         sim_firmware_file(sim_fleet, slow2.board).unlink(missing_ok=True)
-        cgroups.apply_quota(slow2.cgroup, slow2.board.simulated.cpu_quota, cgroups.member_pids(slow2.cgroup)[0])
+        cgroups.limit_quota(slow2.cgroup, slow2.board.simulated.cpu_quota)
     assert not {b.name: b for b in fleet_status(sim_fleet)}["slow-2"].firmware_changed

@@ -76,7 +76,7 @@ def firmware_update(deployed):
     for sim in plan_sim(deployed):
         if sim.board.name in changed:
             sim_firmware_file(deployed, sim.board).unlink(missing_ok=True)
-            cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, cgroups.member_pids(sim.cgroup)[0])
+            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
 
 
 def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, monkeypatch):
@@ -123,12 +123,11 @@ def test_a_board_slowed_for_one_timing_only_is_not_reported_slower(deployed, mon
         timed.append(agent.board.name)
         if len(timed) > 1:
             return real_time_release(agent, model, settings)
-        pid = cgroups.member_pids(sim.cgroup)[0]
-        cgroups.apply_quota(sim.cgroup, 0.4, pid)
+        cgroups.limit_quota(sim.cgroup, 0.4)
         try:
             return real_time_release(agent, model, settings)
         finally:
-            cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, pid)
+            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
 
     monkeypatch.setattr(check, "_time_release", busy_during_the_first_timing)
     report = regress(deployed, boards=["fast-2"], models=[MODEL])

@@ -43,7 +43,7 @@ def checked_fleet(released_fleet, tmp_path_factory):
             fleet_status(fleet)
         finally:
             sim_firmware_file(fleet, sim.board).unlink(missing_ok=True)
-            cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, cgroups.member_pids(sim.cgroup)[0])
+            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
         verdicts = {v.board: v for v in report_.verdicts}
         assert verdicts[SLOWED].verdict == "slower", [
             (v.board, v.verdict, v.ratio, v.interval) for v in report_.verdicts
