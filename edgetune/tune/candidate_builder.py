@@ -1,7 +1,7 @@
 """The class run's candidate builder: candidates built as the artifact build builds them (their
 parallel loops too small for the target's threads made serial, edgetune.compiler.tir.small_loops),
-without importing TVM's tensor intrinsics, in worker processes that live as long as the run
-(edgetune.tvm_compat.build), and exported as shared libraries the boards load as they are.
+without importing TVM's tensor intrinsics, in worker processes that live as long as the process
+(edgetune.tvm_compat.build's shared pool), and exported as shared libraries the boards load as they are.
 
 Export: MetaSchedule's default export is a `.tar` that the board must link with a compiler of
 its own. `SharedLibraryExport` links a shared library on the host with
@@ -57,9 +57,15 @@ class CandidateBuild:
 
 
 def make_builder(artifact_dir: str, cross_compiler: str | None, max_workers: int) -> PooledBuilder:
-    """The class run's builder: candidates become shared libraries in `artifact_dir`."""
+    """The class run's builder: candidates become shared libraries in `artifact_dir`, built in the
+    process's shared pool of `max_workers` (a later run in this process finds TVM imported there)."""
     return PooledBuilder(
-        CandidateBuild(), SharedLibraryExport(artifact_dir, cross_compiler), max_workers, BUILD_TIMEOUT_S, WORKER_USES
+        CandidateBuild(),
+        SharedLibraryExport(artifact_dir, cross_compiler),
+        max_workers,
+        BUILD_TIMEOUT_S,
+        WORKER_USES,
+        shared=True,
     )
 
 

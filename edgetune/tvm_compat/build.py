@@ -10,7 +10,9 @@ TVM 0.27's LocalBuilder
   because its workers leak memory over many builds (apache/tvm#11096, closed as won't fix;
   the pool restart is apache/tvm#11074). `PooledBuilder` keeps its workers and replaces each
   after `worker_uses` builds (PopenPoolExecutor's `maximum_process_uses`, apache/tvm#11094),
-  which bounds the leak and pays the start-up once per that many builds.
+  which bounds the leak and pays the start-up once per that many builds. With `shared`, runs
+  one after another in one process (a class process given a second class, a test session)
+  build in the same workers: one pool per settings for the process, left running by `close()`.
 
 `PooledBuilder` is a public `PyBuilder` taking `f_build` and `f_export` as LocalBuilder does.
 The workers get the functions with cloudpickle; this module is pickled by value, so the workers
@@ -19,7 +21,10 @@ need not be able to import edgetune. Tests: tests/tvm_compat/test_build.py.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,20 +55,59 @@ def build_and_export(build: BuildFunction, export: ExportFunction, mod: tvm.IRMo
     return export(build(mod, target, None))
 
 
+_shared_pools: dict[tuple[int, float, int], PopenPoolExecutor] = {}
+_shared_pools_lock = threading.Lock()
+
+
+def shared_pool(max_workers: int, timeout_s: float, worker_uses: int) -> PopenPoolExecutor:
+    """The process's pool of these settings, started on first use, shut down at exit."""
+    key = (max_workers, timeout_s, worker_uses)
+    with _shared_pools_lock:
+        if key not in _shared_pools:
+            if not _shared_pools:
+                atexit.register(_shut_down_shared_pools)
+            _shared_pools[key] = PopenPoolExecutor(
+                max_workers=max_workers, timeout=timeout_s, maximum_process_uses=worker_uses
+            )
+        return _shared_pools[key]
+
+
+def _shut_down_shared_pools() -> None:
+    with _shared_pools_lock:
+        for pool in _shared_pools.values():
+            pool.shutdown()
+        _shared_pools.clear()
+
+
+os.register_at_fork(after_in_child=_shared_pools.clear)  # a forked child's workers are its parent's
+
+
 @derived_object
 class PooledBuilder(PyBuilder):
     """Builds candidates with `build` and `export`, `max_workers` at a time, in worker processes
-    kept across batches. As LocalBuilder's, a build that fails or outlives `timeout_s` is
-    `BuilderResult(None, error)` (its worker is replaced), never raised. `close()` stops the workers."""
+    kept across batches (with `shared`, across builders: `shared_pool`). As LocalBuilder's, a
+    build that fails or outlives `timeout_s` is `BuilderResult(None, error)` (its worker is
+    replaced), never raised. `close()` stops the workers of a pool of its own."""
 
     def __init__(
-        self, build: BuildFunction, export: ExportFunction, max_workers: int, timeout_s: float, worker_uses: int
+        self,
+        build: BuildFunction,
+        export: ExportFunction,
+        max_workers: int,
+        timeout_s: float,
+        worker_uses: int,
+        shared: bool = False,
     ) -> None:
         super().__init__()
         self.build_function = build
         self.export_function = export
         self.timeout_s = timeout_s
-        self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_s, maximum_process_uses=worker_uses)
+        self.shared = shared
+        self.pool = (
+            shared_pool(max_workers, timeout_s, worker_uses)
+            if shared
+            else PopenPoolExecutor(max_workers=max_workers, timeout=timeout_s, maximum_process_uses=worker_uses)
+        )
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         jobs = [(self.build_function, self.export_function, b.mod, b.target) for b in build_inputs]
@@ -80,7 +124,8 @@ class PooledBuilder(PyBuilder):
         return BuilderResult(None, f"PooledBuilder: An exception occurred\n{outcome.value}")
 
     def close(self) -> None:
-        self.pool.shutdown()
+        if not self.shared:
+            self.pool.shutdown()
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -4,8 +4,8 @@ regress checks timed in shorter samples.
 A real board's profile times each sample of a build's or a regress check's interleaved rounds
 for at least 300 ms (`measurement.compare.min_repeat_ms`), which keeps a sample steady on a
 board that throttles. A simulated board's CPU quota is enforced in 10 ms periods
-(edgetune.fleet.cgroups), so 100 ms samples already span ten of them; every build and check
-in the suite then times for a third as long, in as many rounds and samples.
+(edgetune.fleet.cgroups), so 50 ms samples already span five of them; every build and check
+in the suite then times for a sixth as long, in as many rounds and samples.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-COMPARE_MIN_REPEAT_MS = 100
+COMPARE_MIN_REPEAT_MS = 50
 
 
 def quick_profiles(directory: Path, names: tuple[str, ...] = ("x86-64-v3", "x86-64-v2")) -> Path:

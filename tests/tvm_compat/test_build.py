@@ -100,3 +100,20 @@ def test_a_failed_build_is_an_error_result_and_the_others_still_build(tmp_path):
         builder.close()
     assert results[0].artifact_path is None and results[0].error_msg.startswith("PooledBuilder: An exception occurred")
     assert results[1].error_msg is None and Path(results[1].artifact_path).is_file()
+
+
+def test_shared_builders_build_in_one_pool_that_outlives_them(tmp_path):
+    """Two runs one after another in one process (make_builder's builders are shared): the second
+    builds in the worker the first started, which `close()` leaves running; a pool of other
+    settings is another pool."""
+    before = build_workers()
+    first = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 977, shared=True)
+    assert first.build(candidates(1))[0].error_msg is None
+    first.close()
+    worker = build_workers() - before
+    assert len(worker) == 1
+    second = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 977, shared=True)
+    assert second.pool is first.pool and second.build(candidates(1))[0].error_msg is None
+    assert build_workers() - before == worker
+    other = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 978, shared=True)
+    assert other.pool is not first.pool
