@@ -390,8 +390,8 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
 
 
 def _candidate_builder(fleet: Fleet, scratch: str, cross_compiler: str | None) -> ms.builder.Builder:
-    """Builds on this host (two build processes kept for the run), or Ray tasks on the cluster of
-    `compute`. Closed at the end of the run."""
+    """Builds on this host (two build processes, kept for the process's later runs), or Ray tasks
+    on the cluster of `compute`. Closed at the end of the run."""
     if fleet.compute is None:
         return make_builder(scratch, cross_compiler, max_workers=2)
     from edgetune.tune.on_ray.builder import RayBuilder
