@@ -50,8 +50,10 @@ def build_workers() -> set[int]:
     }
 
 
-def pooled_builder(directory: Path, max_workers: int, worker_uses: int = 64) -> PooledBuilder:
-    return PooledBuilder(FastBuild(), SharedLibraryExport(str(directory), None), max_workers, 60.0, worker_uses)
+def pooled_builder(directory: Path, max_workers: int, worker_uses: int = 64, shared: bool = False) -> PooledBuilder:
+    return PooledBuilder(
+        FastBuild(), SharedLibraryExport(str(directory), None), max_workers, 60.0, worker_uses, shared=shared
+    )
 
 
 @pytest.mark.xfail(strict=True, reason="TVM 0.27: LocalBuilder's default build imports all of tvm.s_tir.tensor_intrin")
@@ -106,14 +108,15 @@ def test_shared_builders_build_in_one_pool_that_outlives_them(tmp_path):
     """Two runs one after another in one process (make_builder's builders are shared): the second
     builds in the worker the first started, which `close()` leaves running; a pool of other
     settings is another pool."""
+    uses = 977  # settings no other builder of this process has: the shared pool is this test's
     before = build_workers()
-    first = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 977, shared=True)
+    first = pooled_builder(tmp_path, 1, uses, shared=True)
     assert first.build(candidates(1))[0].error_msg is None
     first.close()
     worker = build_workers() - before
     assert len(worker) == 1
-    second = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 977, shared=True)
+    second = pooled_builder(tmp_path, 1, uses, shared=True)
     assert second.pool is first.pool and second.build(candidates(1))[0].error_msg is None
     assert build_workers() - before == worker
-    other = PooledBuilder(FastBuild(), SharedLibraryExport(str(tmp_path), None), 1, 60.0, 978, shared=True)
+    other = pooled_builder(tmp_path, 1, uses + 1, shared=True)
     assert other.pool is not first.pool
