@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
+import json
 import logging
+import os
 import socket
 import sys
 import time
@@ -72,10 +75,8 @@ def wait_until_dropped(tracker: tuple[str, int], key: str, address: tuple[str, i
 
 
 def register_runtimes() -> None:
-    """Register `edgetune.onnxruntime.*` and `edgetune.openvino.*` in this process. TVM's
-    rpc.Server runs in a process of its own (a PopenWorker), so this is its
-    `server_init_callback`: TVM sends it there by value (cloudpickle), and it must hold
-    everything it uses.
+    """Register `edgetune.onnxruntime.*` and `edgetune.openvino.*` in this process, where the
+    sessions are forked from.
 
     Each runtime opens the uploaded ONNX file the way an application after one request's lowest
     latency would, at this board's runtime threads (TVM_NUM_THREADS, as `fleet up` starts this server; else the
@@ -83,11 +84,6 @@ def register_runtimes() -> None:
     on its CPU provider, sequential; OpenVINO compiled for its CPU plugin with the LATENCY hint,
     one stream and float32 precision (on CPUs with bfloat16 units its default precision is
     bfloat16, which the tuned build does not compute in)."""
-    import io
-    import json
-    import os
-    import time
-
     import tvm
 
     loaded: dict[str, dict] = {}  # this session's (a forked process): runtime -> "run", "outputs", "number"
@@ -200,27 +196,55 @@ def tracker_problem(tracker: tuple[str, int]) -> str | None:
         return err.strerror or str(err)
 
 
-def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
-    from tvm import rpc  # here, not above: `--check-only` needs nothing of TVM (seconds to import on a board)
+def register_measure_fill() -> None:
+    """Register `tvm.contrib.random.random_fill_for_measure` where this TVM lacks it: the
+    runtime library alone (TVM_USE_RUNTIME_LIB=1, or a runtime-only TVM on a board) does not
+    have it, and MetaSchedule's runner fills every measured kernel's arguments with it. Floats
+    come uniform in [1, 10), integers in [0, 10), as TVM's own fills them."""
+    import numpy as np
+    import tvm
 
-    while True:
-        server = rpc.Server(
-            args.host,
-            args.port,
-            args.port_end,
-            key=args.key,
-            tracker_addr=tracker,
-            custom_addr=args.custom_addr,
-            server_init_callback=register_runtimes,
-        )
-        log.info(f"rpc_server on %s:%d {SERVING} %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
-        wait_until_dropped(tracker, args.key, (args.custom_addr, server.port))
-        log.warning(
-            "the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",
-            MISSING_CHECKS,
-            CHECK_PERIOD_S,
-        )
-        server.terminate()
+    if tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", allow_missing=True) is not None:
+        return
+    rng = np.random.default_rng()
+
+    @tvm.register_global_func("tvm.contrib.random.random_fill_for_measure")
+    def random_fill_for_measure(tensor) -> None:
+        shape, dtype = tuple(tensor.shape), str(tensor.dtype)
+        if dtype.startswith(("float", "bfloat")):
+            values = rng.uniform(1.0, 10.0, size=shape).astype(dtype)
+        elif dtype == "bool":
+            values = rng.integers(0, 2, size=shape).astype(dtype)
+        else:
+            values = rng.integers(0, 10, size=shape).astype(dtype)
+        tensor.copyfrom(values)
+
+
+def serve(args: argparse.Namespace, tracker: tuple[str, int]) -> None:
+    """Serve in this process until the tracker drops it, then start afresh in this process
+    (`os.execv`, the same PID and command line). TVM's `rpc.Server` would serve from a pool
+    worker, a second process importing TVM again; `PopenRPCServerState` is that worker's
+    server, run here. Sessions load libraries and time them: TVM's runtime library is all
+    they need, so it is all that loads unless the board set TVM_USE_RUNTIME_LIB itself."""
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    from tvm.rpc.server import PopenRPCServerState  # here: `--check-only` needs nothing of TVM
+
+    register_runtimes()
+    register_measure_fill()
+    started_in = os.getcwd()
+    server = PopenRPCServerState(
+        args.host, args.port, args.port_end, tracker_addr=tracker, key=args.key, custom_addr=args.custom_addr
+    )
+    log.info(f"rpc_server on %s:%d {SERVING} %s:%d as %r", args.custom_addr, server.port, *tracker, args.key)
+    wait_until_dropped(tracker, args.key, (args.custom_addr, server.port))
+    log.warning(
+        "the tracker has not listed this rpc_server for %d checks %g s apart; starting a new one",
+        MISSING_CHECKS,
+        CHECK_PERIOD_S,
+    )
+    logging.shutdown()
+    os.chdir(started_in)  # TVM serves each session in a directory of its own, removed by now
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""The host's TVM RPC tracker, the one place edgetune talks to it: started as TVM's own
-`tvm.exec.rpc_tracker` in its own process group, asked for its summary (the servers registered
+"""The host's TVM RPC tracker, the one place edgetune talks to it: started as TVM's tracker
+server (`edgetune.fleet.rpc_tracker`) in its own process group, asked for its summary (the servers registered
 under each key, free and busy), and asked for sessions on the boards of a device class.
 
 Boards register with the tracker under their class name, so a device class is reached through
@@ -34,10 +34,10 @@ from edgetune.fleet.ssh_route import rpc_address
 from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
-TRACKER_MODULE = "tvm.exec.rpc_tracker"
-# The tracker brokers sockets in Python (`tvm.rpc.base`): TVM's runtime library is all it and its
-# pool worker load, not the compiler library.
-TRACKER_ENV = {"TVM_USE_RUNTIME_LIB": "1"}
+TRACKER_MODULE = "edgetune.fleet.rpc_tracker"
+TRACKER_MARKER = (
+    "rpc_tracker"  # in its command line, and in that of `tvm.exec.rpc_tracker`, which older state files name
+)
 START_TIMEOUT_S = 30.0
 SESSION_TIMEOUT_S = 600  # a board ends a session of `board_sessions` older than this
 REQUEST_TIMEOUT_S = 120.0  # how long `board_sessions` waits for a busy board
@@ -100,7 +100,7 @@ class TrackerSummary:
 
 
 def tracker_alive(record: TrackerRecord | None) -> bool:
-    return record is not None and running(record.pid, TRACKER_MODULE) and port_answers(record.host, record.port)
+    return record is not None and running(record.pid, TRACKER_MARKER) and port_answers(record.host, record.port)
 
 
 def start_tracker(tracker: Tracker, log_dir: Path) -> TrackerRecord:
@@ -118,17 +118,17 @@ def start_tracker(tracker: Tracker, log_dir: Path) -> TrackerRecord:
         str(port + 1),
     ]
     log = log_dir / f"tracker-{tracker.name}.log"
-    proc = spawn_detached(argv, log, TRACKER_ENV)
+    proc = spawn_detached(argv, log)
     record = TrackerRecord(tracker.name, tracker.public_address, port, proc.pid)
     wait_until(lambda: port_answers(record.host, port) or proc.poll() is not None, START_TIMEOUT_S)
     if not tracker_alive(record):
-        stop_group(proc.pid, TRACKER_MODULE)
+        stop_group(proc.pid, TRACKER_MARKER)
         raise FleetError(f"tracker {tracker.name} did not start on {tracker.bind_host}:{port}; see {log}")
     return record
 
 
 def stop_tracker(record: TrackerRecord) -> bool:
-    return stop_group(record.pid, TRACKER_MODULE)
+    return stop_group(record.pid, TRACKER_MARKER)
 
 
 def query_tracker(record: TrackerRecord) -> TrackerSummary:

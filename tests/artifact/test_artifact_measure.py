@@ -21,7 +21,7 @@ from tvm.script import relax as R
 
 from edgetune.artifact.measure import interleave, run_on_boards
 from edgetune.compiler.models import entry_function
-from edgetune.fleet.tracker import RpcEndpoint
+from edgetune.fleet.tracker import TRACKER_MODULE, RpcEndpoint
 from edgetune.inventory.schema import Board, CompareSettings, Measurement, SshSettings
 
 KEY = "loopback-class"
@@ -73,7 +73,7 @@ def loopback_class(tmp_path_factory):
     port = _free_port()
     procs = [
         _spawn(
-            ["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+            [TRACKER_MODULE, "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
             logs / "tracker.log",
         )
     ]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from edgetune.fleet.tracker import TRACKER_ENV
+from edgetune.fleet.tracker import TRACKER_MODULE
 
 
 def _free_port() -> int:
@@ -42,9 +42,8 @@ class Loopback:
         self.servers: dict[str, subprocess.Popen] = {}
         self.tracker = self._spawn(
             "tracker",
-            ["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(self.port), "--port-end", str(self.port + 1)],
-            env=TRACKER_ENV,  # as `fleet up` starts it
-        )
+            [TRACKER_MODULE, "--host", "127.0.0.1", "--port", str(self.port), "--port-end", str(self.port + 1)],
+        )  # as `fleet up` starts it
         _wait_port(self.port)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
