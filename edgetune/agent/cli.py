@@ -14,16 +14,15 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgetune.agent.answer import answer_json
 from edgetune.agent.errors import AgentConfigError, AgentError
-from edgetune.agent.fetch import fetch, reset_serial
-from edgetune.agent.guard import SwitchGuard
-from edgetune.agent.install import ChangeRecord, install, install_tarball, rollback
-from edgetune.agent.installation import take_trust_file
-from edgetune.agent.run_report import ReferenceCheck
-from edgetune.agent.status import status
 from edgetune.errors import EdgetuneError
+
+if TYPE_CHECKING:  # each verb imports what it needs: a board runs `status` often and little else
+    from edgetune.agent.guard import SwitchGuard
+    from edgetune.agent.install import ChangeRecord
 
 
 def _version(text: str) -> int:
@@ -170,6 +169,8 @@ def _print_error(args: argparse.Namespace, err: Exception, stream=None) -> None:
 
 
 def _drive_fetch(args: argparse.Namespace) -> int:
+    from edgetune.agent.fetch import fetch
+
     fetched = fetch(args.root, args.model, args.version, args.allow_downgrade)
     how = "downloaded"
     if fetched.reused or fetched.resumed_from:
@@ -179,6 +180,9 @@ def _drive_fetch(args: argparse.Namespace) -> int:
 
 
 def _drive_install(args: argparse.Namespace) -> int:
+    from edgetune.agent.install import install, install_tarball
+    from edgetune.agent.installation import take_trust_file
+
     if args.trust is not None:
         if args.tarball is None:
             raise AgentError("--trust goes with --from (a download from the server brings the trust file itself)")
@@ -191,12 +195,16 @@ def _drive_install(args: argparse.Namespace) -> int:
 
 
 def _drive_rollback(args: argparse.Namespace) -> int:
+    from edgetune.agent.install import rollback
+
     if args.to == "none":
         return _print_change(args, rollback(args.root, args.model, deactivate=True, guard=_guard(args)))
     return _print_change(args, rollback(args.root, args.model, to=args.to, guard=_guard(args)))
 
 
 def _guard(args: argparse.Namespace) -> SwitchGuard:
+    from edgetune.agent.guard import SwitchGuard
+
     return SwitchGuard(args.deadline_s, args.abort_on_hangup)
 
 
@@ -231,12 +239,16 @@ def _drive_sync(args: argparse.Namespace) -> int:
 
 
 def _drive_reset_serial(args: argparse.Namespace) -> int:
+    from edgetune.agent.fetch import reset_serial
+
     record = reset_serial(args.root, args.serial)
     _print(args, record, [f"last decision serial: {record.last_serial} (was {record.previous})"])
     return 0
 
 
 def _drive_status(args: argparse.Namespace) -> int:
+    from edgetune.agent.status import status
+
     board = status(args.root)
     _print(args, board, board.lines())
     return 0
@@ -255,6 +267,7 @@ def _drive_run(args: argparse.Namespace) -> int:
 
 
 def _drive_check(args: argparse.Namespace) -> int:
+    from edgetune.agent.run_report import ReferenceCheck
     from edgetune.agent.runtime import reference_check  # imports TVM
 
     try:

@@ -17,19 +17,21 @@ from __future__ import annotations
 import math
 import os
 import re
-import ssl
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgetune.agent.errors import AgentConfigError
 from edgetune.artifact_format.codec import added_field, canonical_bytes, load_versioned, to_json
 from edgetune.durable import write_atomic
+
+if TYPE_CHECKING:  # imported where used: `status` and the other verbs that need no key start faster
+    import ssl
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 CONFIG_NAME = "agent.json"
 CONFIG_SCHEMA = "edgetune.agent-config"
@@ -203,6 +205,9 @@ def read_token(root: Path, config: AgentConfig) -> str:
 
 def load_pinned_key(root: Path, config: AgentConfig) -> Ed25519PublicKey:
     """The fleet's public key pinned on the board: the only key whose signatures are accepted."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     path = config.path_of(root, config.public_key)
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
@@ -218,6 +223,8 @@ def load_pinned_key(root: Path, config: AgentConfig) -> Ed25519PublicKey:
 def load_server_tls(root: Path, config: AgentConfig) -> ssl.SSLContext | None:
     """For an https:// server: a TLS context trusting only the pinned fleet CA, the host name
     checked; None for http://."""
+    import ssl
+
     if config.server_ca is None:
         return None
     path = config.path_of(root, config.server_ca)

@@ -8,14 +8,17 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edgetune.agent.client import SERVER_VIA_ENV, ArtifactServer, parse_via
 from edgetune.agent.config import AgentConfig, load_config, load_pinned_key, load_server_tls, read_token
 from edgetune.agent.errors import AgentError
 from edgetune.agent.file_tree import FileTree
 from edgetune.agent.state import ModelState, load_state, reconcile, save_state
-from edgetune.artifact_format.trust import Trusted, TrustError, TrustFile, accept_trust
 from edgetune.durable import write_atomic
+
+if TYPE_CHECKING:  # imported where used: `status` needs neither the server nor the keys
+    from edgetune.agent.client import ArtifactServer
+    from edgetune.artifact_format.trust import Trusted, TrustFile
 
 FIRMWARE_TIMEOUT_S = 10.0
 
@@ -38,6 +41,8 @@ class Installation:
         before, after taking the one the rollout left (once) and the server's `offered` one when
         they are newer (`artifact_format.trust.accept_trust`); one it must not take is an
         AgentError. `take_offered=False` (an application's check): only what was taken counts."""
+        from edgetune.artifact_format.trust import Trusted, TrustError, accept_trust
+
         now = time.time() if now is None else now
         anchor = load_pinned_key(self.root, self.config)
         accepted = _read_trust(self.tree.trust)
@@ -62,6 +67,8 @@ class Installation:
             raise AgentError(f"{self.tree.trust}: {err}") from None
 
     def server(self) -> ArtifactServer:
+        from edgetune.agent.client import SERVER_VIA_ENV, ArtifactServer, parse_via
+
         via = os.environ.get(SERVER_VIA_ENV)
         return ArtifactServer(
             self.config.server,
@@ -91,6 +98,8 @@ class Installation:
 def take_trust_file(root: Path, path: Path) -> None:
     """Take the fleet's trust file given by hand (`edgetune pull` writes it beside the tarball
     it pulls) as one from the server would be taken; an AgentError names what is wrong."""
+    from edgetune.artifact_format.trust import TrustError, TrustFile
+
     try:
         offered = TrustFile.from_bytes(path.read_bytes(), str(path))
     except OSError as err:
@@ -103,6 +112,8 @@ def take_trust_file(root: Path, path: Path) -> None:
 def _read_trust(path: Path) -> TrustFile | None:
     """The trust file at `path`; None if there is none or it is damaged (the anchor then
     roots the history alone)."""
+    from edgetune.artifact_format.trust import TrustError, TrustFile
+
     try:
         return TrustFile.from_bytes(path.read_bytes(), str(path))
     except (OSError, TrustError):

@@ -312,3 +312,25 @@ def test_the_launcher_runs_the_bytes_it_checked_not_what_the_bundle_holds_later(
     assert path.read_bytes() == swapped and sorted(p.name for p in tmp_path.iterdir()) == [
         path.name
     ]  # the copy is gone
+
+
+def test_a_board_with_the_hosts_python_imports_the_agent_compiled(tmp_path):
+    """The bundle carries each module compiled for the host's Python too (a board with another
+    Python compiles the sources, as zipimport falls back to them)."""
+    from edgetune.fleet.agent_bundle import agent_bundle
+
+    path = tmp_path / "edgetune-agent.pyz"
+    path.write_bytes(agent_bundle().data)
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import edgetune.agent.cli as cli; print(cli.__file__)"
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == f"{path}/edgetune/agent/cli.pyc", done.stderr
+
+
+def test_every_process_builds_the_same_bundle():
+    """Its sha256 is what a board checks before it runs the agent: a process that builds other
+    bytes (this test's, with much else imported, against a fresh one) would deliver it again."""
+    from edgetune.fleet.agent_bundle import agent_bundle
+
+    script = "from edgetune.fleet.agent_bundle import agent_bundle; print(agent_bundle().sha256)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == agent_bundle().sha256, done.stderr
