@@ -67,7 +67,7 @@ lint: $(STAMP)
 # On two cores (pytest-xdist): the users of the session's simulated fleet on one worker, so it is
 # built once, the other modules whole on either (tests/support/worker_groups.py).
 test: setup browser-packages
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
+	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15 tests
 
 # The unit-level tests alone: no boards, sshd, tracker, server or tuning run (marker `fleet`),
 # nothing compiled or tuned with real TVM (marker `tvm`).

@@ -26,7 +26,12 @@ from support.quick_profiles import quick_profiles
 from support.quiet_host import configure_locks, pytest_runtest_protocol  # noqa: F401 (hook)
 from support.sim_checks import running
 from support.sim_network import slot_network
-from support.worker_groups import pytest_configure_node, pytest_xdist_make_scheduler, record_groups  # noqa: F401 (hooks)
+from support.worker_groups import (  # noqa: F401 (hooks)
+    nice_background_worker,
+    pytest_configure_node,
+    pytest_xdist_make_scheduler,
+    record_groups,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8
@@ -75,6 +80,7 @@ deploy:
 
 def pytest_configure(config):
     configure_locks(config)
+    nice_background_worker(config)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,14 +1,14 @@
 """`quiet_host()`: the machine's cores to one test while it times something it compares.
 
-Under `make test` two pytest-xdist workers share this machine's two cores, and a test that times
-a kernel or a board while the other worker compiles or tunes measures that work too (a tuned
+Under `make test` the pytest-xdist workers share this machine's cores, and a test that times
+a kernel or a board while another worker compiles or tunes measures that work too (a tuned
 build measured 1.4x slower than the untuned one beside it, a board 1.33x "faster" than its
 baseline). Every test holds the session's CPU lock shared while it runs; `quiet_host()` makes it
-exclusive, so the other worker finishes the test it is in and starts no other until the timing
+exclusive, so the other workers finish the tests they are in and start no other until the timing
 is done; a module-scoped fixture inside `quiet_host()` keeps it so from the module's first test
-to its last (the other worker waits once, not before each test). A gate lock keeps the other
-worker's next tests from overtaking a waiting exclusive taker. No lock is ever waited for while another is held but the gate, so two workers asking for
-quiet at once take turns. Without xdist, `quiet_host()` does nothing.
+to its last (the others wait once, not before each test). A gate lock keeps the others' next
+tests from overtaking a waiting exclusive taker. No lock is ever waited for while another is
+held but the gate, so two workers asking for quiet at once take turns. Without xdist, `quiet_host()` does nothing.
 """
 
 from __future__ import annotations
