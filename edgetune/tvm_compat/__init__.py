@@ -6,7 +6,8 @@ suite, saying the workaround can go (docs/tvm.md lists them).
 
 This package imports only TVM and the floors below it. Where the workaround is edgetune's own
 feature rather than a shim around TVM (edgetune's tracker client, the board's rpc_server
-watchdog, which runs on boards without edgetune, stopping on a signal, the compiler's layout
+watchdog and its random fill, which run on boards without edgetune, the servers run in
+the process that starts them, stopping on a signal, the compiler's layout
 rewrites), the code stays where the feature lives and its module here records the gap and
 carries the test:
 
@@ -16,6 +17,8 @@ carries the test:
 - `rpc_session`: sessions that end only when freed; a loaded file name cached per session;
 - `rpc_server`: TVM's rpc_server stops listening after a reset session (the watchdog: fleet);
 - `tracker_client`: TVM's tracker client hides the server and stalls (the client: fleet);
+- `serving_process`: TVM's rpc_server and tracker serve from a second process (fleet);
+- `runtime_fill`: the runtime library lacks MetaSchedule's random fill (the stand-in: fleet);
 - `database_lines`: JSON database files repaired before TVM reads them;
 - `record_lines`: tuning records sent as database lines, since `as_json` refuses IndexMaps;
 - `search_strategy`: initializing a wrapped search strategy (a name with an underscore);
