@@ -35,9 +35,8 @@ from edgetune.fleet.state import TrackerRecord, load_fleet_state
 from edgetune.inventory.schema import Board, Fleet, Tracker
 
 TRACKER_MODULE = "edgetune.fleet.rpc_tracker"
-TRACKER_MARKER = (
-    "rpc_tracker"  # in its command line, and in that of `tvm.exec.rpc_tracker`, which older state files name
-)
+# In the tracker's command line, and in that of `tvm.exec.rpc_tracker`, which older state files name.
+TRACKER_MARKER = "rpc_tracker"
 START_TIMEOUT_S = 30.0
 SESSION_TIMEOUT_S = 600  # a board ends a session of `board_sessions` older than this
 REQUEST_TIMEOUT_S = 120.0  # how long `board_sessions` waits for a busy board

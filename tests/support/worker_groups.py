@@ -107,18 +107,28 @@ def pytest_xdist_make_scheduler(config, log):
                     self.workqueue.move_to_end(scope)
                 self.ordered = True
             if node.workerinput.get(_BACKGROUND_KEY):
-                self.workqueue.move_to_end(self._first_without_fleet(), last=False)
+                scope = self._first_without_fleet()
+                if scope is None:
+                    self._retire(node)
+                    return
+                self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
         def _reschedule(self, node) -> None:
             if node.workerinput.get(_BACKGROUND_KEY) and self._first_without_fleet() is None:
-                if not node.shutting_down:
-                    node.shutdown()  # after the tests it has; the others take the fleet groups left
+                self._retire(node)
                 return
             super()._reschedule(node)
 
         def _first_without_fleet(self) -> str | None:
             fleet_groups = set(self.recorded["fleet_groups"]) if self.recorded else set()
             return next((scope for scope in self.workqueue if scope not in fleet_groups), None)
+
+        @staticmethod
+        def _retire(node) -> None:
+            """No group left for the background worker: it ends after the tests it has, the
+            others take the fleet groups left."""
+            if not node.shutting_down:
+                node.shutdown()
 
     return GroupScheduling(config, log)
