@@ -161,7 +161,7 @@ def test_a_one_dimensional_convolution_runs_along_an_image_row_where_the_rule_ta
     assert conv_layouts(imported.mod) == ["NHWC"]
     prepared = prepare(imported.mod, HOST)
     marked = [t for t in extract_tasks(prepared, HOST) if RULE in t.dispatched[0].script()]
-    assert len(marked) == 1 and marked[0].task_name.startswith("conv2d"), marked  # the ReLU after the reshape back
+    assert len(marked) == 1 and marked[0].task_name.startswith("fused_conv2d_relu"), marked  # the ReLU in its epilogue
     assert_answers_like_onnxruntime(model, prepared, tune_briefly(marked, HOST, tmp_path), HOST)
 
 

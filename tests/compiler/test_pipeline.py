@@ -48,7 +48,7 @@ INTEGER_IMPORT_STEPS = [
 # deliberate change of a step changes them; record the new hashes with that change.
 IMPORTED_AND_PREPARED_HASHES = {
     "mobilenet-mini": (7567320435817839126, 16797995190303710052),
-    "silu-integer": (18202418072476589421, 11791153563274007785),
+    "silu-integer": (18202418072476589421, 3820340695428198173),
     "silu-keep": (16692640244695076068, 6385494143464057795),
 }
 

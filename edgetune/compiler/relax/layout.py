@@ -4,8 +4,8 @@
 (OHWI weights, one transpose at each end of the model), first rewriting what TVM's ConvertLayout
 would wrap in transpose pairs or stop at (clips, ONNX Max/Min, constants of lower rank), dense
 layers as pointwise convolutions and 1-d convolutions as rows, so that the micro-kernel rules
-(edgetune.compiler.tir) take them, and after it moving reshapes below the element-wise
-operators that follow them (`relax/reshapes.py`). `choose_layout` resolves `auto` from the imported graph
+(edgetune.compiler.tir) take them, and after it carrying the moves back to the model's shapes
+below the element-wise operators and reductions that follow them (`relax/moves_last.py`). `choose_layout` resolves `auto` from the imported graph
 alone. docs/compiler.md has the design.
 """
 
@@ -30,7 +30,7 @@ from edgetune.compiler.relax.graph import (
     rewrite_with,
     static_shape,
 )
-from edgetune.compiler.relax.reshapes import reshapes_last
+from edgetune.compiler.relax.moves_last import moves_last
 from edgetune.compiler.relax.winograd import pays as winograd_pays
 from edgetune.compiler.tir.common import MIN_LANES, row_tiles
 from edgetune.inventory.schema import Model
@@ -193,7 +193,7 @@ def convert_model_layout(layout: str) -> tvm.transform.Sequential:
         _rows_along_width,
         relax.transform.ConvertLayout(NHWC_CONVOLUTIONS),
         relax.transform.CanonicalizeBindings(),
-        reshapes_last(),
+        moves_last(),
     ]
     return tvm.transform.Sequential(nhwc if layout == "NHWC" else [], name="ConvertModelLayout")
 
