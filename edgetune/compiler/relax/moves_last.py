@@ -58,19 +58,18 @@ class _Moves(NamedTuple):
             return None
         values = np.arange(size).reshape(self.source_shape)
         for call in self.calls:
-            axes = call.attrs.axes if call.op.name == "relax.permute_dims" else None
-            values = (
-                np.transpose(values, None if axes is None else [int(a) for a in axes])
-                if call.op.name == "relax.permute_dims"
-                else values.reshape(static_shape(call))
-            )
+            if call.op.name == "relax.permute_dims":
+                axes = call.attrs.axes
+                values = np.transpose(values, None if axes is None else [int(a) for a in axes])
+            else:
+                values = values.reshape(static_shape(call))
         return values.reshape(-1)
 
 
 @relax.expr_functor.mutator
 class _MovesLast(relax.PyExprMutator):
-    def __init__(self, users: dict[relax.Var, list[relax.Expr]], mod: tvm.IRModule | None = None):
-        super().__init__(mod)
+    def __init__(self, users: dict[relax.Var, list[relax.Expr]]):
+        super().__init__()
         self.users = users  # each variable of the function rewritten -> the values that use it
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
