@@ -113,6 +113,9 @@ def test_kernel_runs_on_each_class_and_the_quota_slows_the_slow_class(sim_fleet,
 
 
 def test_cli_status_json(sim_fleet, capsys):
+    # a session that ended abruptly (as the previous test's may) has its board's watchdog restart
+    # the rpc_server, which takes seconds: the test is about the output, so it waits that out
+    assert wait_until(lambda: all(s.registered for s in fleet_status(sim_fleet)), 30, interval_s=1.0)
     assert main(["fleet", "status", "--json", "-f", str(sim_fleet.path)]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in rows] == [b.name for b in sim_fleet.boards]
