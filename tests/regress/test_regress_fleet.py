@@ -107,8 +107,9 @@ def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firm
     slowed, unchanged = by_board["fast-1"], by_board["fast-2"]
     assert slowed.verdict == "slower" and slowed.firmware_changed and unchanged.verdict in NOT_SLOWER
     # ~2 against its unchanged peer, timed in the same check (a baseline timed while the host
-    # was busier makes both ratios smaller alike)
-    assert 1.5 < slowed.ratio / unchanged.ratio < 2.6, (slowed.to_json(), unchanged.to_json())
+    # was busier makes both ratios smaller alike); a half-core quota on a loaded host throttles
+    # in whole periods, so the slowed board may take well over twice as long
+    assert 1.5 < slowed.ratio / unchanged.ratio < 4.0, (slowed.to_json(), unchanged.to_json())
     assert slowed.detail.startswith("confirmed: a first timing said")
     assert report.exit_code == 5 and report.slower_classes() == ["gw-fast"]
 
