@@ -28,6 +28,7 @@ from edgetune.compiler.tir.depthwise import annotate_depthwise
 from edgetune.compiler.tir.integer import annotate_integer_convolutions
 from edgetune.compiler.tir.moves import schedule_moves
 from edgetune.compiler.tir.prepack import drop_reordered_layout_free_weights
+from edgetune.compiler.tir.rows import schedule_row_reductions
 from edgetune.compiler.tir.single_pixel import schedule_single_pixel_convolutions
 from edgetune.compiler.tir.small_loops import serial_small_loops_pass
 
@@ -53,8 +54,9 @@ def edgetune_pipeline(target: tvm.target.Target) -> tvm.transform.Sequential:
     channel padding, constants folded with NumPy), inference-time decomposition, legalization
     with fast math, Relax's "zero" pipeline (fusion), weights marked layout-free, then on the
     fused kernels: reordered weights taken off the layout-free ones, concatenations, kernels
-    that only move values and convolutions of one pixel scheduled, and NHWC convolutions (groups 1, depthwise, integer)
-    marked for their rules. Run it under `with target:` (LegalizeOps reads the current target)."""
+    that only move values, softmax-like row reductions and convolutions of one pixel
+    scheduled, and NHWC convolutions (groups 1, depthwise, integer) marked for their rules. Run
+    it under `with target:` (LegalizeOps reads the current target)."""
     return tvm.transform.Sequential(
         [
             winograd_convolutions(target),
@@ -68,6 +70,7 @@ def edgetune_pipeline(target: tvm.target.Target) -> tvm.transform.Sequential:
             drop_reordered_layout_free_weights,
             schedule_concatenations(target),
             schedule_moves(target),
+            schedule_row_reductions(target),
             schedule_single_pixel_convolutions(target),
             annotate_convolutions(target),
             annotate_depthwise(target),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper, numpy_helper
 from support.onnx_samples import conv_model, save, write_separable_block
+from support.prepared import kernel_names
 from tvm import relax
 
 from edgetune.compiler.models import (
@@ -42,10 +43,6 @@ def separable(tmp_path, layout: str) -> Model:
 def kernels(model: Model) -> list[str]:
     """The names of the prepared model's kernels, those `prepare` scheduled (no task) included."""
     return kernel_names(prepare(load_model(model), HOST))
-
-
-def kernel_names(prepared: tvm.IRModule) -> list[str]:
-    return [gv.name_hint for gv, func in prepared.functions_items() if isinstance(func, tvm.tirx.PrimFunc)]
 
 
 def test_nhwc_keeps_each_activation_with_its_convolution_and_transposes_only_at_the_ends(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from support.onnx_samples import qdq_model, save
+from support.prepared import kernel_names
 from tvm import relax
 
 from edgetune.compiler.models import (
@@ -157,29 +158,32 @@ def vad_model(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("rate,kernel,absent", [(16000, "matmul", "softmax"), (8000, "softmax", "matmul")])
-def test_if_on_a_fixed_scalar_folds_away_and_the_unused_branch_leaves_no_task(tmp_path, rate, kernel, absent):
+def test_if_on_a_fixed_scalar_folds_away_and_the_unused_branch_leaves_no_kernel(tmp_path, rate, kernel, absent):
     model = Model(
         "vad",
         (ModelInput("audio", (1, 16)), ModelInput("sr", (), "int64", FixedValue(rate))),
         onnx=vad_model(tmp_path / "vad.onnx"),
     )
-    tasks = [t.task_name for t in extract_tasks(prepare(load_model(model), HOST), HOST)]
-    assert any(kernel in name for name in tasks), tasks
-    assert not any(absent in name for name in tasks), tasks
+    kernels = kernel_names(prepare(load_model(model), HOST))  # tasks, and kernels `prepare` scheduled
+    assert any(kernel in name for name in kernels), kernels
+    assert not any(absent in name for name in kernels), kernels
     got, expected = run_on_host(model)  # the library takes audio only; onnxruntime gets sr too
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_if_on_a_fed_input_imports_since_the_frontend_handles_if_itself(tmp_path):
     """`If` is not in the frontend's converter map; it converts it itself, and edgetune's support
-    check asks the frontend. Fed at run time, both branches stay and both are tasks."""
+    check asks the frontend. Fed at run time, both branches stay: the matmul a task, the softmax
+    a kernel `prepare` scheduled."""
     model = Model(
         "vad",
         (ModelInput("audio", (1, 16)), ModelInput("sr", (), "int64", ValueRange(8000, 16000))),
         onnx=vad_model(tmp_path / "vad.onnx"),
     )
-    tasks = [t.task_name for t in extract_tasks(prepare(load_model(model), HOST), HOST)]
-    assert any("matmul" in name for name in tasks) and any("softmax" in name for name in tasks), tasks
+    prepared = prepare(load_model(model), HOST)
+    tasks = [t.task_name for t in extract_tasks(prepared, HOST)]
+    assert any("matmul" in name for name in tasks), tasks
+    assert any("softmax" in name for name in kernel_names(prepared)), kernel_names(prepared)
     got, expected = run_on_host(model)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 

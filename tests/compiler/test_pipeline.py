@@ -30,6 +30,7 @@ STEPS = [
     "DropReorderedLayoutFreeWeights",
     "ScheduleConcatenations",
     "ScheduleMoves",
+    "ScheduleRowReductions",
     "ScheduleSinglePixelConvolutions",
     "AnnotateConvolutions",
     "AnnotateDepthwise",
