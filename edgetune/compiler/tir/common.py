@@ -72,6 +72,22 @@ def target_pass(
     return tvm.transform.module_pass(lambda mod, _ctx: transform(mod, target), opt_level=0, name=name)
 
 
+def scheduling_pass(
+    target: tvm.target.Target, name: str, schedule: Callable[[tvm.tirx.PrimFunc, VectorUnit], tvm.tirx.PrimFunc | None]
+) -> tvm.transform.Pass:
+    """A module pass named `name` that replaces each kernel not yet scheduled by what
+    `schedule(kernel, the target's vector unit)` makes of it, where it makes one
+    (`schedule_kernels`); on a target without a vector unit it changes nothing."""
+
+    def transform(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+        unit = vector_unit(target)
+        if unit is None:
+            return mod
+        return schedule_kernels(mod, lambda func: schedule(func, unit))
+
+    return target_pass(transform, target, name)
+
+
 def schedule_kernels(
     mod: tvm.IRModule, schedule: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc | None]
 ) -> tvm.IRModule:

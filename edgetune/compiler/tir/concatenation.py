@@ -15,11 +15,9 @@ from edgetune.compiler.tir.common import (
     SCHEDULED,
     has_reduction,
     is_elementwise,
-    schedule_kernels,
+    scheduling_pass,
     shape,
-    target_pass,
     top_blocks,
-    vector_unit,
     writes_parameter,
 )
 
@@ -30,14 +28,9 @@ def schedule_concatenations(target: tvm.target.Target) -> tvm.transform.Pass:
     """The pass that schedules every fused kernel that concatenates along its output's innermost
     axis (`_partitioned`); other kernels, and every kernel on a target without a vector unit,
     are left as they are."""
-    return target_pass(_schedule_concatenations, target, "ScheduleConcatenations")
-
-
-def _schedule_concatenations(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    unit = vector_unit(target)
-    if unit is None:
-        return mod
-    return schedule_kernels(mod, lambda func: _partitioned(func, unit.lanes * REGISTERS_PER_PART))
+    return scheduling_pass(
+        target, "ScheduleConcatenations", lambda func, unit: _partitioned(func, unit.lanes * REGISTERS_PER_PART)
+    )
 
 
 def _partitioned(func: tvm.tirx.PrimFunc, max_lanes: int) -> tvm.tirx.PrimFunc | None:

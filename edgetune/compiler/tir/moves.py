@@ -15,10 +15,8 @@ from tvm import s_tir
 from edgetune.compiler.tir.common import (
     SCHEDULED,
     has_reduction,
-    schedule_kernels,
-    target_pass,
+    scheduling_pass,
     top_blocks,
-    vector_unit,
     writes_parameter,
 )
 
@@ -26,14 +24,7 @@ from edgetune.compiler.tir.common import (
 def schedule_moves(target: tvm.target.Target) -> tvm.transform.Pass:
     """The pass that schedules every fused kernel whose blocks only copy values (`_moved`);
     other kernels, and every kernel on a target without a vector unit, are left as they are."""
-    return target_pass(_schedule_moves, target, "ScheduleMoves")
-
-
-def _schedule_moves(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    unit = vector_unit(target)
-    if unit is None:
-        return mod
-    return schedule_kernels(mod, lambda func: _moved(func, unit.lanes))
+    return scheduling_pass(target, "ScheduleMoves", lambda func, unit: _moved(func, unit.lanes))
 
 
 def _moved(func: tvm.tirx.PrimFunc, lanes: int) -> tvm.tirx.PrimFunc | None:

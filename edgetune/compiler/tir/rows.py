@@ -16,10 +16,8 @@ from edgetune.compiler.tir.common import (
     MIN_LANES,
     SCHEDULED,
     has_reduction,
-    schedule_kernels,
-    target_pass,
+    scheduling_pass,
     top_blocks,
-    vector_unit,
     writes_parameter,
 )
 
@@ -27,14 +25,7 @@ from edgetune.compiler.tir.common import (
 def schedule_row_reductions(target: tvm.target.Target) -> tvm.transform.Pass:
     """The pass that schedules every fused kernel of row reductions (`_by_rows`); other kernels,
     and every kernel on a target without a vector unit, are left as they are."""
-    return target_pass(_schedule_row_reductions, target, "ScheduleRowReductions")
-
-
-def _schedule_row_reductions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    unit = vector_unit(target)
-    if unit is None:
-        return mod
-    return schedule_kernels(mod, lambda func: _by_rows(func, unit.lanes))
+    return scheduling_pass(target, "ScheduleRowReductions", lambda func, unit: _by_rows(func, unit.lanes))
 
 
 def _by_rows(func: tvm.tirx.PrimFunc, register_lanes: int) -> tvm.tirx.PrimFunc | None:

@@ -18,11 +18,9 @@ from edgetune.compiler.tir.common import (
     convolution_shapes,
     has_reduction,
     is_elementwise,
-    schedule_kernels,
+    scheduling_pass,
     shape,
-    target_pass,
     top_blocks,
-    vector_unit,
     writes_parameter,
 )
 from edgetune.compiler.tir.prepack import LAYOUT_FREE
@@ -36,13 +34,7 @@ def schedule_single_pixel_convolutions(target: tvm.target.Target) -> tvm.transfo
     """The pass that schedules every float32 NHWC 1x1 convolution of a one-pixel map
     (`_scheduled`); other kernels, and every kernel on a target without a vector unit, are
     left as they are."""
-    return target_pass(_schedule_single_pixel_convolutions, target, "ScheduleSinglePixelConvolutions")
-
-
-def _schedule_single_pixel_convolutions(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    if vector_unit(target) is None:
-        return mod
-    return schedule_kernels(mod, _scheduled)
+    return scheduling_pass(target, "ScheduleSinglePixelConvolutions", lambda func, _unit: _scheduled(func))
 
 
 def _scheduled(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
