@@ -27,10 +27,11 @@ TIMED = {"ok", "slower", "faster"}  # a board measured; which of these is the ti
 NOT_SLOWER = {"ok", "faster"}  # an unchanged board: "faster" when its baseline was timed while the host was busier
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def timed_alone(deployed):
-    """Every test here times boards that share this machine's cores: from the first test to the
-    last (once the release is rolled out), no other test runs meanwhile."""
+    """The tests that assert an unchanged board is not slower time boards that share this
+    machine's cores: from the first of them to the module's end, no other test runs meanwhile.
+    The tests that accept any timed verdict run first, beside the others."""
     with quiet_host():
         yield
 
@@ -49,94 +50,6 @@ def deployed(released_fleet):
 
 def verdicts(report) -> dict[str, str]:
     return {v.board: v.verdict for v in report.verdicts}
-
-
-def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
-    """One check of a board per class here (a class's second board proves nothing more); twenty
-    of the whole fleet in a row are the slow-marked test below."""
-    report = regress(deployed, boards=["fast-1", "slow-1"], models=[MODEL])
-    found = verdicts(report)
-    assert found.keys() == {"fast-1", "slow-1"} and set(found.values()) <= NOT_SLOWER, [
-        v.to_json() for v in report.verdicts
-    ]
-    assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
-    assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
-
-
-@pytest.fixture
-def firmware_update(deployed):
-    """sim firmware on one board; undone afterwards (fingerprint and CPU quota)."""
-    changed = []
-
-    def update(board: str, version: str, cpu_quota: float | None = None) -> None:
-        sim_firmware(deployed, board, version, cpu_quota)
-        changed.append(board)
-
-    yield update
-    for sim in plan_sim(deployed):
-        if sim.board.name in changed:
-            sim_firmware_file(deployed, sim.board).unlink(missing_ok=True)
-            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
-
-
-def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, monkeypatch):
-    firmware_update("fast-2", "2.1")
-    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
-    by_board = {v.board: v for v in report.verdicts}
-    assert by_board["fast-2"].firmware_changed and by_board["fast-2"].verdict in NOT_SLOWER
-    assert not by_board["fast-1"].firmware_changed and report.exit_code == 0
-
-    calls, real_answer = [], RemoteAgent.answer
-
-    def recorded_answer(agent, verb, *args, **kwargs):  # the real verb run, noted
-        calls.append((agent.board.name, verb))
-        return real_answer(agent, verb, *args, **kwargs)
-
-    monkeypatch.setattr(RemoteAgent, "answer", recorded_answer)
-    changed_only = regress(deployed, models=[MODEL], changed_only=True)
-    assert [v.board for v in changed_only.verdicts] == ["fast-2"]
-    # the others are not timed (fast-2 may be twice: a first timing that says slower is confirmed)
-    assert {board for board, verb in calls if verb == "run"} == {"fast-2"}
-    assert sorted(board for board, verb in calls if verb == "status") == sorted(BOARDS)
-
-
-def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firmware_update):
-    firmware_update("fast-1", "2.2-slow-governor", cpu_quota=0.5)
-    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
-    by_board = {v.board: v for v in report.verdicts}
-    slowed, unchanged = by_board["fast-1"], by_board["fast-2"]
-    assert slowed.verdict == "slower" and slowed.firmware_changed and unchanged.verdict in NOT_SLOWER
-    # ~2 against its unchanged peer, timed in the same check (a baseline timed while the host
-    # was busier makes both ratios smaller alike); a half-core quota on a loaded host throttles
-    # in whole periods, so the slowed board may take well over twice as long
-    assert 1.5 < slowed.ratio / unchanged.ratio < 4.0, (slowed.to_json(), unchanged.to_json())
-    assert slowed.detail.startswith("confirmed: a first timing said")
-    assert report.exit_code == 5 and report.slower_classes() == ["gw-fast"]
-
-
-def test_a_board_slowed_for_one_timing_only_is_not_reported_slower(deployed, monkeypatch):
-    """Something else ran on fast-2 while it was first timed (its quota cut to 0.4 of a core,
-    then given back): the second timing, which `slower` needs, clears it."""
-    sim = next(s for s in plan_sim(deployed) if s.board.name == "fast-2")
-    real_time_release, timed = check._time_release, []
-
-    def busy_during_the_first_timing(agent, model, settings):
-        timed.append(agent.board.name)
-        if len(timed) > 1:
-            return real_time_release(agent, model, settings)
-        cgroups.limit_quota(sim.cgroup, 0.4)
-        try:
-            return real_time_release(agent, model, settings)
-        finally:
-            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
-
-    monkeypatch.setattr(check, "_time_release", busy_during_the_first_timing)
-    report = regress(deployed, boards=["fast-2"], models=[MODEL])
-    (verdict,) = report.verdicts
-    assert timed == ["fast-2", "fast-2"]
-    assert verdict.verdict in NOT_SLOWER and report.exit_code == 0, verdict.to_json()
-    first = re.fullmatch(r"a first timing said slower ([0-9.]+)x, a second did not", verdict.detail)
-    assert first and float(first.group(1)) > 1.5, verdict.to_json()  # 2.5 at 0.4 of a core, about
 
 
 def test_a_corrupted_library_is_reported_not_crashed_on(deployed):
@@ -165,7 +78,7 @@ def test_an_unreachable_board_is_reported_while_the_others_are_checked(deployed)
     assert report.exit_code == (5 if found["slow-2"] == "slower" else 3)  # a regression outranks the unreachable
 
 
-# Before the slow tests: the retune one tunes gw-fast again under another firmware.
+# Before the retune test, which tunes gw-fast again under another firmware.
 def test_tuning_build_and_install_record_each_boards_firmware(deployed):
     import json
 
@@ -183,7 +96,100 @@ def test_tuning_build_and_install_record_each_boards_firmware(deployed):
     assert status.firmware == now and status.models[MODEL].firmware == now
 
 
+@pytest.mark.usefixtures("timed_alone")
+def test_an_unchanged_fleet_is_ok_and_reports_no_firmware_change(deployed):
+    """One check of a board per class here (a class's second board proves nothing more); twenty
+    of the whole fleet in a row are the slow-marked test below."""
+    report = regress(deployed, boards=["fast-1", "slow-1"], models=[MODEL])
+    found = verdicts(report)
+    assert found.keys() == {"fast-1", "slow-1"} and set(found.values()) <= NOT_SLOWER, [
+        v.to_json() for v in report.verdicts
+    ]
+    assert report.exit_code == 0 and not any(v.firmware_changed for v in report.verdicts)
+    assert all(v.interval[0] <= v.ratio <= v.interval[1] for v in report.verdicts)
+
+
+@pytest.fixture
+def firmware_update(deployed):
+    """sim firmware on one board; undone afterwards (fingerprint and CPU quota)."""
+    changed = []
+
+    def update(board: str, version: str, cpu_quota: float | None = None) -> None:
+        sim_firmware(deployed, board, version, cpu_quota)
+        changed.append(board)
+
+    yield update
+    for sim in plan_sim(deployed):
+        if sim.board.name in changed:
+            sim_firmware_file(deployed, sim.board).unlink(missing_ok=True)
+            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
+
+
+@pytest.mark.usefixtures("timed_alone")
+def test_a_fingerprint_only_update_is_changed_but_ok(deployed, firmware_update, monkeypatch):
+    firmware_update("fast-2", "2.1")
+    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
+    by_board = {v.board: v for v in report.verdicts}
+    assert by_board["fast-2"].firmware_changed and by_board["fast-2"].verdict in NOT_SLOWER
+    assert not by_board["fast-1"].firmware_changed and report.exit_code == 0
+
+    calls, real_answer = [], RemoteAgent.answer
+
+    def recorded_answer(agent, verb, *args, **kwargs):  # the real verb run, noted
+        calls.append((agent.board.name, verb))
+        return real_answer(agent, verb, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteAgent, "answer", recorded_answer)
+    changed_only = regress(deployed, models=[MODEL], changed_only=True)
+    assert [v.board for v in changed_only.verdicts] == ["fast-2"]
+    # the others are not timed (fast-2 may be twice: a first timing that says slower is confirmed)
+    assert {board for board, verb in calls if verb == "run"} == {"fast-2"}
+    assert sorted(board for board, verb in calls if verb == "status") == sorted(BOARDS)
+
+
+@pytest.mark.usefixtures("timed_alone")
+def test_halving_one_boards_cpu_quota_makes_it_and_only_it_slower(deployed, firmware_update):
+    firmware_update("fast-1", "2.2-slow-governor", cpu_quota=0.5)
+    report = regress(deployed, classes=["gw-fast"], models=[MODEL])
+    by_board = {v.board: v for v in report.verdicts}
+    slowed, unchanged = by_board["fast-1"], by_board["fast-2"]
+    assert slowed.verdict == "slower" and slowed.firmware_changed and unchanged.verdict in NOT_SLOWER
+    # ~2 against its unchanged peer, timed in the same check (a baseline timed while the host
+    # was busier makes both ratios smaller alike); a half-core quota on a loaded host throttles
+    # in whole periods, so the slowed board may take well over twice as long
+    assert 1.5 < slowed.ratio / unchanged.ratio < 4.0, (slowed.to_json(), unchanged.to_json())
+    assert slowed.detail.startswith("confirmed: a first timing said")
+    assert report.exit_code == 5 and report.slower_classes() == ["gw-fast"]
+
+
+@pytest.mark.usefixtures("timed_alone")
+def test_a_board_slowed_for_one_timing_only_is_not_reported_slower(deployed, monkeypatch):
+    """Something else ran on fast-2 while it was first timed (its quota cut to 0.4 of a core,
+    then given back): the second timing, which `slower` needs, clears it."""
+    sim = next(s for s in plan_sim(deployed) if s.board.name == "fast-2")
+    real_time_release, timed = check._time_release, []
+
+    def busy_during_the_first_timing(agent, model, settings):
+        timed.append(agent.board.name)
+        if len(timed) > 1:
+            return real_time_release(agent, model, settings)
+        cgroups.limit_quota(sim.cgroup, 0.4)
+        try:
+            return real_time_release(agent, model, settings)
+        finally:
+            cgroups.limit_quota(sim.cgroup, sim.board.simulated.cpu_quota)
+
+    monkeypatch.setattr(check, "_time_release", busy_during_the_first_timing)
+    report = regress(deployed, boards=["fast-2"], models=[MODEL])
+    (verdict,) = report.verdicts
+    assert timed == ["fast-2", "fast-2"]
+    assert verdict.verdict in NOT_SLOWER and report.exit_code == 0, verdict.to_json()
+    first = re.fullmatch(r"a first timing said slower ([0-9.]+)x, a second did not", verdict.detail)
+    assert first and float(first.group(1)) > 1.5, verdict.to_json()  # 2.5 at 0.4 of a core, about
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("timed_alone")
 def test_twenty_checks_of_an_unchanged_fleet_raise_no_false_regression(deployed):
     for _ in range(20):
         report = regress(deployed, models=[MODEL])
@@ -191,6 +197,7 @@ def test_twenty_checks_of_an_unchanged_fleet_raise_no_false_regression(deployed)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("timed_alone")
 def test_retune_rebuilds_the_slower_class_and_rolls_nothing_out(deployed, firmware_update):
     from edgetune.artifact.store import ArtifactStore
     from edgetune.regress.retune import retune
