@@ -50,12 +50,18 @@ def bound_value(mutator: relax.PyExprMutator, expr: relax.Expr) -> relax.Expr:
 def rewrite_with(mutator: type[relax.PyExprMutator], name: str) -> tvm.transform.Pass:
     """A module pass named `name` that rewrites every Relax function of a module with a fresh
     `mutator` each, as a Relax function pass would."""
+    return rewrite_functions(lambda _func: mutator(), name)
+
+
+def rewrite_functions(mutator_for: Callable[[relax.Function], relax.PyExprMutator], name: str) -> tvm.transform.Pass:
+    """A module pass named `name` that rewrites every Relax function of a module with the
+    mutator `mutator_for(function)` makes for it."""
 
     def rewrite(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         rewritten = mod.clone()
         for global_var, func in mod.functions_items():
             if isinstance(func, relax.Function):
-                rewritten[global_var] = mutator().visit_expr(func)
+                rewritten[global_var] = mutator_for(func).visit_expr(func)
         return rewritten
 
     return tvm.transform.module_pass(rewrite, opt_level=0, name=name)

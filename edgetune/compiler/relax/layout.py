@@ -5,8 +5,8 @@
 would wrap in transpose pairs or stop at (clips, ONNX Max/Min, constants of lower rank), dense
 layers as pointwise convolutions and 1-d convolutions as rows, so that the micro-kernel rules
 (edgetune.compiler.tir) take them, and after it carrying the moves back to the model's shapes
-below the element-wise operators and reductions that follow them (`relax/moves_last.py`). `choose_layout` resolves `auto` from the imported graph
-alone. docs/compiler.md has the design.
+below the element-wise operators and reductions that follow them (`relax/moves_last.py`).
+`choose_layout` resolves `auto` from the imported graph alone. docs/compiler.md has the design.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from edgetune.compiler.relax.graph import bound_value, is_constant, static_shape
+from edgetune.compiler.relax.graph import bound_value, is_constant, rewrite_functions, static_shape
 
 # Operators that compute each value from the value at the same position alone.
 UNARY = frozenset(
@@ -241,6 +241,8 @@ def _flat_index(coordinates: list[np.ndarray], dims: list[int], size: int) -> np
 def _users(func: relax.Function) -> dict[relax.Var, list[relax.Expr]]:
     """Each variable bound in `func`'s dataflow blocks -> the values of the bindings that use it
     (None for the function's result)."""
+    if not isinstance(func.body, relax.SeqExpr):
+        return {}
     values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
     users: dict[relax.Var, list[relax.Expr]] = {}
     for block in func.body.blocks:
@@ -252,21 +254,13 @@ def _users(func: relax.Function) -> dict[relax.Var, list[relax.Expr]]:
     return users
 
 
-def _rewrite(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-    rewritten = mod.clone()
-    for global_var, func in mod.functions_items():
-        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
-            rewritten[global_var] = _MovesLast(_users(func)).visit_expr(func)
-    return rewritten
-
-
 def moves_last() -> tvm.transform.Sequential:
     """The pass `MovesLast`: moves carried below the element-wise operators and reductions
     after them, then the reshapes that meet merged, those to the shape they have dropped, and
     the unused removed."""
     return tvm.transform.Sequential(
         [
-            tvm.transform.module_pass(_rewrite, opt_level=0, name="CarryMoves"),
+            rewrite_functions(lambda func: _MovesLast(_users(func)), "CarryMoves"),
             relax.transform.RemoveRedundantReshape(),
             relax.transform.DeadCodeElimination(),
             relax.transform.CanonicalizeBindings(),
