@@ -469,6 +469,22 @@ def summary_line(row: dict) -> str:
 # ---------------------------------------------------------------- report
 
 
+def estimate_lines(rows: list[dict]) -> list[str]:
+    """The class run's estimate of each model (its kernels timed one by one on the board, those
+    `prepare` scheduled included) against the tuned build's median: what the estimate misses."""
+    parts = []
+    for row in rows:
+        tuned = row["stats"].get("tuned")
+        if row.get("estimate_s") and tuned:
+            scheduled = row.get("scheduled_s")
+            of_which = "" if scheduled is None else f", {scheduled * 1e3:.3f} ms of it kernels prepare scheduled"
+            parts.append(
+                f"{row['model']}: {row['estimate_s'] * 1e3:.3f} ms{of_which}; the build "
+                f"{tuned['median_ms'] / (row['estimate_s'] * 1e3):.2f}x that"
+            )
+    return ["", "Estimate against the tuned build (docs/tuning.md): " + "; ".join(parts)] if parts else []
+
+
 def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict:
     summaries = {}
     for path in class_result.summaries if class_result else ():
@@ -477,6 +493,8 @@ def make_report(args, facts, fleet, threads, tune_s, class_result, rows) -> dict
     for row in rows:
         row["trials"] = summaries.get(row["model"], {}).get("trials")
         row["time_to_parity"] = summaries.get(row["model"], {}).get("time_to_parity")
+        row["estimate_s"] = summaries.get(row["model"], {}).get("estimated_latency_s")
+        row["scheduled_s"] = summaries.get(row["model"], {}).get("scheduled_latency_s")
     profile = fleet.device_class(CLASS).profile
     return with_peak(
         {
@@ -592,6 +610,7 @@ def markdown(report: dict) -> str:
         "start; docs/tuning.md): "
         + "; ".join(f"{row['model']}: {row.get('time_to_parity') or 'n/a'}" for row in report["rows"]),
     ]
+    lines += estimate_lines(report["rows"])
     lines += [
         "",
         "Layouts: " + "; ".join(f"{row['model']}: {row['layout']}" for row in report["rows"] if "layout" in row),

@@ -3,7 +3,8 @@ compiles, so that tasks and records match by construction.
 
 `edgetune_pipeline(target)` is every step of `prepare` as one `tvm.transform.Sequential` of
 named module passes, so a `PassContext` (instruments, `disabled_pass`) sees each of them;
-`extract_tasks` gives the tuning tasks of a prepared module, `apply_database_and_build` and
+`extract_tasks` gives the tuning tasks of a prepared module (`extract_kernels` also the kernels
+`prepare` scheduled itself), `apply_database_and_build` and
 `build_untuned` its executables, `count_tuned_tasks` how many of its tasks a database covers.
 docs/compiler.md describes the steps.
 """
@@ -89,8 +90,24 @@ def prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
     """The tuning tasks of a prepared module (one per distinct kernel), but for the kernels
     `prepare` scheduled itself (`is_scheduled`)."""
-    tasks = ms.relax_integration.extract_tasks(prepared, target)
-    return [task for task in tasks if not is_scheduled(task.dispatched[0]["main"])]
+    return extract_kernels(prepared, target).searched
+
+
+@dataclass(frozen=True)
+class PreparedKernels:
+    """A prepared module's distinct kernels: those tuning searches, and those `prepare`
+    scheduled itself (never searched; their time counts in a model's estimate all the same)."""
+
+    searched: list[ms.ExtractedTask]
+    scheduled: list[ms.ExtractedTask]
+
+
+def extract_kernels(prepared: tvm.IRModule, target: tvm.target.Target) -> PreparedKernels:
+    """Every distinct kernel of a prepared module, as tasks, split by who schedules it."""
+    split = PreparedKernels([], [])
+    for kernel in ms.relax_integration.extract_tasks(prepared, target):
+        (split.scheduled if is_scheduled(kernel.dispatched[0]["main"]) else split.searched).append(kernel)
+    return split
 
 
 def kernel_hash(kernel: tvm.IRModule) -> str:

@@ -14,7 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from edgetune.compiler.models import load_model
-from edgetune.compiler.prepare import extract_tasks, kernel_hash, prepare
+from edgetune.compiler.prepare import extract_kernels, kernel_hash, prepare
 from edgetune.compiler.target import build_target
 from edgetune.inventory.schema import Fleet, Model
 
@@ -43,7 +43,12 @@ class ClassTasks:
 
     prepared: dict[str, tvm.IRModule]  # model name -> prepared module
     tasks: tuple[KernelTask, ...]
-    extracted: dict[str, ms.ExtractedTask]  # workload hash -> one extracted instance
+    extracted: dict[str, ms.ExtractedTask]  # workload hash -> one extracted instance, of `scheduled` too
+    scheduled: tuple[KernelTask, ...] = ()  # the kernels `prepare` scheduled itself: never searched
+
+    @property
+    def scheduled_hashes(self) -> list[str]:
+        return [kernel.workload_hash for kernel in self.scheduled]
 
 
 def workload_hash(task: ms.ExtractedTask) -> str:
@@ -53,27 +58,47 @@ def workload_hash(task: ms.ExtractedTask) -> str:
 def class_tasks(models: tuple[Model, ...], target: tvm.target.Target) -> ClassTasks:
     """Load, prepare and extract every model for `target`, merging shared kernels."""
     prepared: dict[str, tvm.IRModule] = {}
-    extracted: dict[str, ms.ExtractedTask] = {}
-    uses: dict[str, list[tuple[str, int]]] = {}
-    weights: dict[str, float] = {}
+    searched = _Merged()
+    scheduled = _Merged()
     for model in models:
         prepared[model.name] = prepare(load_model(model), target)
-        for task in extract_tasks(prepared[model.name], target):
-            key = workload_hash(task)
-            extracted.setdefault(key, task)
-            uses.setdefault(key, []).append((model.name, int(task.weight)))
-            weights[key] = weights.get(key, 0.0) + int(task.weight) * model.weight
-    tasks = tuple(
-        KernelTask(
-            name=extracted[key].task_name,
-            workload_hash=key,
-            flops=float(estimate_tir_flops(extracted[key].dispatched[0])),
-            weight=weights[key],
-            uses=tuple(uses[key]),
-        )
-        for key in extracted
+        kernels = extract_kernels(prepared[model.name], target)
+        searched.add(model, kernels.searched)
+        scheduled.add(model, kernels.scheduled)
+    return ClassTasks(
+        prepared=prepared,
+        tasks=searched.tasks(),
+        extracted=searched.extracted | scheduled.extracted,
+        scheduled=scheduled.tasks(),
     )
-    return ClassTasks(prepared=prepared, tasks=tasks, extracted=extracted)
+
+
+class _Merged:
+    """Kernels of several models merged by workload hash, with each model's calls and weight."""
+
+    def __init__(self) -> None:
+        self.extracted: dict[str, ms.ExtractedTask] = {}
+        self.uses: dict[str, list[tuple[str, int]]] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, model: Model, kernels: list[ms.ExtractedTask]) -> None:
+        for kernel in kernels:
+            key = workload_hash(kernel)
+            self.extracted.setdefault(key, kernel)
+            self.uses.setdefault(key, []).append((model.name, int(kernel.weight)))
+            self.weights[key] = self.weights.get(key, 0.0) + int(kernel.weight) * model.weight
+
+    def tasks(self) -> tuple[KernelTask, ...]:
+        return tuple(
+            KernelTask(
+                name=kernel.task_name,
+                workload_hash=key,
+                flops=float(estimate_tir_flops(kernel.dispatched[0])),
+                weight=self.weights[key],
+                uses=tuple(self.uses[key]),
+            )
+            for key, kernel in self.extracted.items()
+        )
 
 
 def class_task_list(fleet: Fleet, device_class: str, models: tuple[Model, ...]) -> tuple[KernelTask, ...]:

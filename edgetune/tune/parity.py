@@ -55,7 +55,7 @@ from edgetune.tune.database import (
     runtime_times,
     throughput,
 )
-from edgetune.tune.report import model_calls
+from edgetune.tune.report import model_calls, scheduled_latency
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +170,17 @@ def parity_bars(
     runtimes: Mapping[str, Mapping[str, RuntimeTime]],
     trials: Sequence[TrialRecord],
     untuned: Mapping[str, float | None],
+    scheduled: tuple[KernelTask, ...] = (),
 ) -> ParityBars:
-    """Per model with runtime times, its kernels' calls and its faster runtime's time; per
-    kernel, its best recorded latency, else its untuned time (the estimate before the run)."""
+    """Per model with runtime times, its kernels' calls and its faster runtime's time less the
+    time of its kernels `prepare` scheduled (`scheduled_latency`: the searched kernels must beat
+    what is left); per kernel, its best recorded latency, else its untuned time (the estimate
+    before the run)."""
     bars = tuple(
-        ParityBar(model_calls(tasks, model), min(run.seconds for run in times.values()))
+        ParityBar(
+            model_calls(tasks, model),
+            min(run.seconds for run in times.values()) - (scheduled_latency(scheduled, model, untuned) or 0.0),
+        )
         for model, times in runtimes.items()
         if times
     )

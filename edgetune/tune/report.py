@@ -3,8 +3,10 @@ all under `<fleet.workdir>/reports/<class>/<model>/`, and the live progress line
 
 Everything is computed from the class database (the trials in the order they were measured),
 so a report is the same whether the trials came from one run or several resumed ones.
-The model latency estimate is the sum over its kernels of calls x best measured latency;
-it exists once every kernel of the model has a measured schedule. Before that, the early curve
+The model latency estimate is the sum over its kernels of calls x best measured latency, plus
+the kernels `prepare` scheduled itself (never searched: each at the time measured with the
+untuned kernels, `scheduled_latency`); it exists once every searched kernel of the model has a
+measured schedule. Before that, the early curve
 (`early_curve`) counts each kernel not measured yet at its untuned time (measured on the boards
 at the class run's start, `untuned.py`), or, where that measurement failed, at its first
 measured latency: the curve starts at trial 0, the untuned model, its early part marked as such.
@@ -139,6 +141,8 @@ class TuningSummary:
     target: Mapping[str, Any] = field(default_factory=FrozenMap)
     database: str | None = None
     untuned_latency_s: float | None = None
+    # the kernels `prepare` scheduled itself, in every estimate above (None: not measured, left out)
+    scheduled_latency_s: float | None = None
     # runtime name -> its time on a board of the class, measured at a class run's start (ONNX models)
     runtimes: Mapping[str, RuntimeTime] = field(default_factory=FrozenMap)
     parity: ParityPoint | None = None
@@ -168,11 +172,14 @@ class RunInfo:
     starter_trials: Mapping[str, int] = field(default_factory=dict)
 
 
-def model_curve(tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord]) -> list[CurvePoint]:
-    """Estimated model latency after each trial on one of its kernels, once all are measured."""
+def model_curve(
+    tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord], scheduled_s: float = 0.0
+) -> list[CurvePoint]:
+    """Estimated model latency after each trial on one of its kernels, once all are measured;
+    `scheduled_s`: the time of the kernels `prepare` scheduled itself (`scheduled_latency`)."""
     calls = model_calls(tasks, model)
     return [
-        CurvePoint(spent, sum(calls[h] * best[h] for h in calls))
+        CurvePoint(spent, scheduled_s + sum(calls[h] * best[h] for h in calls))
         for _, spent, best in _best_after_each_trial(calls, trials)
         if len(best) == len(calls)
     ]
@@ -183,10 +190,12 @@ def early_curve(
     model: str,
     trials: list[TrialRecord],
     untuned: Mapping[str, float | None] = MappingProxyType({}),
+    scheduled_s: float = 0.0,
 ) -> list[EarlyPoint]:
     """The estimate before every kernel of the model was measured: at trial 0 when every kernel
     has an untuned time, then after each trial. A kernel not measured yet counts at its untuned
-    time, or without one at its first measured latency; kernels with neither are left out."""
+    time, or without one at its first measured latency; kernels with neither are left out.
+    `scheduled_s` as `model_curve`'s."""
     calls = model_calls(tasks, model)
     at_untuned = {h: s for h, s in untuned.items() if h in calls and s is not None}
     stand_in = dict(at_untuned)
@@ -194,12 +203,12 @@ def early_curve(
         if trial.workload_hash in calls and trial.latency_s is not None:
             stand_in.setdefault(trial.workload_hash, trial.latency_s)
     start = untuned_latency(tasks, model, untuned)
-    curve = [] if start is None else [EarlyPoint(0, start, len(calls), len(calls))]
+    curve = [] if start is None else [EarlyPoint(0, scheduled_s + start, len(calls), len(calls))]
     for _, spent, best in _best_after_each_trial(calls, trials):
         if len(best) == len(calls):
             break
         waiting = [h for h in stand_in if h not in best]
-        latency = sum(calls[h] * best.get(h, stand_in[h]) for h in stand_in)
+        latency = scheduled_s + sum(calls[h] * best.get(h, stand_in[h]) for h in stand_in)
         curve.append(EarlyPoint(spent, latency, len(waiting), sum(h in at_untuned for h in waiting)))
     return curve
 
@@ -210,6 +219,15 @@ def untuned_latency(tasks: tuple[KernelTask, ...], model: str, untuned: Mapping[
     if any(untuned.get(h) is None for h in calls):
         return None
     return sum(calls[h] * untuned[h] for h in calls)
+
+
+def scheduled_latency(
+    scheduled: tuple[KernelTask, ...], model: str, untuned: Mapping[str, float | None]
+) -> float | None:
+    """The time of the model's kernels `prepare` scheduled itself: never searched, each counts
+    at the time measured with the untuned kernels (`untuned.py`). 0.0 where the model has none;
+    None while one of them has no time (the estimates then leave them out)."""
+    return untuned_latency(scheduled, model, untuned)
 
 
 def model_calls(tasks: tuple[KernelTask, ...], model: str) -> dict[str, int]:
@@ -234,21 +252,26 @@ def _best_after_each_trial(
 
 
 def whole_estimates(
-    tasks: tuple[KernelTask, ...], model: str, trials: list[TrialRecord], untuned: Mapping[str, float | None]
+    tasks: tuple[KernelTask, ...],
+    model: str,
+    trials: list[TrialRecord],
+    untuned: Mapping[str, float | None],
+    scheduled_s: float = 0.0,
 ) -> Iterator[tuple[int | None, int, float]]:
     """The model's estimate wherever every kernel of it counts (a kernel not measured yet at its
     untuned time): (the trial's position in `trials`, None for trial 0; the trials spent on the
-    model's kernels, as the curve counts them; the estimate in seconds)."""
+    model's kernels, as the curve counts them; the estimate in seconds). `scheduled_s` as
+    `model_curve`'s."""
     calls = model_calls(tasks, model)
     if not calls:
         return
     start = untuned_latency(tasks, model, untuned)
     if start is not None:
-        yield None, 0, start
+        yield None, 0, scheduled_s + start
     for position, spent, best in _best_after_each_trial(calls, trials):
         stand_in = {h: best[h] if h in best else untuned.get(h) for h in calls}
         if all(seconds is not None for seconds in stand_in.values()):
-            yield position, spent, sum(calls[h] * seconds for h, seconds in stand_in.items())
+            yield position, spent, scheduled_s + sum(calls[h] * seconds for h, seconds in stand_in.items())
 
 
 def parity_point(
@@ -258,14 +281,16 @@ def parity_point(
     untuned: Mapping[str, float | None],
     runtimes: Mapping[str, RuntimeTime],
     clock: Sequence[ClockLine] = (),
+    scheduled_s: float = 0.0,
 ) -> ParityPoint | None:
     """The first estimate of the model (`whole_estimates`) at most the faster runtime's time,
-    and when it was recorded (`parity_minute`); None while none is, or without a runtime time."""
+    and when it was recorded (`parity_minute`); None while none is, or without a runtime time.
+    `scheduled_s` as `model_curve`'s."""
     faster = fastest_runtime(runtimes)
     if faster is None:
         return None
     fastest, bar = faster
-    for position, spent, estimate in whole_estimates(tasks, model, trials, untuned):
+    for position, spent, estimate in whole_estimates(tasks, model, trials, untuned, scheduled_s):
         if estimate <= bar:
             minute = parity_minute(clock, position, _first_trial(tasks, model, trials))
             return ParityPoint(spent, minute, fastest, bar, estimate)
@@ -368,19 +393,24 @@ def write_model_report(
     untuned: Mapping[str, float | None] = MappingProxyType({}),
     runtimes: Mapping[str, RuntimeTime] = MappingProxyType({}),
     clock: Sequence[ClockLine] = (),
+    scheduled: tuple[KernelTask, ...] = (),
 ) -> Path:
     """Write table.txt, curve.png and summary.json for one model; return the summary path.
     `untuned`: the kernels' untuned times by workload hash (`database.untuned_times`);
     `runtimes`: the model's runtime times on the board (none: time to parity not measured) and
-    `clock` the class's clock (`database.clock_lines`), for the time to parity."""
+    `clock` the class's clock (`database.clock_lines`), for the time to parity; `scheduled`: the
+    class's kernels `prepare` scheduled itself, whose times (in `untuned`) every estimate adds."""
     directory.mkdir(parents=True, exist_ok=True)
     rows = task_rows(tasks, model, trials, run.task_stops)
-    curve = model_curve(tasks, model, trials)
-    early = early_curve(tasks, model, trials, untuned)
+    fixed = scheduled_latency(scheduled, model, untuned)
+    scheduled_s = fixed or 0.0
+    curve = model_curve(tasks, model, trials, scheduled_s)
+    early = early_curve(tasks, model, trials, untuned, scheduled_s)
     summary_path = directory / "summary.json"
     previous = read_summary(summary_path) if summary_path.exists() else None
     knee_point = knee(curve)
-    parity = parity_point(tasks, model, trials, untuned, runtimes, clock)
+    parity = parity_point(tasks, model, trials, untuned, runtimes, clock, scheduled_s)
+    untuned_s = untuned_latency(tasks, model, untuned)
     summary = TuningSummary(
         device_class=run.device_class,
         model=model,
@@ -402,7 +432,8 @@ def write_model_report(
         firmware={**(previous.firmware if previous else {}), **run.firmware},
         target=run.target,
         database=run.database_dir,
-        untuned_latency_s=untuned_latency(tasks, model, untuned),
+        untuned_latency_s=None if untuned_s is None else scheduled_s + untuned_s,
+        scheduled_latency_s=fixed,
         runtimes=runtimes,
         parity=parity,
         time_to_parity=parity_text(runtimes, parity),

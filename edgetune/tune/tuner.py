@@ -326,7 +326,7 @@ def _tune_class(fleet: Fleet, device_class: str, options: TuneOptions, started: 
             cost_model = _cost_model(paths, options.search)
             measure_untuned(
                 device_class,
-                {t.workload_hash: tasks.extracted[t.workload_hash] for t in selected},
+                {h: tasks.extracted[h] for h in [*(t.workload_hash for t in selected), *tasks.scheduled_hashes]},
                 target,
                 builder,
                 runner,
@@ -769,7 +769,7 @@ def search_shard(
 def _parity_bars(fleet: Fleet, device_class: str, models, tasks: ClassTasks, paths: ClassDatabasePaths) -> ParityBars:
     """The models of the run with runtime times, for the scheduler to tell those still slower."""
     runtimes = recorded_runtimes(fleet, device_class, models, paths)
-    return parity_bars(tasks.tasks, runtimes, read_trials(paths), untuned_times(paths))
+    return parity_bars(tasks.tasks, runtimes, read_trials(paths), untuned_times(paths), tasks.scheduled)
 
 
 def _task_stops(plan: ClassPlan, ledgers: list[TaskLedger]) -> dict[str, str]:
@@ -799,7 +799,11 @@ def _write_reports(
     runtimes = recorded_runtimes(fleet, device_class, select_models(fleet, plan.models), paths)
     clock = clock_lines(paths)
     return tuple(
-        str(write_model_report(directory / m, m, tasks.tasks, trials, run, untuned, runtimes.get(m, {}), clock))
+        str(
+            write_model_report(
+                directory / m, m, tasks.tasks, trials, run, untuned, runtimes.get(m, {}), clock, tasks.scheduled
+            )
+        )
         for m in plan.models
     )
 

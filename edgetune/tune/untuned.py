@@ -5,7 +5,8 @@ unscheduled TIR, as here).
 
 At a class run's start, the searched kernels without a recorded untuned time are built as they
 are, by the run's candidate builder, and measured in one batch by its runner, before the first
-round. The times go to the class database (`untuned.jsonl`), so a resumed run measures none of
+round; with them the kernels `prepare` scheduled itself, which are never searched, so this time
+is theirs in every estimate (`report.scheduled_latency`). The times go to the class database (`untuned.jsonl`), so a resumed run measures none of
 them again; a kernel whose build or measurement failed is recorded as failed (None) and not
 tried again: the curve then counts it at its first measured time, as before any was measured.
 """

@@ -103,6 +103,33 @@ def written(directory, times: dict[str, RuntimeTime]):
     return write_model_report(directory, "mlp", TASKS, TRIALS, run, UNTUNED, times, CLOCK)
 
 
+# a kernel `prepare` scheduled itself (a move), twice in mlp: never searched, 1 ms a call when measured
+SCHEDULED = (KernelTask("move", "m", 0.0, 2.0, (("mlp", 2),)),)
+
+
+def test_kernels_prepare_scheduled_count_in_every_estimate_at_their_measured_time(tmp_path):
+    run = RunInfo("gw", {"kind": "llvm"}, "db", None, 5, 186.0, None, {}, {})
+    times = runtimes(onnxruntime=10.0)
+    plain = read_summary(write_model_report(tmp_path / "plain", "mlp", TASKS, TRIALS, run, UNTUNED, times, CLOCK))
+    path = write_model_report(
+        tmp_path / "moves", "mlp", TASKS, TRIALS, run, {**UNTUNED, "m": 1e-3}, times, CLOCK, SCHEDULED
+    )
+    summary = read_summary(path)
+    assert summary.scheduled_latency_s == 2e-3 and plain.scheduled_latency_s == 0.0
+    assert round(summary.estimated_latency_s * 1e3, 6) == 10.0  # 8 ms of searched kernels + 2 x 1 ms
+    assert round(summary.untuned_latency_s * 1e3, 6) == 21.0
+    shifted = [(p.trials, round((p.latency_s - 2e-3) * 1e3, 6)) for p in summary.curve_points()]
+    assert shifted == [(p.trials, round(p.latency_s * 1e3, 6)) for p in plain.curve_points()]
+    assert [round(p.latency_s * 1e3, 6) for p in summary.early_points()] == [21.0, 16.0, 16.0]
+    # 10 ms of onnxruntime: without the moves reached at trial 3, with them only at trial 4
+    assert (plain.parity.trial, summary.parity.trial) == (3, 4)
+    unmeasured = write_model_report(
+        tmp_path / "unmeasured", "mlp", TASKS, TRIALS, run, UNTUNED, times, CLOCK, SCHEDULED
+    )
+    assert read_summary(unmeasured).scheduled_latency_s is None  # left out of the estimate until measured
+    assert read_summary(unmeasured).estimated_latency_s == plain.estimated_latency_s
+
+
 def test_summary_json_carries_the_runtimes_and_the_parity_point_and_the_build_table_its_text(tmp_path):
     path = written(tmp_path, runtimes(onnxruntime=12.0, openvino=10.5))
     raw = json.loads(path.read_text())
@@ -223,3 +250,12 @@ def test_the_bars_start_from_the_recorded_trials_and_untuned_times_and_follow_th
     untuned_only = parity_bars(TASKS, {"mlp": runtimes(onnxruntime=7.0)}, [], UNTUNED)
     assert untuned_only.behind([ledger("a", [1e-3]), ledger("b", [2e-3])]) == frozenset()  # 5 ms: the run got there
     assert parity_bars(TASKS, {}, TRIALS, UNTUNED).behind([]) == frozenset()  # no runtime timed: nobody is behind
+
+
+def test_the_bar_of_the_searched_kernels_is_the_runtimes_time_less_the_kernels_prepare_scheduled():
+    """mlp's searched kernels take 8 ms, its moves 2 ms: behind onnxruntime's 9 ms, though 8 < 9."""
+    bars = parity_bars(TASKS, {"mlp": runtimes(onnxruntime=9.0)}, TRIALS, {**UNTUNED, "m": 1e-3}, SCHEDULED)
+    ((bar),) = bars.bars
+    assert bar.calls == {"a": 1, "b": 2} and round(bar.seconds * 1e3, 6) == 7.0
+    assert bars.behind([]) == {"a", "b"}
+    assert bars.behind([ledger("a", [0.5e-3])]) == frozenset()  # 0.5 + 6 ms: the run got there

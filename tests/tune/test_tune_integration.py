@@ -35,6 +35,7 @@ from edgetune.compiler.prepare import (
     prepare,
 )
 from edgetune.compiler.target import build_target
+from edgetune.compiler.tasks import class_tasks
 from edgetune.inventory.schema import Model, ModelInput, TuningPolicy
 from edgetune.tune.database import ClassDatabasePaths, open_database, read_trials, untuned_times
 from edgetune.tune.native_log import NATIVE_LOG
@@ -102,15 +103,19 @@ def test_reports_are_written(tuned):
 
 
 def test_each_kernel_was_measured_untuned_once_and_the_curve_starts_there(tuned):
-    """Before its first round a class run measures each kernel built without a schedule; the
-    re-run measured none again; tuned, each model beats its untuned estimate (mlp's first layer
-    by far: the small conv net's kernels are within a few tenths of a microsecond either way),
-    and the report's curve starts at trial 0 with the untuned model."""
+    """Before its first round a class run measures each kernel built without a schedule, and
+    each kernel `prepare` scheduled itself (the conv net's moves) as it is; the re-run measured
+    none again; tuned, each model beats its untuned estimate (mlp's first layer by far: the small
+    conv net's kernels are within a few tenths of a microsecond either way), and the report's
+    curve starts at trial 0 with the untuned model."""
     fleet, first, _, _ = tuned
     for result in first.classes:
         paths = ClassDatabasePaths.of(fleet.workdir, result.device_class)
         untuned = untuned_times(paths)
-        assert set(untuned) == {t.workload_hash for t in read_trials(paths)}  # every kernel of the class
+        kernels = class_tasks(fleet.models, build_target(fleet.device_class(result.device_class).profile))
+        searched = {t.workload_hash for t in read_trials(paths)}
+        assert searched == {t.workload_hash for t in kernels.tasks} and kernels.scheduled
+        assert set(untuned) == searched | set(kernels.scheduled_hashes)  # every kernel of the class
         assert all(seconds is not None and seconds > 0 for seconds in untuned.values()), untuned
         assert len(paths.untuned.read_text().splitlines()) == len(untuned)  # once: the second run added none
         for path in result.summaries:
