@@ -18,6 +18,7 @@ import ipaddress
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -282,10 +283,31 @@ def _board_up(fleet: Fleet, sim: SimBoard, sshd_pid: int | None, roots: dict[str
     _ensure_sshd_files(sim)
     if not running(sshd_pid, str(sim.sshd_config)):
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-        argv = ["ip", "netns", "exec", sim.netns, str(SSHD), "-D", "-e", "-f", str(sim.sshd_config)]
-        sshd_pid = spawn_detached(argv, sim.dir / "sshd.log").pid
+        sshd_pid = spawn_detached(_sshd_argv(sim), sim.dir / "sshd.log").pid
     cgroups.apply_quota(sim.cgroup, sim.board.simulated.cpu_quota, sshd_pid)
     return sshd_pid
+
+
+def _sshd_argv(sim: SimBoard) -> list[str]:
+    """The board's sshd, in its network namespace. The bash that runs each command sshd is given
+    reads the login user's ~/.bashrc first (Debian builds bash so); the host's (a developer's
+    pyenv or conda set-up: about 100 ms and a hundred processes a command on these machines) is
+    not the board's, so a board that shares the host's files sees an empty one, bound over it in
+    the mount table `ip netns exec` gives the namespace alone."""
+    sshd = [str(SSHD), "-D", "-e", "-f", str(sim.sshd_config)]
+    rc = None if sim.root is not None else _home(sim.board.ssh.user) / ".bashrc"
+    if rc is None or not rc.is_file():
+        return ["ip", "netns", "exec", sim.netns, *sshd]
+    hide_then_run = 'mount --bind /dev/null "$1" && shift && exec "$@"'
+    return ["ip", "netns", "exec", sim.netns, "sh", "-c", hide_then_run, "sh", str(rc), *sshd]
+
+
+def _home(user: str | None) -> Path:
+    """The home of the user a board's commands run as (None: the one running edgetune, as OpenSSH's default)."""
+    try:
+        return Path((pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())).pw_dir)
+    except KeyError:  # no such user here: sshd will refuse the login and say so
+        return Path("/nonexistent")
 
 
 def _ensure_netns(fleet: Fleet, sim: SimBoard) -> None:

@@ -75,6 +75,18 @@ def test_a_directly_routed_board_listens_on_nothing_but_sshd(sim_fleet):
         assert port_answers(record.rpc_address, RPC_SERVER_PORT) and not port_answers(board.address, RPC_SERVER_PORT)
 
 
+def test_a_board_runs_its_commands_without_the_hosts_shell_start_up_file(sim_fleet):
+    """bash, as sshd's shell, reads ~/.bashrc before each command. A simulated board shares the
+    host's files, but not the host user's .bashrc (a developer's pyenv or conda set-up): it reads
+    empty there, and the host's is untouched."""
+    host_rc = Path.home() / ".bashrc"
+    before = host_rc.read_bytes() if host_rc.is_file() else None
+    for board in sim_fleet.boards:
+        seen = BoardSession(board).run("[ -e ~/.bashrc ] && wc -c < ~/.bashrc || echo none").stdout.strip()
+        assert seen == ("none" if before is None else "0"), board.name
+    assert (host_rc.read_bytes() if host_rc.is_file() else None) == before
+
+
 def vector_add(fleet, device_class: str, tmp: Path) -> Path:
     a, b = te.placeholder((VECTOR,), name="A"), te.placeholder((VECTOR,), name="B")
     c = te.compute((VECTOR,), lambda i: a[i] + b[i], name="C")
