@@ -295,19 +295,23 @@ def _sshd_argv(sim: SimBoard) -> list[str]:
     not the board's, so a board that shares the host's files sees an empty one, bound over it in
     the mount table `ip netns exec` gives the namespace alone."""
     sshd = [str(SSHD), "-D", "-e", "-f", str(sim.sshd_config)]
-    rc = None if sim.root is not None else _home(sim.board.ssh.user) / ".bashrc"
-    if rc is None or not rc.is_file():
+    rc = _host_bashrc(sim.board.ssh.user) if sim.root is None else None
+    if rc is None:
         return ["ip", "netns", "exec", sim.netns, *sshd]
     hide_then_run = 'mount --bind /dev/null "$1" && shift && exec "$@"'
     return ["ip", "netns", "exec", sim.netns, "sh", "-c", hide_then_run, "sh", str(rc), *sshd]
 
 
-def _home(user: str | None) -> Path:
-    """The home of the user a board's commands run as (None: the one running edgetune, as OpenSSH's default)."""
+def _host_bashrc(user: str | None) -> Path | None:
+    """The ~/.bashrc on this host of the user a board's commands run as (None: the one running
+    edgetune, as OpenSSH's default); None where there is none (or no such user: sshd refuses the
+    login and says so)."""
     try:
-        return Path((pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())).pw_dir)
-    except KeyError:  # no such user here: sshd will refuse the login and say so
-        return Path("/nonexistent")
+        home = Path((pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())).pw_dir)
+    except KeyError:
+        return None
+    rc = home / ".bashrc"
+    return rc if rc.is_file() else None
 
 
 def _ensure_netns(fleet: Fleet, sim: SimBoard) -> None:
