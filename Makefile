@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := openssh-server iproute2 procps cmake g++
 
 ARM_PACKAGES := qemu-user-static binfmt-support debootstrap gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
-.PHONY: setup system-packages arm-packages browser-packages lint test test-unit test-slow test-arm test-ray test-scale tune-fleet tune-fleet-ray check plan bench clean
+.PHONY: setup system-packages arm-packages browser-packages lint test test-durations test-unit test-slow test-arm test-ray test-scale tune-fleet tune-fleet-ray check plan bench clean
 
 setup: $(STAMP) system-packages
 
@@ -68,6 +68,11 @@ lint: $(STAMP)
 # built once, the other modules whole on either (tests/support/worker_groups.py).
 test: setup browser-packages
 	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15 tests
+
+# `make test`'s run, writing each group's seconds to tests/durations.json: the scheduler hands
+# out the longest groups first (tests/support/worker_groups.py). Run it when tests move or grow.
+test-durations: setup browser-packages
+	$(PY) -m pytest -q -n 3 --dist loadgroup --store-durations tests
 
 # The unit-level tests alone: no boards, sshd, tracker, server or tuning run (marker `fleet`),
 # nothing compiled or tuned with real TVM (marker `tvm`).

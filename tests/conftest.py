@@ -28,8 +28,10 @@ from support.sim_checks import running
 from support.sim_network import slot_network
 from support.worker_groups import (  # noqa: F401 (hooks)
     nice_background_worker,
+    pytest_addoption,
     pytest_configure_node,
     pytest_xdist_make_scheduler,
+    record_durations,
     record_groups,
 )
 
@@ -81,6 +83,7 @@ deploy:
 def pytest_configure(config):
     configure_locks(config)
     nice_background_worker(config)
+    record_durations(config)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -25,7 +25,7 @@ from support.board_image import board_image, image_without
 from support.deploy_support import republish
 from support.netns_hosts import add_bridge, keygen, remove_bridge, start_host, stop_host
 from support.quick_profiles import quick_profiles
-from support.quiet_host import quiet_host
+from support.regress_verdicts import assert_timed
 
 from edgetune.fleet.agent_bundle import agent_argv, agent_bundle, agent_root, bundle_path
 from edgetune.fleet.ssh import BoardSession, fingerprint
@@ -285,13 +285,14 @@ def test_rollout_installs_on_the_field_board(served):
 
 
 def test_regress_measures_the_installed_release_on_the_field_board(served):
+    """The board is timed against its baseline; which way the ratio goes beside the other test
+    workers is not this test's business (tests/regress/test_regress_fleet.py's timed tests)."""
     from edgetune.regress.check import regress
 
-    with quiet_host():  # timed against a baseline: the other test worker's load would count too
-        report = regress(served[0], models=[MODEL])
+    report = regress(served[0], models=[MODEL])
     (verdict,) = report.verdicts
     assert (verdict.board, verdict.version) == ("field-1", 1)
-    assert verdict.verdict in ("ok", "faster"), verdict.to_json()
+    assert_timed(verdict)
 
 
 def test_a_tampered_bundle_is_refused_then_replaced_before_the_agent_runs(served):

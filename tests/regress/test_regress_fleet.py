@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.artifact_server import RunningServer
 from support.quiet_host import quiet_host
+from support.regress_verdicts import TIMED
 from support.sim_checks import link_down
 
 from edgetune.deploy.remote import RemoteAgent
@@ -23,7 +24,6 @@ from edgetune.regress.check import regress
 
 MODEL = "mlp"
 BOARDS = ("fast-1", "fast-2", "slow-1", "slow-2")
-TIMED = {"ok", "slower", "faster"}  # a board measured; which of these is the timing tests' business
 NOT_SLOWER = {"ok", "faster"}  # an unchanged board: "faster" when its baseline was timed while the host was busier
 
 

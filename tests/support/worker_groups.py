@@ -7,10 +7,11 @@ pytest-xdist's own `loadgroup` cannot do this with pytest 9: it marks a group by
 pytest-dev/pytest-xdist#1386, open, fix proposed in #1388). Here each worker
 writes the group of every test it collected to a directory the controller names, and the
 controller's scheduler (`GroupScheduling`) takes the groups from there; xdist's scheduler for
-whole scopes does the rest. It hands out the groups heaviest first, by their tests' markers (a
-`fleet` test takes seconds to minutes, a `tvm` one seconds, the rest less), not by their number
-of tests as xdist does: a module of one long fleet test handed out last keeps one worker busy for
-minutes while the other has nothing left to do.
+whole scopes does the rest. It hands out the longest groups first, not the ones of most tests as
+xdist does: a module of one long fleet test handed out last keeps one worker busy for a minute
+while the others have nothing left to do. A group's length is its seconds in tests/durations.json
+(written by `make test-durations`, the run's own time of each group); a group not there yet is
+weighed by its tests' markers (a `fleet` test about 10 s, a `tvm` one 2 s, the rest a twentieth).
 
 A fleet test spends much of its time waiting (for a board's quota-limited CPU, a timeout, a
 board coming back), so with three or more workers the last is a background worker: it runs at
@@ -32,7 +33,9 @@ from support.quiet_host import name_locks_dir
 
 SESSION_FLEET_FIXTURES = {"sim_fleet"}  # session-scoped: each worker would build its own
 SESSION_FLEET_GROUP = "session-fleet"
-MARKER_WEIGHTS = {"fleet": 100, "tvm": 20}  # a test's weight by its heaviest marker; 1 without
+DURATIONS_FILE = Path(__file__).resolve().parents[1] / "durations.json"
+MARKER_SECONDS = {"fleet": 10.0, "tvm": 2.0}  # a test's length by its heaviest marker, unmeasured
+UNMARKED_SECONDS = 0.05
 BACKGROUND_NICE = 19  # the lowest priority: a nice-0 process gets about 70x its CPU share
 _DIRECTORY_KEY = "edgetune_groups_dir"
 _BACKGROUND_KEY = "edgetune_background_worker"
@@ -42,22 +45,79 @@ def group_of(item: pytest.Item) -> str:
     return SESSION_FLEET_GROUP if SESSION_FLEET_FIXTURES & set(item.fixturenames) else item.nodeid.split("::")[0]
 
 
-def weight_of(item: pytest.Item) -> int:
-    return max((w for marker, w in MARKER_WEIGHTS.items() if item.get_closest_marker(marker)), default=1)
+def marker_seconds(item: pytest.Item) -> float:
+    return max((s for marker, s in MARKER_SECONDS.items() if item.get_closest_marker(marker)), default=UNMARKED_SECONDS)
+
+
+def measured_seconds() -> dict[str, float]:
+    """tests/durations.json: each group's seconds in the run that wrote it; {} without the file."""
+    try:
+        return json.loads(DURATIONS_FILE.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def group_seconds(items: list[pytest.Item], groups: dict[str, str]) -> dict[str, float]:
+    """Each group's expected length: as measured, or as its tests' markers say."""
+    measured, estimated = measured_seconds(), {}
+    for item in items:
+        group = groups[item.nodeid]
+        estimated[group] = estimated.get(group, 0.0) + marker_seconds(item)
+    return {group: measured.get(group, seconds) for group, seconds in estimated.items()}
 
 
 def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker: write each collected test's group, and each group's weight, for the
-    controller."""
+    """In an xdist worker: write each collected test's group, and each group's expected length,
+    for the controller."""
     directory = getattr(config, "workerinput", {}).get(_DIRECTORY_KEY)
     if directory:
         groups = {item.nodeid: group_of(item) for item in items}
-        weights: dict[str, int] = {}
-        for item in items:
-            weights[groups[item.nodeid]] = weights.get(groups[item.nodeid], 0) + weight_of(item)
+        weights = group_seconds(items, groups)
         fleet_groups = sorted({groups[item.nodeid] for item in items if item.get_closest_marker("fleet")})
         recorded = {"groups": groups, "weights": weights, "fleet_groups": fleet_groups}
         (Path(directory) / f"{config.workerinput['workerid']}.json").write_text(json.dumps(recorded))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"write each group's seconds in this run to {DURATIONS_FILE.name} (run the whole suite)",
+    )
+
+
+class DurationRecorder:
+    """In the controller under `--store-durations`: each test's setup, call and teardown
+    seconds, summed by group into tests/durations.json when a run that was not interrupted ends."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED or not self.seconds:
+            return
+        groups = {item.nodeid: group_of(item) for item in session.items} or _recorded(self.config)["groups"]
+        totals: dict[str, float] = {}
+        for nodeid, seconds in self.seconds.items():
+            group = groups.get(nodeid, nodeid.split("::")[0])
+            totals[group] = totals.get(group, 0.0) + seconds
+        DURATIONS_FILE.write_text(json.dumps({g: round(s, 1) for g, s in sorted(totals.items())}, indent=0) + "\n")
+
+
+def record_durations(config: pytest.Config) -> None:
+    """In the controller (or a run without xdist): record the groups' seconds if asked to."""
+    if config.getoption("store_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(config), "edgetune-durations")
+
+
+def _recorded(config: pytest.Config) -> dict:
+    """What the workers recorded (`record_groups`): the first worker's file, all alike."""
+    files = sorted(Path(getattr(config, "_edgetune_groups_dir", "/nonexistent")).glob("*.json"))
+    return json.loads(files[0].read_text()) if files else {"groups": {}, "weights": {}, "fleet_groups": []}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -94,10 +154,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _split_scope(self, nodeid: str) -> str:
             if self.recorded is None:  # called once every worker has collected
-                files = sorted(Path(config._edgetune_groups_dir).glob("*.json"))
-                self.recorded = (
-                    json.loads(files[0].read_text()) if files else {"groups": {}, "weights": {}, "fleet_groups": []}
-                )
+                self.recorded = _recorded(config)
             return self.recorded["groups"].get(nodeid, nodeid.split("::")[0])
 
         def _assign_work_unit(self, node) -> None:
