@@ -15,8 +15,10 @@ weighed by its tests' markers (a `fleet` test about 10 s, a `tvm` one 2 s, the r
 
 A fleet test spends much of its time waiting (for a board's quota-limited CPU, a timeout, a
 board coming back), so with three or more workers the last is a background worker: it runs at
-niceness `BACKGROUND_NICE` and takes only the groups that start no fleet, compiling while the
-fleet tests wait, and yielding the cores to them when they do not.
+niceness `BACKGROUND_NICE` and takes the groups that start no fleet, compiling while the fleet
+tests wait, and yielding the cores to them when they do not. Once none is left, it takes the
+shortest fleet groups, from the end of the queue, back at normal priority (as root, who may
+raise a priority again; a fleet needs root anyway).
 """
 
 from __future__ import annotations
@@ -133,10 +135,28 @@ def pytest_configure_node(node) -> None:
     name_locks_dir(node, config._edgetune_groups_dir)
 
 
+_background = False  # in an xdist worker: whether it is the background worker
+
+
 def nice_background_worker(config: pytest.Config) -> None:
     """In an xdist worker: lower its priority if it is the background worker."""
+    global _background
     if getattr(config, "workerinput", {}).get(_BACKGROUND_KEY):
+        _background = True
         os.nice(BACKGROUND_NICE)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """In the background worker, before a fleet test's fixtures start anything: back to normal
+    priority, which the boards and servers it starts inherit."""
+    if _background and item.get_closest_marker("fleet") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
+def _takes_fleet_groups() -> bool:
+    """Whether the background worker may take fleet groups: it can raise its priority again."""
+    return os.geteuid() == 0
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -146,8 +166,8 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
-        """Whole groups to a worker, the groups as the workers recorded them, heaviest first; to
-        the background worker only groups that start no fleet."""
+        """Whole groups to a worker, the groups as the workers recorded them, longest first; to
+        the background worker the groups that start no fleet, then the shortest fleet groups."""
 
         recorded: dict | None = None
         ordered = False
@@ -164,7 +184,7 @@ def pytest_xdist_make_scheduler(config, log):
                     self.workqueue.move_to_end(scope)
                 self.ordered = True
             if node.workerinput.get(_BACKGROUND_KEY):
-                scope = self._first_without_fleet()
+                scope = self._background_scope()
                 if scope is None:
                     self._retire(node)
                     return
@@ -172,14 +192,18 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
         def _reschedule(self, node) -> None:
-            if node.workerinput.get(_BACKGROUND_KEY) and self._first_without_fleet() is None:
+            if node.workerinput.get(_BACKGROUND_KEY) and self._background_scope() is None:
                 self._retire(node)
                 return
             super()._reschedule(node)
 
-        def _first_without_fleet(self) -> str | None:
+        def _background_scope(self) -> str | None:
+            """The longest group left that starts no fleet; else the shortest fleet group."""
             fleet_groups = set(self.recorded["fleet_groups"]) if self.recorded else set()
-            return next((scope for scope in self.workqueue if scope not in fleet_groups), None)
+            without_fleet = next((scope for scope in self.workqueue if scope not in fleet_groups), None)
+            if without_fleet is None and self.workqueue and _takes_fleet_groups():
+                return next(reversed(self.workqueue))
+            return without_fleet
 
         @staticmethod
         def _retire(node) -> None:
