@@ -146,7 +146,7 @@ def killed_rollout(fleet, tmp_path, when, *options: str) -> None:
         while not when(fleet):
             assert process.poll() is None, f"the rollout ended before it was killed:\n{log.read_text()}"
             assert time.monotonic() < deadline, f"the rollout never reached the point to kill it at:\n{log.read_text()}"
-            time.sleep(0.01)
+            time.sleep(0.05)  # `checking` reads every process's command line; each point lasts seconds
         os.kill(process.pid, signal.SIGKILL)
         assert process.wait(timeout=30) == -signal.SIGKILL
     finally:
