@@ -30,7 +30,6 @@ from support.worker_groups import (  # noqa: F401 (hooks)
     nice_background_worker,
     pytest_addoption,
     pytest_configure_node,
-    pytest_runtest_setup,
     pytest_xdist_make_scheduler,
     record_durations,
     record_groups,

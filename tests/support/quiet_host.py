@@ -8,12 +8,17 @@ exclusive, so the other workers finish the tests they are in and start no other 
 is done; a module-scoped fixture inside `quiet_host()` keeps it so from the module's first test
 to its last (the others wait once, not before each test). A gate lock keeps the others' next
 tests from overtaking a waiting exclusive taker. No lock is ever waited for while another is
-held but the gate, so two workers asking for quiet at once take turns. Without xdist, `quiet_host()` does nothing.
+held but the gate, so two workers asking for quiet at once take turns. A worker at low priority
+(the background worker's tests that start no fleet, tests/support/worker_groups.py) takes no part:
+it gets a core only when the timing's processes leave it idle. A fleet test runs at normal
+priority (the background worker's too, once it takes fleet groups), which the boards and servers
+it starts inherit. Without xdist, `quiet_host()` does nothing.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +32,7 @@ class _CpuLock:
         self._main = open(directory / "cpu.lock", "a+")
         self._gate = open(directory / "cpu-gate.lock", "a+")
         self._quiet_depth = 0
+        self._shared = False
 
     def _take(self, mode: int) -> None:
         fcntl.flock(self._gate, fcntl.LOCK_EX)
@@ -36,14 +42,16 @@ class _CpuLock:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
 
     def share(self) -> None:
-        """At the start of each test (a no-op while a module holds the host quiet)."""
-        if self._quiet_depth == 0:
+        """At the start of each test (a no-op while a module holds the host quiet, or at low priority)."""
+        if self._quiet_depth == 0 and os.getpriority(os.PRIO_PROCESS, 0) <= 0:
             self._take(fcntl.LOCK_SH)
+            self._shared = True
 
     def release(self) -> None:
         """At the end of each test (a no-op while a module holds the host quiet)."""
-        if self._quiet_depth == 0:
+        if self._quiet_depth == 0 and self._shared:
             fcntl.flock(self._main, fcntl.LOCK_UN)
+            self._shared = False
 
     @contextmanager
     def exclusive(self):
@@ -57,7 +65,7 @@ class _CpuLock:
             self._quiet_depth -= 1
             if self._quiet_depth == 0:
                 fcntl.flock(self._main, fcntl.LOCK_UN)
-                self._take(fcntl.LOCK_SH)
+                self.share()
 
 
 _lock: _CpuLock | None = None
@@ -81,6 +89,8 @@ def pytest_runtest_protocol(item, nextitem):
     if _lock is None:
         yield
         return
+    if item.get_closest_marker("fleet") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
     _lock.share()
     try:
         yield

@@ -135,23 +135,11 @@ def pytest_configure_node(node) -> None:
     name_locks_dir(node, config._edgetune_groups_dir)
 
 
-_background = False  # in an xdist worker: whether it is the background worker
-
-
 def nice_background_worker(config: pytest.Config) -> None:
-    """In an xdist worker: lower its priority if it is the background worker."""
-    global _background
+    """In an xdist worker: lower its priority if it is the background worker (back to normal
+    for a fleet test: tests/support/quiet_host.py)."""
     if getattr(config, "workerinput", {}).get(_BACKGROUND_KEY):
-        _background = True
         os.nice(BACKGROUND_NICE)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """In the background worker, before a fleet test's fixtures start anything: back to normal
-    priority, which the boards and servers it starts inherit."""
-    if _background and item.get_closest_marker("fleet") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 def _takes_fleet_groups() -> bool:
