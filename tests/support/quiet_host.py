@@ -11,18 +11,18 @@ tests from overtaking a waiting exclusive taker. No lock is ever waited for whil
 held but the gate, so two workers asking for quiet at once take turns. A worker at low priority
 (the background worker's tests that start no fleet, tests/support/worker_groups.py) takes no part:
 it gets a core only when the timing's processes leave it idle. A fleet test runs at normal
-priority (the background worker's too, once it takes fleet groups), which the boards and servers
-it starts inherit. Without xdist, `quiet_host()` does nothing.
+priority (tests/support/worker_priority.py). Without xdist, `quiet_host()` does nothing.
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from support.worker_priority import at_low_priority, normal_for_fleet
 
 _LOCKS_KEY = "edgetune_locks_dir"
 
@@ -43,7 +43,7 @@ class _CpuLock:
 
     def share(self) -> None:
         """At the start of each test (a no-op while a module holds the host quiet, or at low priority)."""
-        if self._quiet_depth == 0 and os.getpriority(os.PRIO_PROCESS, 0) <= 0:
+        if self._quiet_depth == 0 and not at_low_priority():
             self._take(fcntl.LOCK_SH)
             self._shared = True
 
@@ -89,8 +89,7 @@ def pytest_runtest_protocol(item, nextitem):
     if _lock is None:
         yield
         return
-    if item.get_closest_marker("fleet") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    normal_for_fleet(item)
     _lock.share()
     try:
         yield

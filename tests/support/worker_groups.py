@@ -15,16 +15,15 @@ weighed by its tests' markers (a `fleet` test about 10 s, a `tvm` one 2 s, the r
 
 A fleet test spends much of its time waiting (for a board's quota-limited CPU, a timeout, a
 board coming back), so with three or more workers the last is a background worker: it runs at
-niceness `BACKGROUND_NICE` and takes the groups that start no fleet, compiling while the fleet
-tests wait, and yielding the cores to them when they do not. Once none is left, it takes the
-shortest fleet groups, from the end of the queue, back at normal priority (as root, who may
-raise a priority again; a fleet needs root anyway).
+the lowest priority (tests/support/worker_priority.py) and takes the groups that start no
+fleet, compiling while the fleet tests wait, and yielding the cores to them when they do not.
+Once none is left, it takes the shortest fleet groups, from the end of the queue, back at
+normal priority (as root, who may raise a priority again).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,13 +31,13 @@ from pathlib import Path
 import pytest
 
 from support.quiet_host import name_locks_dir
+from support.worker_priority import can_return_to_normal, lower_to_background
 
 SESSION_FLEET_FIXTURES = {"sim_fleet"}  # session-scoped: each worker would build its own
 SESSION_FLEET_GROUP = "session-fleet"
 DURATIONS_FILE = Path(__file__).resolve().parents[1] / "durations.json"
 MARKER_SECONDS = {"fleet": 10.0, "tvm": 2.0}  # a test's length by its heaviest marker, unmeasured
 UNMARKED_SECONDS = 0.05
-BACKGROUND_NICE = 19  # the lowest priority: a nice-0 process gets about 70x its CPU share
 _DIRECTORY_KEY = "edgetune_groups_dir"
 _BACKGROUND_KEY = "edgetune_background_worker"
 
@@ -137,14 +136,9 @@ def pytest_configure_node(node) -> None:
 
 def nice_background_worker(config: pytest.Config) -> None:
     """In an xdist worker: lower its priority if it is the background worker (back to normal
-    for a fleet test: tests/support/quiet_host.py)."""
+    for a fleet test: tests/support/worker_priority.py)."""
     if getattr(config, "workerinput", {}).get(_BACKGROUND_KEY):
-        os.nice(BACKGROUND_NICE)
-
-
-def _takes_fleet_groups() -> bool:
-    """Whether the background worker may take fleet groups: it can raise its priority again."""
-    return os.geteuid() == 0
+        lower_to_background()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -189,7 +183,7 @@ def pytest_xdist_make_scheduler(config, log):
             """The longest group left that starts no fleet; else the shortest fleet group."""
             fleet_groups = set(self.recorded["fleet_groups"]) if self.recorded else set()
             without_fleet = next((scope for scope in self.workqueue if scope not in fleet_groups), None)
-            if without_fleet is None and self.workqueue and _takes_fleet_groups():
+            if without_fleet is None and self.workqueue and can_return_to_normal():
                 return next(reversed(self.workqueue))
             return without_fleet
 
