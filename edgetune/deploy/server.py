@@ -340,15 +340,17 @@ class _AccessLog:
 class RenewingServer(uvicorn.Server):
     """uvicorn's server that, while it runs, checks its certificate every RENEW_CHECK_S and
     makes a new one from the fleet CA when it is due (`tls.renew_server_certificate`); new
-    connections are then made with it."""
+    connections are then made with it. The guard's context is replaced whole, never loaded
+    into: a context changed in place holds the new certificate with the old key for a moment,
+    and a handshake then fails."""
 
-    def __init__(self, config: uvicorn.Config, fleet: Fleet, tls: ssl.SSLContext | None):
+    def __init__(self, config: uvicorn.Config, fleet: Fleet, guard: ConnectionGuard):
         super().__init__(config)
-        self.fleet, self.tls = fleet, tls
+        self.fleet, self.guard = fleet, guard
         self.next_check = time.monotonic() + RENEW_CHECK_S
 
     async def on_tick(self, counter: int) -> bool:
-        if self.tls is not None and time.monotonic() >= self.next_check:
+        if self.guard.tls is not None and time.monotonic() >= self.next_check:
             self.next_check = time.monotonic() + RENEW_CHECK_S
             await asyncio.to_thread(self.renew)
         return await super().on_tick(counter)
@@ -361,7 +363,7 @@ class RenewingServer(uvicorn.Server):
             return
         if made:
             files = self.fleet.deploy.tls
-            self.tls.load_cert_chain(str(files.server_cert), str(files.server_key))
+            self.guard.tls = _server_context(str(files.server_cert), str(files.server_key))
             log.warning("made a new server certificate (%s): new connections use it", made)
 
 
@@ -380,13 +382,7 @@ def build_server(
         if made:
             log.warning("made a new server certificate (%s)", made)
     tls_files = check_server_tls(fleet)
-    tls = (
-        create_ssl_context(
-            tls_files["ssl_certfile"], tls_files["ssl_keyfile"], None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE, None, None
-        )
-        if tls_files
-        else None
-    )
+    tls = _server_context(tls_files["ssl_certfile"], tls_files["ssl_keyfile"]) if tls_files else None
     guard = ConnectionGuard(settings, tls, descriptor_budget(settings.max_connections))
     config = uvicorn.Config(
         create_app(fleet, dashboard),
@@ -400,7 +396,11 @@ def build_server(
         server_header=False,
     )
     limit_repeats()
-    return RenewingServer(config, fleet, tls)
+    return RenewingServer(config, fleet, guard)
+
+
+def _server_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    return create_ssl_context(certfile, keyfile, None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE, None, None)
 
 
 def serve(
