@@ -12,7 +12,6 @@ and TVM's imports, which a loaded machine stretches more than it stretches a run
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -39,13 +38,12 @@ def tune_fleet(fleet_yaml: Path) -> subprocess.CompletedProcess:
     )
 
 
-def timed_tune_fleet(fleet_yaml: Path) -> tuple[subprocess.CompletedProcess, float, float]:
-    """The run, its wall time and the CPU time of it and the children it waited for (class
-    processes, builds, ssh; not the detached trackers, sshd and rpc_servers), in seconds."""
-    started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+def timed_tune_fleet(fleet_yaml: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """The run and its wall time in seconds. (Not its CPU time: the class processes are children
+    of the tuner's fork server, which the run does not wait for, so a child's rusage misses them.)"""
+    started = time.monotonic()
     run = tune_fleet(fleet_yaml)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return run, time.monotonic() - started, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return run, time.monotonic() - started
 
 
 @contextmanager
@@ -122,7 +120,7 @@ def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(
     one_board_per_class(spare_fleet_yaml)
     fleet = load_fleet(spare_fleet_yaml)
     assert [(b.name, b.simulated.cpu_quota) for b in fleet.boards] == [("fast-1", 1.0), ("slow-1", 0.5)]
-    first, first_s, first_cpu_s = timed_tune_fleet(spare_fleet_yaml)
+    first, first_s = timed_tune_fleet(spare_fleet_yaml)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = table_rows(first.stdout)
     assert set(rows) == {"gw-fast", "gw-slow"}
@@ -147,10 +145,10 @@ def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(
         before[0] is not None and before[1] is None
     )  # the first run's fleet down wrote it; its sim down removed sim.json
     with watching(fleet) as seen:
-        second, second_s, second_cpu_s = timed_tune_fleet(spare_fleet_yaml)
+        second, second_s = timed_tune_fleet(spare_fleet_yaml)
     print(
-        f"\ntune-fleet: first run {first_s:.1f} s ({first_cpu_s:.1f} s of CPU), the run with nothing to do "
-        f"{second_s:.1f} s ({second_cpu_s:.1f} s of CPU): {100 * second_s / first_s:.1f} % of the wall time"
+        f"\ntune-fleet: first run {first_s:.1f} s, the run with nothing to do {second_s:.1f} s: "
+        f"{100 * second_s / first_s:.1f} % of the wall time"
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "nothing to do: every class's trial budget is spent" in second.stdout
@@ -167,7 +165,7 @@ def test_tune_fleet_runs_the_whole_job_then_starts_nothing_when_nothing_is_left(
         file_identity(state_path(fleet, "sim")),
     ) == before  # not even read-modify-written
     assert leftovers(fleet) == []
-    assert second_cpu_s < first_cpu_s / 5 and second_s < first_s / 2, (first_s, first_cpu_s, second_s, second_cpu_s)
+    assert second_s < first_s / 2, (first_s, second_s)
 
     # a class's budget raised: the fleet comes up again, that class alone tunes, its pair alone is built
     from edgetune.pipeline.work import find_work

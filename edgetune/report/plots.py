@@ -7,10 +7,7 @@ import base64
 import io
 from datetime import datetime
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # after selecting the backend
+from matplotlib.figure import Figure
 
 from edgetune.report.views import HistoryRow
 from edgetune.tune.report import CurvePoint, TuningSummary, curve_figure, fastest_runtime
@@ -47,7 +44,8 @@ def timeline_png(rows: list[HistoryRow]) -> str | None:
     without any event."""
     if not rows:
         return None
-    figure, axes = plt.subplots(figsize=(9, 2.2))
+    figure = Figure(figsize=(9, 2.2))
+    axes = figure.subplots()
     for kind, (marker, color) in _MARKERS.items():
         times = [_time(r.time) for r in rows if r.kind == kind]
         axes.plot(times, [kind] * len(times), marker, color=color, linestyle="none")
@@ -68,5 +66,4 @@ def _time(text: str) -> datetime:
 def _data_uri(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=80)
-    plt.close(figure)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -33,17 +33,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import matplotlib
+from tabulate import tabulate
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the backend)
-from tabulate import tabulate  # noqa: E402
-
-from edgetune.artifact_format.codec import FrozenMap, load_versioned, rule, to_json  # noqa: E402
-from edgetune.compiler.tasks import KernelTask  # noqa: E402
-from edgetune.durable import write_atomic  # noqa: E402
-from edgetune.errors import TuneError  # noqa: E402
-from edgetune.tune.database import ClockLine, RuntimeTime, TrialRecord  # noqa: E402
+from edgetune.artifact_format.codec import FrozenMap, load_versioned, rule, to_json
+from edgetune.compiler.tasks import KernelTask
+from edgetune.durable import write_atomic
+from edgetune.errors import TuneError
+from edgetune.tune.database import ClockLine, RuntimeTime, TrialRecord
 
 SUMMARY_SCHEMA = "edgetune.tuning-summary"
 SUMMARY_VERSION = 1
@@ -499,9 +495,7 @@ def plot_curve(
     early: list[EarlyPoint] = (),
     runtime: tuple[str, float] | None = None,
 ) -> None:
-    figure = curve_figure(title, curve, knee_point, early, runtime)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    curve_figure(title, curve, knee_point, early, runtime).savefig(path, dpi=100)
 
 
 def curve_figure(
@@ -513,8 +507,13 @@ def curve_figure(
 ):
     """The tuning curve: the early part (kernels not measured yet at their untuned or first
     measured latency) dashed, the whole-model estimate solid, the knee marked; with `runtime`
-    (the faster runtime's name and time on the board), that time dotted across."""
-    figure, axes = plt.subplots(figsize=(6, 4))
+    (the faster runtime's name and time on the board), that time dotted across. A matplotlib
+    `Figure` without pyplot (no global figure list, safe in a server's threads), imported here:
+    the tuner's class processes import this module and draw once at the end, if at all."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 4))
+    axes = figure.subplots()
     if early:
         xs = [p.trials for p in early] + ([curve[0].trials] if curve else [])
         ys = [p.latency_s * 1e3 for p in early] + ([curve[0].latency_s * 1e3] if curve else [])

@@ -28,7 +28,6 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -50,6 +49,7 @@ from edgetune.inventory.workdir import Workdir
 from edgetune.tune.borrow import EXACT, DonorTraces, Seeded, TraceSource, seed_tasks, snapshot_donor
 from edgetune.tune.budget import AT_KNEE_BEFORE, UNBOUNDED_TRIALS, ParityBars, TaskLedger
 from edgetune.tune.candidate_builder import make_builder
+from edgetune.tune.class_process import class_process_pool
 from edgetune.tune.database import (
     ClassDatabasePaths,
     append_run,
@@ -97,7 +97,7 @@ from edgetune.tune.shard import (
     split_state,
 )
 from edgetune.tune.starters import StarterTraces, starters_dir
-from edgetune.tune.stop import STOPPED, adopt, stop_event, stop_requested, tuning
+from edgetune.tune.stop import STOPPED, stop_requested, tuning
 from edgetune.tune.untuned import measure_untuned
 from edgetune.tvm_compat.record_lines import commit_lines
 
@@ -233,10 +233,7 @@ def _run_stage(fleet: Fleet, stage: list[str], options: TuneOptions) -> dict[str
         outcomes = run_classes(fleet, {name: (fleet, name, options) for name in stage}, tune_class_on_node)
     else:
         options = replace(options, search=options.search.for_classes(len(stage), host_cores()))
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=len(stage), mp_context=context, initializer=adopt, initargs=(stop_event(),)
-        ) as pool:
+        with class_process_pool(len(stage)) as pool:
             futures = {name: pool.submit(tune_class, fleet, name, options) for name in stage}
             outcomes = {name: _outcome(future) for name, future in futures.items()}
     return {
@@ -819,7 +816,7 @@ def _firmware(fleet: Fleet, device_class: str) -> dict[str, str]:
 
 
 def _log_to_stderr() -> None:
-    """A class process is spawned without logging set up: show edgetune's progress lines. Run in
+    """A class process starts without logging set up: show edgetune's progress lines. Run in
     the calling process (a regression re-tune, a test), the caller's logging set-up stands."""
     if multiprocessing.parent_process() is not None:
         _console_progress()
