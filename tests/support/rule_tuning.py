@@ -3,6 +3,8 @@ that the model built from them answers what onnxruntime answers."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -17,6 +19,13 @@ from edgetune.tune.candidate_builder import make_builder
 from edgetune.tune.tuner import quiet_meta_schedule_logger
 
 TRIALS = 4
+
+
+@functools.cache
+def local_runner() -> ms.runner.LocalRunner:
+    """The process's LocalRunner (one measurement at a time, once each): a LocalRunner starts its
+    worker process, which imports TVM, when it is made, so the tests share one."""
+    return ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1))
 
 
 def brief_search() -> ms.search_strategy.EvolutionarySearch:
@@ -50,7 +59,7 @@ def tune_briefly(
         max_trials_per_task=trials,
         num_trials_per_iter=trials,
         builder=make_builder(str(tmp_path), None, 1),
-        runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=1)),
+        runner=local_runner(),
         database=database,
         cost_model=ms.cost_model.RandomModel(),
     )
