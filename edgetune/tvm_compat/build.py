@@ -47,7 +47,7 @@ class FastBuild:
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        return tvm.driver.build(mod, target=target)
+        return tvm.tirx.build(mod, target=target)
 
 
 def build_and_export(build: BuildFunction, export: ExportFunction, mod: tvm.IRModule, target: tvm.target.Target) -> str:
