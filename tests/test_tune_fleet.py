@@ -4,9 +4,9 @@ everything taken down; a second run with nothing left to do (every budget spent,
 artifact's inputs unchanged) says so, prints the table of the current versions and starts
 nothing: no simulated board, no tracker, no rpc_server, the fleet's state file untouched; a
 third, after a class's budget is raised, brings the fleet up again, tunes that class alone and
-builds its new version. The first two runs' wall and CPU times are printed (`-s`); the second's
-are bounded loosely (a fifth of the first's CPU time, half its wall time): it is mostly Python's
-and TVM's imports, which a loaded machine stretches more than it stretches a run of many processes.
+builds its new version. The first two runs' wall times are printed (`-s`); the second's is
+bounded loosely (half the first's): it is mostly Python's and TVM's imports, which a loaded
+machine stretches more than it stretches a run of many processes.
 """
 
 from __future__ import annotations
